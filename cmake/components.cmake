@@ -1,0 +1,104 @@
+# Detects the optional components and records them for the summary. Nothing
+# here is required except cJSON: a missing component turns off what needs it
+# and the tests that need it skip (exit 77) naming what is missing.
+
+find_package(cJSON CONFIG REQUIRED)
+find_package(PkgConfig QUIET)
+
+set(WNA16_COMPONENT_DEFINES "")
+set(WNA16_SUMMARY "")
+
+macro(wna16_component name found detail)
+  if(${found})
+    list(APPEND WNA16_SUMMARY "  ${name}: yes (${detail})")
+  else()
+    list(APPEND WNA16_SUMMARY "  ${name}: NO  (${detail})")
+  endif()
+endmacro()
+
+# cJSON (required)
+wna16_component("cJSON" TRUE "${cJSON_VERSION}")
+
+# LLVM 19 (CPU JIT). LLVMConfigVersion needs major.minor, so ask for 19.1.
+find_package(LLVM 19.1 CONFIG QUIET
+  PATHS /usr/lib/llvm-19/lib/cmake/llvm NO_DEFAULT_PATH)
+if(LLVM_FOUND)
+  set(WNA16_HAVE_LLVM ON)
+  list(APPEND WNA16_COMPONENT_DEFINES WNA16_HAVE_LLVM=1)
+  wna16_component("LLVM 19" TRUE "${LLVM_PACKAGE_VERSION}, ${LLVM_DIR}")
+else()
+  set(WNA16_HAVE_LLVM OFF)
+  wna16_component("LLVM 19" FALSE "install llvm-19-dev")
+endif()
+
+# CUDA headers + NVRTC (loaded with dlopen at run time; headers for the API).
+set(WNA16_CUDA_ROOT "/usr/local/cuda" CACHE PATH "CUDA toolkit root")
+find_path(WNA16_NVRTC_INCLUDE nvrtc.h HINTS ${WNA16_CUDA_ROOT}/include)
+find_path(WNA16_CUDA_INCLUDE cuda.h HINTS ${WNA16_CUDA_ROOT}/include)
+if(WNA16_NVRTC_INCLUDE AND WNA16_CUDA_INCLUDE)
+  set(WNA16_HAVE_CUDA ON)
+  list(APPEND WNA16_COMPONENT_DEFINES WNA16_HAVE_CUDA=1)
+  wna16_component("NVRTC/CUDA headers" TRUE "${WNA16_NVRTC_INCLUDE}")
+else()
+  set(WNA16_HAVE_CUDA OFF)
+  wna16_component("NVRTC/CUDA headers" FALSE "no nvrtc.h/cuda.h under ${WNA16_CUDA_ROOT}")
+endif()
+
+# Level Zero loader
+set(WNA16_HAVE_LEVEL_ZERO OFF)
+if(PkgConfig_FOUND)
+  pkg_check_modules(PC_ZE QUIET level-zero)
+  if(PC_ZE_FOUND)
+    set(WNA16_HAVE_LEVEL_ZERO ON)
+    list(APPEND WNA16_COMPONENT_DEFINES WNA16_HAVE_LEVEL_ZERO=1)
+  endif()
+endif()
+wna16_component("Level Zero loader" WNA16_HAVE_LEVEL_ZERO
+  "${PC_ZE_VERSION}; install libze-dev")
+
+# SPIRV-Tools (static only on Debian 12)
+find_package(SPIRV-Tools CONFIG QUIET)
+if(SPIRV-Tools_FOUND OR TARGET SPIRV-Tools-static)
+  set(WNA16_HAVE_SPIRV_TOOLS ON)
+  list(APPEND WNA16_COMPONENT_DEFINES WNA16_HAVE_SPIRV_TOOLS=1)
+  wna16_component("SPIRV-Tools" TRUE "static library")
+else()
+  set(WNA16_HAVE_SPIRV_TOOLS OFF)
+  wna16_component("SPIRV-Tools" FALSE "install spirv-tools")
+endif()
+
+# xxHash (cache keys)
+set(WNA16_HAVE_XXHASH OFF)
+find_path(WNA16_XXHASH_INCLUDE xxhash.h)
+find_library(WNA16_XXHASH_LIB xxhash)
+if(WNA16_XXHASH_INCLUDE AND WNA16_XXHASH_LIB)
+  set(WNA16_HAVE_XXHASH ON)
+  list(APPEND WNA16_COMPONENT_DEFINES WNA16_HAVE_XXHASH=1)
+endif()
+wna16_component("xxHash" WNA16_HAVE_XXHASH "install libxxhash-dev")
+
+# Sanitizers for the robustness tests
+include(CheckCSourceCompiles)
+set(WNA16_SAN_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all
+    -fno-omit-frame-pointer)
+if(CMAKE_C_COMPILER_ID STREQUAL "Clang")
+  # clang's UBSan `function` check crashes on calls into JIT code.
+  list(APPEND WNA16_SAN_FLAGS -fno-sanitize=function)
+endif()
+set(CMAKE_REQUIRED_FLAGS "${WNA16_SAN_FLAGS}")
+string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${CMAKE_REQUIRED_FLAGS}")
+set(CMAKE_REQUIRED_LINK_OPTIONS ${WNA16_SAN_FLAGS})
+check_c_source_compiles("int main(void){return 0;}" WNA16_HAVE_SANITIZERS)
+unset(CMAKE_REQUIRED_FLAGS)
+unset(CMAKE_REQUIRED_LINK_OPTIONS)
+wna16_component("ASan+UBSan" WNA16_HAVE_SANITIZERS "${CMAKE_C_COMPILER_ID}")
+
+function(wna16_print_summary)
+  message(STATUS "")
+  message(STATUS "wna16 ${PROJECT_VERSION} components:")
+  foreach(line IN LISTS WNA16_SUMMARY)
+    message(STATUS "${line}")
+  endforeach()
+  message(STATUS "  warnings as errors: ${WNA16_WERROR}")
+  message(STATUS "")
+endfunction()

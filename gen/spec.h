@@ -1,0 +1,210 @@
+/*
+ * spec.h - the frozen, validated form of a spec (internal).
+ *
+ * Only gen/spec*.c see cJSON. Everything else (the reference, selection, the
+ * generator, the tools) reads these structs, which are immutable once
+ * loaded and owned by the spec's arena. See docs/specs.md for the JSON.
+ */
+#ifndef W16_SPEC_H
+#define W16_SPEC_H
+
+#include "gen/expr.h"
+
+/* Roles a layout can fill. X(ENUM, json key, default tensor name, doc).
+ * ORDER ROLE. */
+#define W16_ROLE_LIST(X)                                                     \
+    X(QWEIGHT, "qweight", "qweight", "quantized weight codes")               \
+    X(SCALES, "scales", "scales", "per-group scales")                        \
+    X(QZEROS, "qzeros", "qzeros", "per-group zero points")                   \
+    X(G_IDX, "g_idx", "g_idx", "group index of each input channel")          \
+    X(SORT_IDX, "g_idx_sort_indices", "g_idx_sort_indices",                  \
+      "act-order permutation (argsort of g_idx)")                           \
+    X(BIAS, "bias", "bias", "expert bias")                                   \
+    X(WEIGHT, "weight", "weight", "dequantized weight values")
+
+typedef enum w16_role {
+#define X(e, key, name, doc) W16_ROLE_##e,
+    W16_ROLE_LIST(X)
+#undef X
+    W16_ROLE_COUNT
+} w16_role_t;
+
+const char *w16_role_key(w16_role_t r);
+const char *w16_role_doc(w16_role_t r);
+
+/* Logical coordinates of each role, in order. ORDER COORD. */
+enum { W16_MAX_COORDS = 3 };
+
+typedef struct w16_layout {
+    w16_role_t role;
+    const char *name;       /* tensor leaf name, e.g. "qweight" */
+    const char *json_path;  /* "$.layouts.qweight", for messages */
+    const w16_expr_t *when; /* NULL = always present */
+    /* Storage dtype; for float roles several may be accepted (the first is
+     * the one written unless the data's own dtype is in the list). */
+    wna16_dtype_t dtypes[4];
+    int n_dtypes;
+    int ndim;
+    const w16_expr_t *shape[W16_MAX_STORE_DIMS];
+    /* forward: logical coordinates -> storage index and bit offset */
+    const w16_expr_t *index[W16_MAX_STORE_DIMS];
+    const w16_expr_t *bit; /* NULL = 0 */
+    /* inverse: storage index + slot -> logical coordinates (role's order) */
+    const w16_expr_t *coord[W16_MAX_COORDS];
+    int n_coords;
+    /* value transforms on codes: stored = encode(c), c = decode(stored) */
+    const w16_expr_t *encode, *decode;
+    /* WEIGHT role: dtype the scale is rounded to before the product
+     * (emulation: bf16(bf16(s) * (q - z))). */
+    wna16_dtype_t dequant_scale_dtype;
+} w16_layout_t;
+
+/* A selection rule: refuse with `reason` when every condition holds. */
+typedef struct w16_rule {
+    const char *reason;  /* may contain {platform} {activation} {format}
+                            {bits} {group_size} {hidden} {scheme} */
+    const w16_expr_t *cond; /* NULL = true */
+    const char **formats; int n_formats;       /* format in list */
+    const char **actorders; int n_actorders;   /* actorder in list */
+    const char **act_not_in; int n_act_not_in; /* activation not in list */
+    const char *json_path;
+} w16_rule_t;
+
+typedef struct w16_kernel_class {
+    const char *name;
+    w16_rule_t *rules;
+    int n_rules;
+} w16_kernel_class_t;
+
+typedef struct w16_capabilities {
+    int bits[4]; int n_bits;
+    int group_sizes[8]; int n_group_sizes; /* 0 entries = any */
+    bool zero_points, bias, act_order;
+    bool standard_format, batched_format;
+    const char **activations; int n_activations;
+    const char **platforms; int n_platforms;
+    int min_cc; /* 10*major+minor, 0 = none */
+    w16_rule_t *shape_rules; int n_shape_rules;
+} w16_capabilities_t;
+
+/* Backend-only: selection data reproducing vLLM's oracle. */
+typedef struct w16_backend_select {
+    const char *vllm_name;   /* "MARLIN" */
+    const char *by_name;     /* name accepted for an explicit request, or
+                                NULL when the backend cannot be named */
+    int priority[WNA16_PLATFORM_COUNT_]; /* 1 = first; 0 = not listed */
+    w16_rule_t *gate; int n_gate;        /* _backend_incompatibility_reason */
+    w16_kernel_class_t *classes; int n_classes; /* is_supported_config */
+    /* Platforms whose wna16 kernel target serves this backend. */
+    bool kernel_platforms[WNA16_PLATFORM_COUNT_];
+} w16_backend_select_t;
+
+/* Format-only: how vLLM's integration sees a checkpoint of this format. */
+typedef struct w16_format_select {
+    const char *integration; /* "AutoGPTQ" */
+    w16_rule_t *errors; int n_errors; /* configs the integration rejects */
+    const w16_expr_t *may_have_zp, *may_have_bias, *allow_tile_padding;
+    const w16_expr_t *wk_bits, *wk_group32, *wk_asym;
+    const char *fallback_format; /* e.g. "moe_wna16"; NULL = none */
+    const w16_expr_t *fallback_if;
+    const char *fallback_reason;
+} w16_format_select_t;
+
+/* How config.json names this format. */
+typedef struct w16_format_config {
+    const char **quant_methods; int n_quant_methods;
+} w16_format_config_t;
+
+typedef struct w16_spec_proj {
+    const char *names[4]; int n_names; /* "gate_proj", "w1" */
+} w16_spec_proj_t;
+
+struct wna16_spec {
+    wna16_context_t *ctx;
+    w16_arena_t arena; /* owns everything below */
+    wna16_spec_kind_t kind;
+    const char *name, *title, *description, *origin;
+    int version;
+
+    w16_table_t *tables; int n_tables;
+    w16_capabilities_t caps;
+
+    /* Dims: padded intermediate size (NULL = I). */
+    const w16_expr_t *pad_intermediate;
+    const char *pad_forbidden_with_act_order; /* reason, NULL = allowed */
+
+    /* Layouts, by role; NULL where the spec has none. */
+    const w16_layout_t *layouts[W16_ROLE_COUNT];
+    /* Tensors are stacked per layer ("{prefix}.w13_{name}") rather than
+     * per expert and projection ("{prefix}.{e}.{proj}.{name}"). */
+    bool stacked;
+    w16_spec_proj_t proj_gate, proj_up, proj_down;
+
+    /* Zero-point convention, in words, for explain: "stored z-1" etc. */
+    const char *zero_convention;
+    /* Format-only */
+    w16_format_config_t config;
+    w16_format_select_t fsel;
+    /* Backend-only */
+    w16_backend_select_t bsel;
+
+    /* Sample problems for the layout consistency check. */
+    struct w16_sample { int64_t E, H, I, BITS, GS, ZP, ACT_ORDER, HAS_BIAS; }
+        *samples;
+    int n_samples;
+};
+
+/* ---- registry ------------------------------------------------------------ */
+
+typedef struct w16_embedded_spec {
+    const char *origin; /* "builtin:specs/backends/marlin.json" */
+    const char *text;
+    size_t len;
+} w16_embedded_spec_t;
+
+extern const w16_embedded_spec_t w16_embedded_specs[];
+
+wna16_status_t w16_specs_init(wna16_context_t *ctx, bool builtin,
+                              const char *dir, wna16_error_t *err);
+void w16_specs_fini(wna16_context_t *ctx);
+
+/* Parses and validates without registering. Caller frees with
+ * w16_spec_free. */
+wna16_status_t w16_spec_parse(wna16_context_t *ctx, const char *origin,
+                              const char *text, size_t len,
+                              wna16_spec_t **out, wna16_error_t *err);
+void w16_spec_free(wna16_spec_t *spec);
+
+/* Checks every layout of the spec on its sample problems: forward and
+ * inverse maps agree and are bijective onto the stored elements. `full`
+ * runs all samples; otherwise only the first. */
+wna16_status_t w16_spec_check_layouts(const wna16_spec_t *spec, bool full,
+                                      wna16_error_t *err);
+
+/* ---- binding a layout to a problem -------------------------------------- */
+
+/* The variables of one GEMM operand of one problem. */
+typedef struct w16_problem {
+    int64_t E, H, I, BITS, GS;
+    bool zp, act_order, bias;
+} w16_problem_t;
+
+/* Fills vars[] (dims only) for the given operand; computes IP from the
+ * spec's padding rule. Fails if the padding expression fails or the
+ * dimensions are inconsistent (GS not dividing K, ...). */
+wna16_status_t w16_spec_bind(const wna16_spec_t *spec,
+                             const w16_problem_t *p, wna16_gemm_t gemm,
+                             int64_t *vars, wna16_error_t *err);
+
+/* Is this layout present for the bound problem ("when")? */
+bool w16_layout_present(const w16_layout_t *l, const int64_t *vars);
+
+/* Evaluates the stored shape; false with a message on failure. */
+wna16_status_t w16_layout_shape(const w16_layout_t *l, const int64_t *vars,
+                                int64_t *shape, wna16_error_t *err);
+
+/* Number of logical values per storage element (packed codes), >= 1. */
+int w16_layout_slots(const w16_layout_t *l, wna16_dtype_t dtype,
+                     const int64_t *vars);
+
+#endif /* W16_SPEC_H */

@@ -1,0 +1,544 @@
+/*
+ * wna16.h - the public C API of wna16, a code-generating kernel compiler for
+ * weight-only quantized (int4/int8 weights, fp16/bf16 activations) MoE layers.
+ *
+ * One header, C17. Conventions:
+ *   - Every fallible function returns a wna16_status_t (0 = WNA16_OK, negative
+ *     = error) and takes a caller-owned `wna16_error_t *err` (may be NULL)
+ *     that receives a message naming the offending file, key or argument.
+ *     Filling an error never allocates.
+ *   - Objects are opaque, created by the _create, _open and _load functions and released by
+ *     the matching _destroy or _close. Pointers returned by getters stay owned
+ *     by the object they came from and live as long as it does.
+ *   - Nothing in the library calls exit() or abort(); nothing writes to
+ *     stdout. Diagnostics go to the context's log callback (default: stderr,
+ *     warnings and errors only).
+ *
+ * Sections: version and status codes; context; dtypes and tensors; specs;
+ * the logical (dense) form of quantized MoE weights and the reference
+ * semantics; safetensors; checkpoints; backend selection.
+ */
+#ifndef WNA16_H
+#define WNA16_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Version                                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define WNA16_VERSION_MAJOR 0
+#define WNA16_VERSION_MINOR 1
+#define WNA16_VERSION_PATCH 0
+#define WNA16_VERSION_STRING "0.1.0"
+
+/* Version of the library actually linked; compare with the macros above. */
+const char *wna16_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status codes and errors                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* X(NAME, value, description). ORDER STATUS: values are part of the ABI. */
+#define WNA16_STATUS_LIST(X)                                                 \
+    X(OK, 0, "success")                                                      \
+    X(EINVAL, -1, "invalid argument")                                        \
+    X(ENOMEM, -2, "out of memory")                                           \
+    X(EIO, -3, "input/output error")                                         \
+    X(EFORMAT, -4, "malformed file")                                         \
+    X(ESPEC, -5, "invalid spec")                                             \
+    X(EUNSUPPORTED, -6, "unsupported configuration")                         \
+    X(ENOTFOUND, -7, "not found")                                            \
+    X(EUNAVAILABLE, -8, "target unavailable")                                \
+    X(ELIMIT, -9, "limit exceeded")                                          \
+    X(EMISMATCH, -10, "result mismatch")                                     \
+    X(EINTERNAL, -11, "internal error")
+
+typedef enum wna16_status {
+#define WNA16_X_(name, value, text) WNA16_##name = value,
+    WNA16_STATUS_LIST(WNA16_X_)
+#undef WNA16_X_
+} wna16_status_t;
+
+/* "EINVAL" etc.; "unknown" for values outside the list. */
+const char *wna16_status_name(wna16_status_t status);
+/* "invalid argument" etc. */
+const char *wna16_status_text(wna16_status_t status);
+
+#define WNA16_ERROR_MESSAGE_MAX 1024
+
+/* Caller-owned error record. `message` is always NUL-terminated; long
+ * messages are truncated with "...". */
+typedef struct wna16_error {
+    wna16_status_t status;
+    char message[WNA16_ERROR_MESSAGE_MAX];
+} wna16_error_t;
+
+/* Reset to WNA16_OK with an empty message. */
+void wna16_error_clear(wna16_error_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct wna16_context wna16_context_t;
+
+typedef enum wna16_log_level {
+    WNA16_LOG_DEBUG = 0,
+    WNA16_LOG_INFO = 1,
+    WNA16_LOG_WARN = 2,
+    WNA16_LOG_ERROR = 3,
+} wna16_log_level_t;
+
+typedef void (*wna16_log_fn)(void *user, wna16_log_level_t level,
+                             const char *message);
+
+/* Pluggable allocator. All three functions must be set, or none. */
+typedef struct wna16_allocator {
+    void *(*alloc)(void *user, size_t size);
+    void *(*realloc)(void *user, void *ptr, size_t old_size, size_t new_size);
+    void (*free)(void *user, void *ptr, size_t size);
+    void *user;
+} wna16_allocator_t;
+
+typedef struct wna16_context_options {
+    /* NULL: malloc/realloc/free. */
+    const wna16_allocator_t *allocator;
+    /* NULL: messages at `log_level` and above go to stderr. */
+    wna16_log_fn log;
+    void *log_user;
+    wna16_log_level_t log_level; /* default (0) means WNA16_LOG_WARN */
+    bool log_level_set;          /* set to true to honour log_level = DEBUG */
+    /* Directory holding formats/ and backends/ JSON specs that replace the
+     * built-in ones with the same name. NULL: $WNA16_SPEC_DIR if set, else
+     * only the specs compiled into the library. */
+    const char *spec_dir;
+    /* Do not load the built-in specs (tests that bring their own). */
+    bool no_builtin_specs;
+} wna16_context_options_t;
+
+/* Creates a context: allocator, log sink and the spec registry. `opts` may
+ * be NULL. Loading a bad spec from spec_dir fails the creation with the
+ * file and JSON path in `err`. */
+wna16_status_t wna16_context_create(const wna16_context_options_t *opts,
+                                    wna16_context_t **out, wna16_error_t *err);
+void wna16_context_destroy(wna16_context_t *ctx);
+
+/* Logs through the context's sink (used by tools and the runtime). */
+void wna16_log(wna16_context_t *ctx, wna16_log_level_t level, const char *fmt,
+               ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* ------------------------------------------------------------------------ */
+/* Data types and tensors                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* X(NAME, safetensors name, size in bytes, is_float). ORDER DTYPE. */
+#define WNA16_DTYPE_LIST(X)                                                  \
+    X(F16, "F16", 2, 1)                                                      \
+    X(BF16, "BF16", 2, 1)                                                    \
+    X(F32, "F32", 4, 1)                                                      \
+    X(I32, "I32", 4, 0)                                                      \
+    X(U8, "U8", 1, 0)                                                        \
+    X(I8, "I8", 1, 0)                                                        \
+    X(I16, "I16", 2, 0)                                                      \
+    X(I64, "I64", 8, 0)
+
+typedef enum wna16_dtype {
+    WNA16_DTYPE_INVALID = 0,
+#define WNA16_X_(name, st, size, isf) WNA16_DTYPE_##name,
+    WNA16_DTYPE_LIST(WNA16_X_)
+#undef WNA16_X_
+    WNA16_DTYPE_COUNT_
+} wna16_dtype_t;
+
+/* "F16" etc. (the safetensors spelling); NULL for an invalid value. */
+const char *wna16_dtype_name(wna16_dtype_t dtype);
+/* Size in bytes of one element; 0 for an invalid value. */
+size_t wna16_dtype_size(wna16_dtype_t dtype);
+/* Parses a safetensors dtype name (exact, case-sensitive);
+ * WNA16_DTYPE_INVALID if unknown. */
+wna16_dtype_t wna16_dtype_from_name(const char *name, size_t len);
+
+#define WNA16_MAX_DIMS 8
+
+/* A view of a dense row-major tensor; it never owns `data`. */
+typedef struct wna16_tensor {
+    const char *name;
+    wna16_dtype_t dtype;
+    int ndim;
+    int64_t shape[WNA16_MAX_DIMS];
+    void *data;
+    size_t nbytes;
+} wna16_tensor_t;
+
+/* Product of the shape (1 for a scalar). */
+int64_t wna16_tensor_numel(const wna16_tensor_t *t);
+
+/* Float conversions used everywhere (round to nearest even). */
+float wna16_f16_to_f32(uint16_t h);
+uint16_t wna16_f32_to_f16(float f);
+float wna16_bf16_to_f32(uint16_t b);
+uint16_t wna16_f32_to_bf16(float f);
+
+/* ------------------------------------------------------------------------ */
+/* Specs                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* A spec is one JSON file: a checkpoint format (specs/formats) or a kernel
+ * backend (specs/backends). The language is documented in docs/specs.md.
+ * Specs are parsed, validated (unknown keys, types, ranges, expression
+ * identifiers, layout bijectivity on sample shapes) and frozen at load. */
+typedef struct wna16_spec wna16_spec_t;
+
+typedef enum wna16_spec_kind {
+    WNA16_SPEC_FORMAT = 1,
+    WNA16_SPEC_BACKEND = 2,
+} wna16_spec_kind_t;
+
+/* Loads and validates a spec file and registers it in the context; a spec
+ * with the name of a registered one replaces it. `out` may be NULL. */
+wna16_status_t wna16_spec_load_file(wna16_context_t *ctx, const char *path,
+                                    const wna16_spec_t **out,
+                                    wna16_error_t *err);
+/* Same, from memory; `origin` names the text in messages. */
+wna16_status_t wna16_spec_load_text(wna16_context_t *ctx, const char *origin,
+                                    const char *text, size_t len,
+                                    const wna16_spec_t **out,
+                                    wna16_error_t *err);
+/* Validates a spec file without registering it. */
+wna16_status_t wna16_spec_validate_file(wna16_context_t *ctx, const char *path,
+                                        wna16_error_t *err);
+
+size_t wna16_spec_count(const wna16_context_t *ctx);
+const wna16_spec_t *wna16_spec_at(const wna16_context_t *ctx, size_t index);
+/* kind 0 matches either kind. NULL if absent. */
+const wna16_spec_t *wna16_spec_find(const wna16_context_t *ctx,
+                                    wna16_spec_kind_t kind, const char *name);
+
+wna16_spec_kind_t wna16_spec_kind(const wna16_spec_t *spec);
+const char *wna16_spec_name(const wna16_spec_t *spec);
+const char *wna16_spec_title(const wna16_spec_t *spec);
+const char *wna16_spec_description(const wna16_spec_t *spec);
+/* File path or "builtin:specs/backends/marlin.json". */
+const char *wna16_spec_origin(const wna16_spec_t *spec);
+
+/* ------------------------------------------------------------------------ */
+/* Logical MoE weights and the reference semantics                           */
+/* ------------------------------------------------------------------------ */
+
+/* The two GEMM operands of a gated MoE layer. w13 = [gate; up] stacked along
+ * N (K = H, N = 2I); w2 = down (K = I, N = H). */
+typedef enum wna16_gemm {
+    WNA16_GEMM_W13 = 0,
+    WNA16_GEMM_W2 = 1,
+} wna16_gemm_t;
+
+/* One quantized GEMM operand over E experts in dense logical form: the
+ * meaning of the weights independent of any layout. Arrays are row-major
+ * with the last index fastest:
+ *   codes   [E][N][K]  unsigned codes 0 .. 2^bits-1
+ *   scales  [E][G][N]  as float (fp16/bf16/fp32 values are exact in float)
+ *   zeros   [E][G][N]  true unsigned zero points; NULL = implicit 2^(bits-1)
+ *   g_idx   [E][K]     group of each input channel; NULL = k / group_size
+ *   bias    [E][N]     NULL = no bias
+ * G = K / group_size, or 1 when group_size is -1 (channelwise). */
+typedef struct wna16_qweight {
+    int32_t E, N, K, G;
+    int32_t bits;       /* 4 or 8 */
+    int32_t group_size; /* -1 or a divisor of K */
+    wna16_dtype_t scale_dtype; /* F16, BF16 or F32: the values' precision */
+    wna16_dtype_t bias_dtype;  /* when bias != NULL */
+    uint8_t *codes;
+    float *scales;
+    uint8_t *zeros;
+    int32_t *g_idx;
+    float *bias;
+} wna16_qweight_t;
+
+/* Allocates the arrays for the given shape; has_* select optional arrays.
+ * Free with wna16_qweight_free. */
+wna16_status_t wna16_qweight_alloc(wna16_qweight_t *qw, int32_t E, int32_t N,
+                                   int32_t K, int32_t bits, int32_t group_size,
+                                   bool has_zeros, bool has_g_idx,
+                                   bool has_bias, wna16_error_t *err);
+void wna16_qweight_free(wna16_qweight_t *qw);
+
+/* The group of input channel k of expert e. */
+int32_t wna16_qweight_group(const wna16_qweight_t *qw, int32_t e, int32_t k);
+
+/* Reference dequantization, exactly as the facts sheet defines it:
+ * (q - z) * s in float32, z = zeros[e][g][n] or 2^(bits-1). */
+float wna16_ref_dequant(const wna16_qweight_t *qw, int32_t e, int32_t n,
+                        int32_t k);
+
+/* A whole MoE layer in logical form. I is the real (unpadded) intermediate
+ * size; padding belongs to layouts. */
+typedef struct wna16_qlayer {
+    int32_t E, H, I;
+    wna16_qweight_t w13; /* N = 2I, K = H */
+    wna16_qweight_t w2;  /* N = H,  K = I */
+} wna16_qlayer_t;
+
+void wna16_qlayer_free(wna16_qlayer_t *layer);
+
+/* A set of named tensors, e.g. one layer of a checkpoint or a repack
+ * result. Lookups are by exact name. */
+typedef struct wna16_tensor_set wna16_tensor_set_t;
+
+wna16_status_t wna16_tensor_set_create(wna16_context_t *ctx,
+                                       wna16_tensor_set_t **out,
+                                       wna16_error_t *err);
+void wna16_tensor_set_destroy(wna16_tensor_set_t *set);
+/* Adds a view (data not copied; the caller keeps it alive). */
+wna16_status_t wna16_tensor_set_add_view(wna16_tensor_set_t *set,
+                                         const wna16_tensor_t *t,
+                                         wna16_error_t *err);
+/* Adds a tensor whose zero-filled storage the set owns; returns it. */
+wna16_status_t wna16_tensor_set_add_new(wna16_tensor_set_t *set,
+                                        const char *name, wna16_dtype_t dtype,
+                                        int ndim, const int64_t *shape,
+                                        wna16_tensor_t **out,
+                                        wna16_error_t *err);
+const wna16_tensor_t *wna16_tensor_set_find(const wna16_tensor_set_t *set,
+                                            const char *name);
+size_t wna16_tensor_set_count(const wna16_tensor_set_t *set);
+const wna16_tensor_t *wna16_tensor_set_at(const wna16_tensor_set_t *set,
+                                          size_t index);
+
+/* What a layer holds and how it is quantized; shared by decode, encode and
+ * selection. */
+typedef struct wna16_quant_desc {
+    int32_t bits;
+    int32_t group_size; /* -1 = channelwise */
+    bool zero_point;    /* asymmetric (explicit zero points) */
+    bool act_order;     /* g_idx permutation (desc_act / actorder=group) */
+    bool bias;          /* the checkpoint carries expert biases */
+} wna16_quant_desc_t;
+
+/* Reference decode of a layer stored in `spec`'s layout.
+ *  - format specs: `tensors` holds the per-expert checkpoint tensors under
+ *    `prefix` (e.g. "model.layers.0.mlp.experts"), named as the format says;
+ *  - backend specs: `tensors` holds the stacked layer tensors under prefix.
+ * Shapes are checked against the spec; the layer is allocated in `out`. */
+wna16_status_t wna16_ref_decode(wna16_context_t *ctx, const wna16_spec_t *spec,
+                                const wna16_tensor_set_t *tensors,
+                                const char *prefix, int32_t E, int32_t H,
+                                int32_t I, const wna16_quant_desc_t *quant,
+                                wna16_qlayer_t *out, wna16_error_t *err);
+
+/* Reference encode of `layer` into `spec`'s layout: adds the tensors (named
+ * under prefix) to `out`. Refuses, with the reason, what the layout cannot
+ * hold (bits, group size, zero points, act order, bias, shapes). */
+wna16_status_t wna16_ref_encode(wna16_context_t *ctx, const wna16_spec_t *spec,
+                                const wna16_qlayer_t *layer,
+                                const char *prefix, wna16_tensor_set_t *out,
+                                wna16_error_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* safetensors                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Largest header accepted (bytes). */
+#define WNA16_SAFETENSORS_MAX_HEADER (100u * 1000u * 1000u)
+
+typedef struct wna16_safetensors wna16_safetensors_t;
+
+/* Opens and memory-maps a file and validates its header strictly: header
+ * length within bounds, valid JSON object, known dtypes, shapes of
+ * non-negative integers, data offsets in range, not overlapping, size =
+ * numel x dtype size, every data byte accounted for. */
+wna16_status_t wna16_safetensors_open(wna16_context_t *ctx, const char *path,
+                                      wna16_safetensors_t **out,
+                                      wna16_error_t *err);
+/* Same over a caller-owned buffer (kept alive by the caller); `origin`
+ * names it in messages. */
+wna16_status_t wna16_safetensors_open_memory(wna16_context_t *ctx,
+                                             const char *origin,
+                                             const void *data, size_t size,
+                                             wna16_safetensors_t **out,
+                                             wna16_error_t *err);
+void wna16_safetensors_close(wna16_safetensors_t *st);
+
+const char *wna16_safetensors_path(const wna16_safetensors_t *st);
+size_t wna16_safetensors_count(const wna16_safetensors_t *st);
+/* Tensors in file order of their data offsets. data points into the map. */
+const wna16_tensor_t *wna16_safetensors_at(const wna16_safetensors_t *st,
+                                           size_t index);
+const wna16_tensor_t *wna16_safetensors_find(const wna16_safetensors_t *st,
+                                             const char *name);
+/* __metadata__ string values; NULL if absent. */
+size_t wna16_safetensors_metadata_count(const wna16_safetensors_t *st);
+const char *wna16_safetensors_metadata_key(const wna16_safetensors_t *st,
+                                           size_t index);
+const char *wna16_safetensors_metadata_get(const wna16_safetensors_t *st,
+                                           const char *key);
+
+/* Streaming writer: declare every tensor (name, dtype, shape) and the
+ * metadata first, then write the data of each tensor in declaration order,
+ * in as many chunks as convenient. The file is written to "<path>.tmp.*"
+ * and renamed over `path` by finish(); abort() (or an error) removes it, so
+ * no partial output is ever left at `path`. */
+typedef struct wna16_safetensors_writer wna16_safetensors_writer_t;
+
+wna16_status_t wna16_safetensors_writer_create(wna16_context_t *ctx,
+                                               const char *path,
+                                               wna16_safetensors_writer_t **out,
+                                               wna16_error_t *err);
+wna16_status_t wna16_safetensors_writer_metadata(
+    wna16_safetensors_writer_t *w, const char *key, const char *value,
+    wna16_error_t *err);
+wna16_status_t wna16_safetensors_writer_declare(wna16_safetensors_writer_t *w,
+                                                const char *name,
+                                                wna16_dtype_t dtype, int ndim,
+                                                const int64_t *shape,
+                                                wna16_error_t *err);
+/* Appends bytes to the current tensor (the first declared tensor whose data
+ * is not complete). Writing past a tensor's size is an error. */
+wna16_status_t wna16_safetensors_writer_write(wna16_safetensors_writer_t *w,
+                                              const void *data, size_t size,
+                                              wna16_error_t *err);
+/* Checks every tensor is complete, syncs and renames into place. Frees w. */
+wna16_status_t wna16_safetensors_writer_finish(wna16_safetensors_writer_t *w,
+                                               wna16_error_t *err);
+/* Discards the temporary file. Frees w. */
+void wna16_safetensors_writer_abort(wna16_safetensors_writer_t *w);
+
+/* Convenience: writes every tensor of `set` (in set order) and the given
+ * metadata pairs (keys[i], values[i]) to `path`. */
+wna16_status_t wna16_safetensors_write_set(wna16_context_t *ctx,
+                                           const char *path,
+                                           const wna16_tensor_set_t *set,
+                                           size_t n_meta,
+                                           const char *const *keys,
+                                           const char *const *values,
+                                           wna16_error_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Hugging Face checkpoints                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct wna16_checkpoint wna16_checkpoint_t;
+
+/* What config.json says about the model and its quantization. Fields not
+ * present are 0 / false / "". */
+typedef struct wna16_model_config {
+    char model_type[64];
+    int32_t hidden_size;
+    int32_t moe_intermediate_size; /* moe_intermediate_size, else
+                                      intermediate_size */
+    int32_t num_experts;           /* num_experts / num_local_experts /
+                                      n_routed_experts */
+    int32_t num_experts_per_tok;
+    int32_t num_hidden_layers;
+    char torch_dtype[16];
+    /* quantization_config */
+    char quant_method[32]; /* "gptq", "awq", "compressed-tensors", ... */
+    int32_t bits;
+    int32_t group_size;
+    bool has_sym;
+    bool sym;
+    bool desc_act;
+    bool has_zero_point;
+    bool zero_point;
+    char actorder[16]; /* compressed-tensors: "", "group", "weight", ... */
+    char format_name[32]; /* the wna16 format spec this maps to */
+} wna16_model_config_t;
+
+/* Opens a checkpoint: a directory with config.json and model.safetensors or
+ * sharded model-*.safetensors with model.safetensors.index.json, or a single
+ * .safetensors file (no config). Every shard is validated. */
+wna16_status_t wna16_checkpoint_open(wna16_context_t *ctx, const char *path,
+                                     wna16_checkpoint_t **out,
+                                     wna16_error_t *err);
+void wna16_checkpoint_close(wna16_checkpoint_t *ck);
+
+/* NULL when the checkpoint has no config.json. */
+const wna16_model_config_t *
+wna16_checkpoint_config(const wna16_checkpoint_t *ck);
+/* Parses a config.json file by itself. */
+wna16_status_t wna16_model_config_load(const char *path,
+                                       wna16_model_config_t *out,
+                                       wna16_error_t *err);
+
+size_t wna16_checkpoint_tensor_count(const wna16_checkpoint_t *ck);
+const wna16_tensor_t *wna16_checkpoint_tensor_at(const wna16_checkpoint_t *ck,
+                                                 size_t index);
+const wna16_tensor_t *wna16_checkpoint_find(const wna16_checkpoint_t *ck,
+                                            const char *name);
+
+/* ------------------------------------------------------------------------ */
+/* Backend selection                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef enum wna16_platform {
+    WNA16_PLATFORM_CUDA = 0,
+    WNA16_PLATFORM_ROCM = 1,
+    WNA16_PLATFORM_CPU = 2,
+    WNA16_PLATFORM_XPU = 3,
+    WNA16_PLATFORM_COUNT_
+} wna16_platform_t;
+
+const char *wna16_platform_name(wna16_platform_t p);
+
+typedef enum wna16_activation_format {
+    WNA16_ACT_FORMAT_STANDARD = 0,
+    WNA16_ACT_FORMAT_BATCHED = 1,
+} wna16_activation_format_t;
+
+/* Everything selection looks at. Strings name specs and activations as the
+ * specs spell them ("gptq", "silu"). */
+typedef struct wna16_select_query {
+    wna16_platform_t platform;
+    int32_t cc_major, cc_minor; /* compute capability (cuda/rocm) */
+    const char *format;         /* format spec name */
+    wna16_quant_desc_t quant;
+    const char *actorder; /* compressed-tensors actorder: NULL, "group",
+                             "weight", "dynamic" */
+    int32_t hidden_size, intermediate_size, num_experts, top_k;
+    wna16_activation_format_t activation_format;
+    const char *activation; /* NULL = "silu" */
+    const char *backend;    /* explicit backend name; NULL or "auto" = auto */
+    /* Platforms for which this wna16 build can generate and run kernels, as
+     * a bit mask of (1 << wna16_platform_t). 0 = this build's own. */
+    uint32_t kernel_platforms;
+} wna16_select_query_t;
+
+#define WNA16_SELECT_MAX_REASONS 16
+#define WNA16_SELECT_REASON_MAX 256
+
+typedef struct wna16_select_result {
+    const wna16_spec_t *backend; /* NULL when nothing fits */
+    size_t n_passed_over;
+    struct {
+        const wna16_spec_t *backend;
+        char reason[WNA16_SELECT_REASON_MAX];
+    } passed_over[WNA16_SELECT_MAX_REASONS];
+} wna16_select_result_t;
+
+/* Picks the backend as vLLM's select_wna16_moe_backend does, driven by the
+ * backend specs. On failure returns WNA16_EUNSUPPORTED with the vLLM message
+ * in err (explicit refusals: the backend and its reason; nothing fits: "No
+ * WNA16 MoE backend supports the deployment configuration."); `res` still
+ * lists every backend passed over and why. */
+wna16_status_t wna16_select(wna16_context_t *ctx,
+                            const wna16_select_query_t *query,
+                            wna16_select_result_t *res, wna16_error_t *err);
+
+/* The platforms this build can generate kernels for (see kernel_platforms). */
+uint32_t wna16_build_kernel_platforms(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WNA16_H */

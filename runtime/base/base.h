@@ -1,0 +1,109 @@
+/*
+ * base.h - internal plumbing shared by every module: the context layout,
+ * allocation through the context's allocator, error filling, a growable
+ * bounds-checked text buffer and a bump arena for per-compilation data.
+ * Internal names use the w16_ prefix; only include/wna16.h is public.
+ */
+#ifndef W16_BASE_H
+#define W16_BASE_H
+
+#include "wna16.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define W16_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define W16_PRINTF(a, b)
+#endif
+
+#define W16_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- allocation ---------------------------------------------------------- */
+
+void *w16_alloc(wna16_context_t *ctx, size_t size);
+void *w16_calloc(wna16_context_t *ctx, size_t n, size_t size);
+void *w16_realloc(wna16_context_t *ctx, void *p, size_t old_size,
+                  size_t new_size);
+void w16_free(wna16_context_t *ctx, void *p, size_t size);
+char *w16_strdup(wna16_context_t *ctx, const char *s);
+/* Frees a string from w16_strdup. */
+void w16_strfree(wna16_context_t *ctx, char *s);
+
+/* Overflow-checked size arithmetic: return false on overflow. */
+bool w16_mul_size(size_t a, size_t b, size_t *out);
+bool w16_add_size(size_t a, size_t b, size_t *out);
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* Fills err (if not NULL) and returns status. Never allocates. */
+wna16_status_t w16_err(wna16_error_t *err, wna16_status_t status,
+                       const char *fmt, ...) W16_PRINTF(3, 4);
+wna16_status_t w16_verr(wna16_error_t *err, wna16_status_t status,
+                        const char *fmt, va_list ap);
+/* Prepends "prefix: " to an existing message (keeps the status). */
+void w16_err_prefix(wna16_error_t *err, const char *fmt, ...)
+    W16_PRINTF(2, 3);
+/* Out of memory while doing `what`. */
+wna16_status_t w16_err_nomem(wna16_error_t *err, const char *what);
+
+/* ---- growable text buffer (cJSON's `ensure` idea) ------------------------ */
+
+typedef struct w16_buf {
+    wna16_context_t *ctx;
+    char *data; /* always NUL-terminated when cap > 0 */
+    size_t len, cap;
+    bool failed; /* sticky: an allocation failed; contents are truncated */
+} w16_buf_t;
+
+void w16_buf_init(w16_buf_t *b, wna16_context_t *ctx);
+void w16_buf_free(w16_buf_t *b);
+void w16_buf_reset(w16_buf_t *b);
+void w16_buf_append(w16_buf_t *b, const char *s, size_t n);
+void w16_buf_puts(w16_buf_t *b, const char *s);
+void w16_buf_putc(w16_buf_t *b, char c);
+void w16_buf_printf(w16_buf_t *b, const char *fmt, ...) W16_PRINTF(2, 3);
+void w16_buf_vprintf(w16_buf_t *b, const char *fmt, va_list ap);
+/* JSON string literal with escapes. */
+void w16_buf_json_string(w16_buf_t *b, const char *s);
+/* Gives up ownership of the text (allocated with the ctx allocator, size
+ * cap); the buffer is reset. Returns NULL if the buffer failed. */
+char *w16_buf_take(w16_buf_t *b, size_t *cap_out);
+
+/* ---- arena --------------------------------------------------------------- */
+
+typedef struct w16_arena_block w16_arena_block_t;
+typedef struct w16_arena {
+    wna16_context_t *ctx;
+    w16_arena_block_t *head;
+    size_t block_size;
+} w16_arena_t;
+
+void w16_arena_init(w16_arena_t *a, wna16_context_t *ctx);
+/* Zero-filled, 16-byte aligned; NULL when out of memory. */
+void *w16_arena_alloc(w16_arena_t *a, size_t size);
+char *w16_arena_strdup(w16_arena_t *a, const char *s);
+char *w16_arena_strndup(w16_arena_t *a, const char *s, size_t n);
+void w16_arena_free(w16_arena_t *a);
+
+/* ---- context internals --------------------------------------------------- */
+
+typedef struct w16_spec_registry w16_spec_registry_t;
+
+struct wna16_context {
+    wna16_allocator_t allocator;
+    bool custom_allocator;
+    wna16_log_fn log;
+    void *log_user;
+    wna16_log_level_t log_level;
+    w16_spec_registry_t *specs;
+    struct w16_once_key *once; /* keys already logged by w16_log_once */
+};
+
+/* Logs a message once per context and key (used for fallbacks). */
+void w16_log_once(wna16_context_t *ctx, wna16_log_level_t level,
+                  const char *key, const char *fmt, ...) W16_PRINTF(4, 5);
+
+#endif /* W16_BASE_H */

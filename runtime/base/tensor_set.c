@@ -1,0 +1,136 @@
+/*
+ * tensor_set.c - a small ordered set of named tensors: views over memory the
+ * caller keeps alive, or zero-filled storage the set owns.
+ */
+#include "runtime/base/base.h"
+
+#include <string.h>
+
+typedef struct entry {
+    wna16_tensor_t t;
+    char *name;  /* owned copy */
+    bool owned;  /* t.data owned by the set */
+} entry_t;
+
+struct wna16_tensor_set {
+    wna16_context_t *ctx;
+    entry_t *items;
+    size_t count, cap;
+};
+
+wna16_status_t wna16_tensor_set_create(wna16_context_t *ctx,
+                                       wna16_tensor_set_t **out,
+                                       wna16_error_t *err)
+{
+    if (!out)
+        return w16_err(err, WNA16_EINVAL, "wna16_tensor_set_create: out is NULL");
+    *out = w16_calloc(ctx, 1, sizeof **out);
+    if (!*out)
+        return w16_err_nomem(err, "creating a tensor set");
+    (*out)->ctx = ctx;
+    return WNA16_OK;
+}
+
+void wna16_tensor_set_destroy(wna16_tensor_set_t *set)
+{
+    if (!set)
+        return;
+    for (size_t i = 0; i < set->count; i++) {
+        entry_t *e = &set->items[i];
+        if (e->owned)
+            w16_free(set->ctx, e->t.data, e->t.nbytes);
+        w16_strfree(set->ctx, e->name);
+    }
+    w16_free(set->ctx, set->items, set->cap * sizeof(entry_t));
+    w16_free(set->ctx, set, sizeof *set);
+}
+
+static wna16_status_t push(wna16_tensor_set_t *set, const wna16_tensor_t *t,
+                           bool owned, wna16_tensor_t **out,
+                           wna16_error_t *err)
+{
+    if (!t->name || !*t->name)
+        return w16_err(err, WNA16_EINVAL, "tensor set: tensor without a name");
+    if (wna16_tensor_set_find(set, t->name))
+        return w16_err(err, WNA16_EINVAL, "tensor set: duplicate tensor '%s'",
+                       t->name);
+    if (set->count == set->cap) {
+        size_t cap = set->cap ? set->cap * 2 : 16;
+        entry_t *n = w16_realloc(set->ctx, set->items,
+                                 set->cap * sizeof(entry_t),
+                                 cap * sizeof(entry_t));
+        if (!n)
+            return w16_err_nomem(err, "growing a tensor set");
+        set->items = n;
+        set->cap = cap;
+    }
+    entry_t *e = &set->items[set->count];
+    e->name = w16_strdup(set->ctx, t->name);
+    if (!e->name)
+        return w16_err_nomem(err, "growing a tensor set");
+    e->t = *t;
+    e->t.name = e->name;
+    e->owned = owned;
+    set->count++;
+    if (out)
+        *out = &e->t;
+    return WNA16_OK;
+}
+
+wna16_status_t wna16_tensor_set_add_view(wna16_tensor_set_t *set,
+                                         const wna16_tensor_t *t,
+                                         wna16_error_t *err)
+{
+    return push(set, t, false, NULL, err);
+}
+
+wna16_status_t wna16_tensor_set_add_new(wna16_tensor_set_t *set,
+                                        const char *name, wna16_dtype_t dtype,
+                                        int ndim, const int64_t *shape,
+                                        wna16_tensor_t **out,
+                                        wna16_error_t *err)
+{
+    if (ndim < 0 || ndim > WNA16_MAX_DIMS)
+        return w16_err(err, WNA16_EINVAL, "tensor '%s': %d dimensions (max %d)",
+                       name, ndim, WNA16_MAX_DIMS);
+    size_t es = wna16_dtype_size(dtype);
+    if (!es)
+        return w16_err(err, WNA16_EINVAL, "tensor '%s': invalid dtype", name);
+    wna16_tensor_t t = {.name = name, .dtype = dtype, .ndim = ndim};
+    size_t bytes = es;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return w16_err(err, WNA16_EINVAL, "tensor '%s': negative dimension",
+                           name);
+        t.shape[i] = shape[i];
+        if (!w16_mul_size(bytes, (size_t)shape[i], &bytes))
+            return w16_err(err, WNA16_ELIMIT, "tensor '%s': size overflows",
+                           name);
+    }
+    t.nbytes = bytes;
+    t.data = w16_calloc(set->ctx, 1, bytes ? bytes : 1);
+    if (!t.data)
+        return w16_err(err, WNA16_ENOMEM, "out of memory allocating tensor '%s' "
+                       "(%zu bytes)", name, bytes);
+    wna16_status_t st = push(set, &t, true, out, err);
+    if (st != WNA16_OK)
+        w16_free(set->ctx, t.data, bytes);
+    return st;
+}
+
+const wna16_tensor_t *wna16_tensor_set_find(const wna16_tensor_set_t *set,
+                                            const char *name)
+{
+    for (size_t i = 0; i < set->count; i++)
+        if (strcmp(set->items[i].name, name) == 0)
+            return &set->items[i].t;
+    return NULL;
+}
+
+size_t wna16_tensor_set_count(const wna16_tensor_set_t *set) { return set->count; }
+
+const wna16_tensor_t *wna16_tensor_set_at(const wna16_tensor_set_t *set,
+                                          size_t index)
+{
+    return index < set->count ? &set->items[index].t : NULL;
+}
