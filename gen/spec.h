@@ -31,6 +31,13 @@ typedef enum w16_role {
 
 const char *w16_role_key(w16_role_t r);
 const char *w16_role_doc(w16_role_t r);
+/* The role's logical coordinates in array order (e first); returns count. */
+int w16_role_coords(w16_role_t r, w16_var_t *out);
+
+/* "cuda" -> WNA16_PLATFORM_CUDA; -1 if unknown. */
+int w16_platform_from_name(const char *s);
+/* Is this an activation function name wna16 knows? */
+bool w16_activation_known(const char *s);
 
 /* Logical coordinates of each role, in order. ORDER COORD. */
 enum { W16_MAX_COORDS = 3 };
@@ -54,6 +61,13 @@ typedef struct w16_layout {
     int n_coords;
     /* value transforms on codes: stored = encode(c), c = decode(stored) */
     const w16_expr_t *encode, *decode;
+    /* Bits per stored value; NULL = BITS for codes, else the element. */
+    const w16_expr_t *code_bits;
+    /* Derived int32 sums of (q - z) over blocks of `sums_block_k` input
+     * channels, stored little-endian at sums_index (coordinates e, n and
+     * g = the block index) in this tensor; NULL when none (CPU VNNI). */
+    const w16_expr_t *sums_block_k;
+    const w16_expr_t *sums_index[W16_MAX_STORE_DIMS];
     /* WEIGHT role: dtype the scale is rounded to before the product
      * (emulation: bf16(bf16(s) * (q - z))). */
     wna16_dtype_t dequant_scale_dtype;
@@ -190,8 +204,11 @@ typedef struct w16_problem {
 } w16_problem_t;
 
 /* Fills vars[] (dims only) for the given operand; computes IP from the
- * spec's padding rule. Fails if the padding expression fails or the
- * dimensions are inconsistent (GS not dividing K, ...). */
+ * spec's padding rule. Stacked specs describe the whole operand (w13: K = H,
+ * N = 2*IP; w2: K = IP, N = H); per-expert format specs describe one
+ * projection (gate/up: K = H, N = I; down: K = I, N = H). Fails if the
+ * padding expression fails or the dimensions are inconsistent (GS not
+ * dividing K, ...). */
 wna16_status_t w16_spec_bind(const wna16_spec_t *spec,
                              const w16_problem_t *p, wna16_gemm_t gemm,
                              int64_t *vars, wna16_error_t *err);
@@ -203,8 +220,26 @@ bool w16_layout_present(const w16_layout_t *l, const int64_t *vars);
 wna16_status_t w16_layout_shape(const w16_layout_t *l, const int64_t *vars,
                                 int64_t *shape, wna16_error_t *err);
 
+/* Bits of one logical value in this layout: BITS for codes, else the
+ * storage element's width. */
+int w16_layout_code_bits(const w16_layout_t *l, wna16_dtype_t dtype,
+                         const int64_t *vars);
 /* Number of logical values per storage element (packed codes), >= 1. */
 int w16_layout_slots(const w16_layout_t *l, wna16_dtype_t dtype,
                      const int64_t *vars);
+
+/* Sizes of the logical domain of a role for the bound operand, in the
+ * role's coordinate order (e, then n/k or g/n). */
+int w16_role_extent(w16_role_t r, const int64_t *vars, int64_t *ext);
+
+/* Forward map: logical coordinates (in role order) -> storage index and bit
+ * offset. vars is modified (coordinates written). */
+bool w16_layout_locate(const w16_layout_t *l, int64_t *vars,
+                       const int64_t *coord, int64_t *index, int64_t *bit,
+                       w16_eval_error_t *e);
+/* Inverse map: storage index + slot -> logical coordinates (role order). */
+bool w16_layout_coord(const w16_layout_t *l, int64_t *vars,
+                      const int64_t *index, int64_t slot, int64_t *coord,
+                      w16_eval_error_t *e);
 
 #endif /* W16_SPEC_H */

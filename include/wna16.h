@@ -371,7 +371,9 @@ void wna16_safetensors_close(wna16_safetensors_t *st);
 
 const char *wna16_safetensors_path(const wna16_safetensors_t *st);
 size_t wna16_safetensors_count(const wna16_safetensors_t *st);
-/* Tensors in file order of their data offsets. data points into the map. */
+/* Tensors in file order of their data offsets. data points into the map
+ * (read-only memory) and may be unaligned if the file's header length is
+ * not a multiple of 8: copy with memcpy rather than casting. */
 const wna16_tensor_t *wna16_safetensors_at(const wna16_safetensors_t *st,
                                            size_t index);
 const wna16_tensor_t *wna16_safetensors_find(const wna16_safetensors_t *st,
@@ -452,6 +454,8 @@ typedef struct wna16_model_config {
     bool zero_point;
     char actorder[16]; /* compressed-tensors: "", "group", "weight", ... */
     char format_name[32]; /* the wna16 format spec this maps to */
+    char version[16];     /* awq: "gemm", "gemv", ... */
+    char linear_quant_method[16]; /* moe_wna16: "gptq" or "awq" */
 } wna16_model_config_t;
 
 /* Opens a checkpoint: a directory with config.json and model.safetensors or
