@@ -1,1 +1,78 @@
-/* placeholder: being written */
+/*
+ * cli_util.c - helpers shared by the subcommands (see cli.h).
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool cli_is_help(const char *arg)
+{
+    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "wna16 %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'wna16 %s --help'.\n", cmd);
+    return CLI_USAGE;
+}
+
+int cli_fail(const wna16_error_t *err)
+{
+    fprintf(stderr, "wna16: %s\n", err->message[0] ? err->message
+                                                   : wna16_status_text(err->status));
+    return CLI_FAIL;
+}
+
+bool cli_opt_value(int argc, char **argv, int *i, const char *name,
+                   const char **value)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0)
+        return false;
+    if (a[n] == '=') {
+        *value = a + n + 1;
+        return true;
+    }
+    if (a[n] != '\0')
+        return false;
+    if (*i + 1 < argc) {
+        *value = argv[++*i];
+    } else {
+        *value = NULL;
+    }
+    return true;
+}
+
+bool cli_parse_int(const char *s, long lo, long hi, long *out)
+{
+    if (!s || !*s)
+        return false;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+wna16_context_t *cli_context(void)
+{
+    wna16_context_t *ctx = NULL;
+    wna16_error_t err;
+    if (wna16_context_create(NULL, &ctx, &err) != WNA16_OK) {
+        cli_fail(&err);
+        return NULL;
+    }
+    return ctx;
+}
