@@ -522,6 +522,12 @@ typedef struct wna16_select_query {
 
 typedef struct wna16_select_result {
     const wna16_spec_t *backend; /* NULL when nothing fits */
+    /* The format spec selection actually used: the query's format, or the
+     * format it fell back to (e.g. gptq -> moe_wna16); NULL when the query
+     * was rejected before the format stage. */
+    const wna16_spec_t *format;
+    /* Why the format fell back, "" when it did not. */
+    char note[WNA16_SELECT_REASON_MAX];
     size_t n_passed_over;
     struct {
         const wna16_spec_t *backend;

@@ -1,1 +1,405 @@
-/* placeholder: being written */
+/*
+ * codec.c - reference decode and encode of a whole MoE layer in any spec:
+ * tensor naming (per expert and projection for checkpoint formats, stacked
+ * w13_/w2_ for backends), the capability checks that refuse what a layout
+ * cannot hold, intermediate padding, and the per-role walk of layout_io.c.
+ */
+#include "runtime/ref/ref.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *gemm_prefix(wna16_gemm_t g) { return g == WNA16_GEMM_W13 ? "w13" : "w2"; }
+
+/* The projections stored for one operand of a per-expert format, and the
+ * output-channel offset of each in the stacked operand. */
+typedef struct proj_ref {
+    const w16_spec_proj_t *proj;
+    int64_t n_off;
+} proj_ref_t;
+
+static int operand_projs(const wna16_spec_t *s, wna16_gemm_t g, int32_t I,
+                         proj_ref_t out[2])
+{
+    if (g == WNA16_GEMM_W13) {
+        out[0] = (proj_ref_t){&s->proj_gate, 0};
+        out[1] = (proj_ref_t){&s->proj_up, I};
+        return 2;
+    }
+    out[0] = (proj_ref_t){&s->proj_down, 0};
+    return 1;
+}
+
+static void join(char *out, size_t n, const char *prefix, const char *rest)
+{
+    if (prefix && *prefix)
+        snprintf(out, n, "%s.%s", prefix, rest);
+    else
+        snprintf(out, n, "%s", rest);
+}
+
+static void stacked_name(char *out, size_t n, const char *prefix,
+                         wna16_gemm_t g, const w16_layout_t *l)
+{
+    char leaf[160];
+    snprintf(leaf, sizeof leaf, "%s_%s", gemm_prefix(g), l->name);
+    join(out, n, prefix, leaf);
+}
+
+static void expert_name(char *out, size_t n, const char *prefix, int64_t e,
+                        const char *proj, const w16_layout_t *l)
+{
+    char leaf[200];
+    snprintf(leaf, sizeof leaf, "%lld.%s.%s", (long long)e, proj, l->name);
+    join(out, n, prefix, leaf);
+}
+
+static w16_problem_t problem_of(int32_t E, int32_t H, int32_t I,
+                                const wna16_quant_desc_t *q)
+{
+    return (w16_problem_t){E, H, I, q->bits, q->group_size, q->zero_point,
+                           q->act_order, q->bias};
+}
+
+/* ---- decode -------------------------------------------------------------- */
+
+static bool want_role(w16_role_t r, const wna16_quant_desc_t *q)
+{
+    switch (r) {
+    case W16_ROLE_QWEIGHT: case W16_ROLE_SCALES: case W16_ROLE_WEIGHT:
+        return true;
+    case W16_ROLE_QZEROS: return q->zero_point;
+    case W16_ROLE_G_IDX: return q->act_order;
+    case W16_ROLE_BIAS: return q->bias;
+    default: return false;
+    }
+}
+
+static wna16_status_t decode_operand(const wna16_spec_t *spec,
+                                     const wna16_tensor_set_t *ts,
+                                     const char *prefix, const w16_problem_t *p,
+                                     const wna16_quant_desc_t *q,
+                                     wna16_gemm_t g, wna16_qweight_t *qw,
+                                     wna16_error_t *err)
+{
+    int64_t vars[W16_VAR_COUNT];
+    wna16_status_t st = w16_spec_bind(spec, p, g, vars, err);
+    if (st != WNA16_OK)
+        return st;
+    for (int r = 0; r < W16_ROLE_COUNT; r++) {
+        const w16_layout_t *l = spec->layouts[r];
+        if (!want_role((w16_role_t)r, q))
+            continue;
+        if (!l && (r == W16_ROLE_QWEIGHT || r == W16_ROLE_SCALES) &&
+            spec->layouts[W16_ROLE_WEIGHT])
+            continue;
+        if (!l || !w16_layout_present(l, vars))
+            return w16_err(err, WNA16_EUNSUPPORTED, "%s has no %s layout for "
+                           "this configuration", spec->name,
+                           w16_role_doc((w16_role_t)r));
+        char name[512];
+        if (spec->stacked) {
+            stacked_name(name, sizeof name, prefix, g, l);
+            const wna16_tensor_t *t = wna16_tensor_set_find(ts, name);
+            if (!t)
+                return w16_err(err, WNA16_ENOTFOUND, "tensor '%s' not found",
+                               name);
+            st = w16_layout_decode(spec, l, vars, t, qw, (w16_place_t){0, 0},
+                                   err);
+            if (st != WNA16_OK)
+                return st;
+            continue;
+        }
+        proj_ref_t projs[2];
+        int np = operand_projs(spec, g, p->I, projs);
+        for (int64_t e = 0; e < p->E; e++) {
+            for (int i = 0; i < np; i++) {
+                const wna16_tensor_t *t = NULL;
+                for (int a = 0; a < projs[i].proj->n_names && !t; a++) {
+                    expert_name(name, sizeof name, prefix, e,
+                                projs[i].proj->names[a], l);
+                    t = wna16_tensor_set_find(ts, name);
+                }
+                if (!t) {
+                    expert_name(name, sizeof name, prefix, e,
+                                projs[i].proj->names[0], l);
+                    return w16_err(err, WNA16_ENOTFOUND, "tensor '%s' not "
+                                   "found", name);
+                }
+                /* gate and up share one g_idx row per expert in vLLM: the
+                 * up projection's must agree with the gate's. */
+                int32_t *saved = NULL;
+                if (r == W16_ROLE_G_IDX && i == 1) {
+                    saved = malloc(sizeof(int32_t) * (size_t)qw->K);
+                    if (!saved)
+                        return w16_err_nomem(err, "decoding g_idx");
+                    memcpy(saved, qw->g_idx + e * qw->K,
+                           sizeof(int32_t) * (size_t)qw->K);
+                }
+                st = w16_layout_decode(spec, l, vars, t, qw,
+                                       (w16_place_t){e, projs[i].n_off}, err);
+                if (saved) {
+                    bool same = st == WNA16_OK &&
+                                memcmp(saved, qw->g_idx + e * qw->K,
+                                       sizeof(int32_t) * (size_t)qw->K) == 0;
+                    free(saved);
+                    if (st == WNA16_OK && !same)
+                        return w16_err(err, WNA16_EFORMAT, "tensor '%s': the "
+                                       "up projection's g_idx differs from the "
+                                       "gate's; vLLM keeps one w13 g_idx row "
+                                       "per expert", name);
+                }
+                if (st != WNA16_OK)
+                    return st;
+            }
+        }
+    }
+    return WNA16_OK;
+}
+
+static wna16_status_t check_args(const wna16_spec_t *spec, int32_t E, int32_t H,
+                                 int32_t I, const wna16_quant_desc_t *q,
+                                 wna16_error_t *err)
+{
+    if (!spec || !q)
+        return w16_err(err, WNA16_EINVAL, "spec and quant are required");
+    if (E < 1 || H < 1 || I < 1 || E > (1 << 16) || H > (1 << 20) ||
+        I > (1 << 20))
+        return w16_err(err, WNA16_EINVAL, "layer sizes E=%d H=%d I=%d out of "
+                       "range", E, H, I);
+    if (q->bits != 4 && q->bits != 8)
+        return w16_err(err, WNA16_EINVAL, "bits = %d: expected 4 or 8", q->bits);
+    if (q->group_size == 0 || q->group_size < -1)
+        return w16_err(err, WNA16_EINVAL, "group size %d: expected -1 or a "
+                       "positive size", q->group_size);
+    return WNA16_OK;
+}
+
+wna16_status_t wna16_ref_decode(wna16_context_t *ctx, const wna16_spec_t *spec,
+                                const wna16_tensor_set_t *tensors,
+                                const char *prefix, int32_t E, int32_t H,
+                                int32_t I, const wna16_quant_desc_t *quant,
+                                wna16_qlayer_t *out, wna16_error_t *err)
+{
+    memset(out, 0, sizeof *out);
+    wna16_status_t st = check_args(spec, E, H, I, quant, err);
+    if (st != WNA16_OK)
+        return st;
+    if (!tensors)
+        return w16_err(err, WNA16_EINVAL, "wna16_ref_decode: tensors is NULL");
+    w16_problem_t p = problem_of(E, H, I, quant);
+    int64_t v13[W16_VAR_COUNT];
+    if ((st = w16_spec_bind(spec, &p, WNA16_GEMM_W13, v13, err)) != WNA16_OK)
+        return st;
+    int32_t IP = (int32_t)v13[W16_VAR_IP];
+    out->E = E;
+    out->H = H;
+    out->I = I;
+    wna16_qlayer_t padded = {0};
+    wna16_qweight_t *w13 = IP != I ? &padded.w13 : &out->w13;
+    wna16_qweight_t *w2 = IP != I ? &padded.w2 : &out->w2;
+    bool zp = quant->zero_point, gi = quant->act_order, b = quant->bias;
+    st = wna16_qweight_alloc(w13, E, 2 * IP, H, quant->bits, quant->group_size,
+                             zp, gi, b, err);
+    if (st == WNA16_OK)
+        st = wna16_qweight_alloc(w2, E, H, IP, quant->bits, quant->group_size,
+                                 zp, gi, b, err);
+    if (st == WNA16_OK)
+        st = decode_operand(spec, tensors, prefix, &p, quant, WNA16_GEMM_W13,
+                            w13, err);
+    if (st == WNA16_OK)
+        st = decode_operand(spec, tensors, prefix, &p, quant, WNA16_GEMM_W2,
+                            w2, err);
+    if (st == WNA16_OK && IP != I) {
+        st = w16_qweight_unpad(ctx, w13, WNA16_GEMM_W13, I, IP, &out->w13, err);
+        if (st == WNA16_OK)
+            st = w16_qweight_unpad(ctx, w2, WNA16_GEMM_W2, I, IP, &out->w2, err);
+    }
+    wna16_qlayer_free(&padded);
+    if (st != WNA16_OK)
+        wna16_qlayer_free(out);
+    return st;
+}
+
+/* ---- encode -------------------------------------------------------------- */
+
+static bool in_list(const int *v, int n, int x)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] == x)
+            return true;
+    return false;
+}
+
+/* Refuses, with the reason, what the spec's layouts cannot hold. */
+static wna16_status_t check_holds(const wna16_spec_t *spec,
+                                  const wna16_qlayer_t *L,
+                                  const w16_problem_t *p, int32_t IP,
+                                  wna16_error_t *err)
+{
+    const w16_capabilities_t *c = &spec->caps;
+    const char *n = spec->name;
+    if (!in_list(c->bits, c->n_bits, (int)p->BITS))
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s cannot hold %lld-bit "
+                       "weights", n, (long long)p->BITS);
+    if (c->n_group_sizes && !in_list(c->group_sizes, c->n_group_sizes,
+                                     (int)p->GS))
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s cannot hold group size "
+                       "%lld", n, (long long)p->GS);
+    if (p->zp && (!c->zero_points || !spec->layouts[W16_ROLE_QZEROS]) &&
+        !spec->layouts[W16_ROLE_WEIGHT])
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s has no zero points, and "
+                       "the checkpoint has them", n);
+    if (p->act_order && !c->act_order)
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s cannot hold act-order "
+                       "(g_idx) weights", n);
+    if (p->bias && (!c->bias || !spec->layouts[W16_ROLE_BIAS]))
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s cannot hold expert bias, "
+                       "and the checkpoint has it", n);
+    if (IP != L->I && p->act_order)
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s: %s (I = %d would be "
+                       "padded to %d)", n, spec->pad_forbidden_with_act_order
+                       ? spec->pad_forbidden_with_act_order
+                       : "padding is not allowed with act-order", L->I, IP);
+    for (int g = 0; g < 2; g++) {
+        int64_t vars[W16_VAR_COUNT];
+        wna16_status_t st = w16_spec_bind(spec, p, (wna16_gemm_t)g, vars, err);
+        if (st != WNA16_OK)
+            return st;
+        for (int r = 0; r < c->n_shape_rules; r++) {
+            int64_t hit = 0;
+            w16_eval_error_t e;
+            if (!w16_expr_eval(c->shape_rules[r].cond, vars, &hit, &e))
+                return w16_err(err, WNA16_ESPEC, "%s: %s: %s", spec->origin,
+                               c->shape_rules[r].json_path, e.what);
+            if (hit)
+                return w16_err(err, WNA16_EUNSUPPORTED, "%s (%s: K=%lld, "
+                               "N=%lld): %s", n, gemm_prefix((wna16_gemm_t)g),
+                               (long long)vars[W16_VAR_K],
+                               (long long)vars[W16_VAR_N],
+                               c->shape_rules[r].reason);
+        }
+    }
+    return WNA16_OK;
+}
+
+/* Float roles keep the data's own dtype when the layout accepts it. */
+static wna16_dtype_t pick_dtype(const w16_layout_t *l, const wna16_qweight_t *qw)
+{
+    wna16_dtype_t want = l->role == W16_ROLE_SCALES ? qw->scale_dtype
+                         : l->role == W16_ROLE_BIAS ? qw->bias_dtype
+                                                    : WNA16_DTYPE_INVALID;
+    for (int i = 0; i < l->n_dtypes; i++)
+        if (l->dtypes[i] == want)
+            return want;
+    return l->dtypes[0];
+}
+
+static wna16_status_t encode_one(const wna16_spec_t *spec,
+                                 const w16_layout_t *l, int64_t *vars,
+                                 const wna16_qweight_t *qw, const char *name,
+                                 w16_place_t at, wna16_tensor_set_t *out,
+                                 wna16_error_t *err)
+{
+    int64_t shape[W16_MAX_STORE_DIMS];
+    wna16_status_t st = w16_layout_shape(l, vars, shape, err);
+    if (st != WNA16_OK)
+        return st;
+    wna16_tensor_t *t;
+    st = wna16_tensor_set_add_new(out, name, pick_dtype(l, qw), l->ndim, shape,
+                                  &t, err);
+    if (st != WNA16_OK)
+        return st;
+    return w16_layout_encode(spec, l, vars, qw, t, at, err);
+}
+
+static wna16_status_t encode_operand(const wna16_spec_t *spec,
+                                     const wna16_qweight_t *qw,
+                                     const w16_problem_t *p, wna16_gemm_t g,
+                                     const char *prefix,
+                                     wna16_tensor_set_t *out,
+                                     wna16_error_t *err)
+{
+    int64_t vars[W16_VAR_COUNT];
+    wna16_status_t st = w16_spec_bind(spec, p, g, vars, err);
+    if (st != WNA16_OK)
+        return st;
+    for (int r = 0; r < W16_ROLE_COUNT; r++) {
+        const w16_layout_t *l = spec->layouts[r];
+        if (!w16_layout_present(l, vars))
+            continue;
+        char name[512];
+        if (spec->stacked) {
+            stacked_name(name, sizeof name, prefix, g, l);
+            st = encode_one(spec, l, vars, qw, name, (w16_place_t){0, 0}, out,
+                            err);
+            if (st != WNA16_OK)
+                return st;
+            continue;
+        }
+        proj_ref_t projs[2];
+        int np = operand_projs(spec, g, (int32_t)p->I, projs);
+        for (int64_t e = 0; e < p->E; e++)
+            for (int i = 0; i < np; i++) {
+                expert_name(name, sizeof name, prefix, e,
+                            projs[i].proj->names[0], l);
+                st = encode_one(spec, l, vars, qw, name,
+                                (w16_place_t){e, projs[i].n_off}, out, err);
+                if (st != WNA16_OK)
+                    return st;
+            }
+    }
+    return WNA16_OK;
+}
+
+wna16_status_t wna16_ref_encode(wna16_context_t *ctx, const wna16_spec_t *spec,
+                                const wna16_qlayer_t *layer,
+                                const char *prefix, wna16_tensor_set_t *out,
+                                wna16_error_t *err)
+{
+    if (!layer || !out)
+        return w16_err(err, WNA16_EINVAL, "wna16_ref_encode: layer and out are "
+                       "required");
+    const wna16_qweight_t *a = &layer->w13, *b = &layer->w2;
+    wna16_quant_desc_t q = {a->bits, a->group_size, a->zeros != NULL,
+                            a->g_idx != NULL, a->bias != NULL};
+    wna16_status_t st = check_args(spec, layer->E, layer->H, layer->I, &q, err);
+    if (st != WNA16_OK)
+        return st;
+    if (a->E != layer->E || a->N != 2 * layer->I || a->K != layer->H ||
+        b->E != layer->E || b->N != layer->H || b->K != layer->I ||
+        b->bits != a->bits || b->group_size != a->group_size ||
+        !a->codes || !a->scales || !b->codes || !b->scales ||
+        (b->zeros != NULL) != q.zero_point || (b->g_idx != NULL) != q.act_order)
+        return w16_err(err, WNA16_EINVAL, "wna16_ref_encode: w13/w2 do not "
+                       "form a layer with E=%d H=%d I=%d", layer->E, layer->H,
+                       layer->I);
+    q.bias = a->bias != NULL || b->bias != NULL;
+    w16_problem_t p = problem_of(layer->E, layer->H, layer->I, &q);
+    int64_t v13[W16_VAR_COUNT];
+    if ((st = w16_spec_bind(spec, &p, WNA16_GEMM_W13, v13, err)) != WNA16_OK)
+        return st;
+    int32_t IP = (int32_t)v13[W16_VAR_IP];
+    if ((st = check_holds(spec, layer, &p, IP, err)) != WNA16_OK)
+        return st;
+    if (IP == layer->I) {
+        st = encode_operand(spec, a, &p, WNA16_GEMM_W13, prefix, out, err);
+        if (st == WNA16_OK)
+            st = encode_operand(spec, b, &p, WNA16_GEMM_W2, prefix, out, err);
+        return st;
+    }
+    wna16_qlayer_t padded = {0};
+    st = w16_qweight_pad(ctx, a, WNA16_GEMM_W13, layer->I, IP, &padded.w13, err);
+    if (st == WNA16_OK)
+        st = w16_qweight_pad(ctx, b, WNA16_GEMM_W2, layer->I, IP, &padded.w2,
+                             err);
+    if (st == WNA16_OK)
+        st = encode_operand(spec, &padded.w13, &p, WNA16_GEMM_W13, prefix, out,
+                            err);
+    if (st == WNA16_OK)
+        st = encode_operand(spec, &padded.w2, &p, WNA16_GEMM_W2, prefix, out,
+                            err);
+    wna16_qlayer_free(&padded);
+    return st;
+}

@@ -1,1 +1,404 @@
-/* placeholder: being written */
+/*
+ * layout_io.c - reads and writes one layout's tensor, place by place.
+ *
+ * Both directions walk the storage: every element and every code slot in
+ * it, the inverse map ("coord") names the logical value held there, or a
+ * coordinate outside the logical domain for padding. Decoding copies the
+ * value out of the slot; encoding puts it in (padding stays zero). That one
+ * loop, driven only by the spec, is the whole reference for every layout.
+ */
+#include "runtime/ref/ref.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "safetensors data is little-endian; wna16 assumes a "
+               "little-endian host");
+
+static uint64_t load_elem(const uint8_t *p, size_t size)
+{
+    uint64_t v = 0;
+    memcpy(&v, p, size);
+    return v;
+}
+
+static void store_elem(uint8_t *p, size_t size, uint64_t v)
+{
+    memcpy(p, &v, size);
+}
+
+static float to_float(wna16_dtype_t d, uint64_t raw)
+{
+    switch (d) {
+    case WNA16_DTYPE_F16: return wna16_f16_to_f32((uint16_t)raw);
+    case WNA16_DTYPE_BF16: return wna16_bf16_to_f32((uint16_t)raw);
+    case WNA16_DTYPE_F32: {
+        uint32_t u = (uint32_t)raw;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    default: return 0.0f;
+    }
+}
+
+static uint64_t from_float(wna16_dtype_t d, float f)
+{
+    switch (d) {
+    case WNA16_DTYPE_F16: return wna16_f32_to_f16(f);
+    case WNA16_DTYPE_BF16: return wna16_f32_to_bf16(f);
+    case WNA16_DTYPE_F32: {
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        return u;
+    }
+    default: return 0;
+    }
+}
+
+/* Sign-extends integer storage so g_idx read from I64/I32 is exact. */
+static int64_t to_int(wna16_dtype_t d, uint64_t raw)
+{
+    switch (d) {
+    case WNA16_DTYPE_I32: return (int32_t)(uint32_t)raw;
+    case WNA16_DTYPE_I64: return (int64_t)raw;
+    case WNA16_DTYPE_I16: return (int16_t)(uint16_t)raw;
+    case WNA16_DTYPE_I8: return (int8_t)(uint8_t)raw;
+    default: return (int64_t)raw;
+    }
+}
+
+/* Everything one walk over a tensor needs. */
+typedef struct walk {
+    const wna16_spec_t *spec;
+    const w16_layout_t *l;
+    int64_t *vars;
+    wna16_dtype_t dtype;
+    size_t esize;
+    int code_bits, slots;
+    int64_t shape[W16_MAX_STORE_DIMS];
+    int64_t elems;
+    int64_t ext[W16_MAX_COORDS];
+    int nc;
+    w16_role_t role;
+} walk_t;
+
+static wna16_status_t walk_init(walk_t *w, const wna16_spec_t *spec,
+                                const w16_layout_t *l, int64_t *vars,
+                                wna16_dtype_t dtype, wna16_error_t *err)
+{
+    memset(w, 0, sizeof *w);
+    w->spec = spec;
+    w->l = l;
+    w->vars = vars;
+    w->dtype = dtype;
+    w->role = l->role;
+    w->esize = wna16_dtype_size(dtype);
+    w->code_bits = w16_layout_code_bits(l, dtype, vars);
+    if (w->code_bits <= 0 || (int)w->esize * 8 % w->code_bits != 0)
+        return w16_err(err, WNA16_ESPEC, "%s: %d-bit values do not fill %s "
+                       "elements", l->json_path, w->code_bits,
+                       wna16_dtype_name(dtype));
+    w->slots = (int)w->esize * 8 / w->code_bits;
+    wna16_status_t st = w16_layout_shape(l, vars, w->shape, err);
+    if (st != WNA16_OK)
+        return st;
+    w->elems = 1;
+    for (int d = 0; d < l->ndim; d++)
+        w->elems *= w->shape[d];
+    w->nc = w16_role_extent(l->role, vars, w->ext);
+    if (!spec->stacked)
+        w->ext[0] = 1;
+    return WNA16_OK;
+}
+
+/* Index of logical element `c` (role order) in the qweight array of the
+ * role, after moving it by `at`; -1 when outside the logical domain. */
+static int64_t logical_index(const walk_t *w, const wna16_qweight_t *qw,
+                             const int64_t *c, w16_place_t at)
+{
+    for (int i = 0; i < w->nc; i++)
+        if (c[i] < 0 || c[i] >= w->ext[i])
+            return -1;
+    int64_t e = c[0] + at.e_off;
+    switch (w->role) {
+    case W16_ROLE_QWEIGHT:
+    case W16_ROLE_WEIGHT:
+        return (e * qw->N + c[1] + at.n_off) * qw->K + c[2];
+    case W16_ROLE_SCALES:
+    case W16_ROLE_QZEROS:
+        return (e * qw->G + c[1]) * qw->N + c[2] + at.n_off;
+    case W16_ROLE_G_IDX:
+    case W16_ROLE_SORT_IDX:
+        return e * qw->K + c[1];
+    case W16_ROLE_BIAS:
+        return e * qw->N + c[1] + at.n_off;
+    default:
+        return -1;
+    }
+}
+
+static void unflatten(const walk_t *w, int64_t flat, int64_t *idx)
+{
+    for (int d = w->l->ndim - 1; d >= 0; d--) {
+        idx[d] = flat % w->shape[d];
+        flat /= w->shape[d];
+    }
+}
+
+static wna16_status_t eval_fail(const walk_t *w, const char *what,
+                                w16_eval_error_t *e, wna16_error_t *err)
+{
+    return w16_err(err, WNA16_ESPEC, "%s: %s: %s", w->spec->origin,
+                   w->l->json_path, e->what ? e->what : what);
+}
+
+static wna16_status_t check_tensor(const walk_t *w, const wna16_tensor_t *t,
+                                   wna16_error_t *err)
+{
+    bool shape_ok = t->ndim == w->l->ndim;
+    for (int d = 0; shape_ok && d < t->ndim; d++)
+        shape_ok = t->shape[d] == w->shape[d];
+    if (!shape_ok) {
+        char want[128] = "", got[128] = "";
+        for (int d = 0; d < w->l->ndim; d++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld",
+                     d ? ", " : "", (long long)w->shape[d]);
+        for (int d = 0; d < t->ndim; d++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld",
+                     d ? ", " : "", (long long)t->shape[d]);
+        return w16_err(err, WNA16_EFORMAT, "tensor '%s': shape [%s], but the "
+                       "%s layout of %s needs [%s]", t->name, got,
+                       w16_role_key(w->l->role), w->spec->name, want);
+    }
+    if (t->nbytes < (size_t)w->elems * w->esize)
+        return w16_err(err, WNA16_EFORMAT, "tensor '%s': %zu bytes, need %lld",
+                       t->name, t->nbytes, (long long)(w->elems * (int64_t)w->esize));
+    return WNA16_OK;
+}
+
+wna16_status_t w16_layout_decode(const wna16_spec_t *spec,
+                                 const w16_layout_t *l, int64_t *vars,
+                                 const wna16_tensor_t *t,
+                                 wna16_qweight_t *qw, w16_place_t at,
+                                 wna16_error_t *err)
+{
+    if (l->role == W16_ROLE_WEIGHT)
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s holds dequantized values; "
+                       "the codes cannot be recovered from it", spec->name);
+    bool dtype_ok = false;
+    for (int i = 0; i < l->n_dtypes; i++)
+        dtype_ok = dtype_ok || l->dtypes[i] == t->dtype;
+    if (!dtype_ok)
+        return w16_err(err, WNA16_EFORMAT, "tensor '%s': dtype %s, but the %s "
+                       "layout of %s stores %s", t->name,
+                       wna16_dtype_name(t->dtype), w16_role_key(l->role),
+                       spec->name, wna16_dtype_name(l->dtypes[0]));
+    walk_t w;
+    wna16_status_t st = walk_init(&w, spec, l, vars, t->dtype, err);
+    if (st == WNA16_OK)
+        st = check_tensor(&w, t, err);
+    if (st != WNA16_OK)
+        return st;
+    if (l->role == W16_ROLE_SCALES)
+        qw->scale_dtype = t->dtype;
+    if (l->role == W16_ROLE_BIAS)
+        qw->bias_dtype = t->dtype;
+    const uint8_t *data = t->data;
+    uint64_t mask = w.code_bits >= 64 ? ~0ull : (1ull << w.code_bits) - 1;
+    int64_t idx[W16_MAX_STORE_DIMS], c[W16_MAX_COORDS];
+    w16_eval_error_t e;
+    for (int64_t flat = 0; flat < w.elems; flat++) {
+        unflatten(&w, flat, idx);
+        uint64_t raw = load_elem(data + (size_t)flat * w.esize, w.esize);
+        for (int s = 0; s < w.slots; s++) {
+            if (!w16_layout_coord(l, vars, idx, s, c, &e))
+                return eval_fail(&w, "inverse map", &e, err);
+            int64_t li = logical_index(&w, qw, c, at);
+            if (li < 0)
+                continue;
+            uint64_t v = (raw >> (s * w.code_bits)) & mask;
+            switch (l->role) {
+            case W16_ROLE_QWEIGHT:
+            case W16_ROLE_QZEROS: {
+                int64_t code = (int64_t)v;
+                if (l->decode) {
+                    vars[W16_VAR_c] = code;
+                    if (!w16_expr_eval(l->decode, vars, &code, &e))
+                        return eval_fail(&w, "decode", &e, err);
+                }
+                if (code < 0 || code > (1 << qw->bits) - 1)
+                    return w16_err(err, WNA16_EFORMAT, "tensor '%s': code %lld "
+                                   "outside [0, %d]", t->name, (long long)code,
+                                   (1 << qw->bits) - 1);
+                if (l->role == W16_ROLE_QWEIGHT)
+                    qw->codes[li] = (uint8_t)code;
+                else if (qw->zeros)
+                    qw->zeros[li] = (uint8_t)code;
+                break;
+            }
+            case W16_ROLE_SCALES:
+                qw->scales[li] = to_float(t->dtype, v);
+                break;
+            case W16_ROLE_BIAS:
+                if (qw->bias)
+                    qw->bias[li] = to_float(t->dtype, v);
+                break;
+            case W16_ROLE_G_IDX: {
+                int64_t g = to_int(t->dtype, v);
+                if (g < 0 || g >= qw->G)
+                    return w16_err(err, WNA16_EFORMAT, "tensor '%s': group "
+                                   "index %lld outside [0, %d)", t->name,
+                                   (long long)g, qw->G);
+                if (qw->g_idx)
+                    qw->g_idx[li] = (int32_t)g;
+                break;
+            }
+            default:
+                break; /* sort indices are derived; nothing to read */
+            }
+        }
+    }
+    return WNA16_OK;
+}
+
+/* The emulation value: dtype(dtype(s) * (q - z)), group k / group size. */
+static float dequant_rounded(const w16_layout_t *l, const wna16_qweight_t *qw,
+                             int64_t li, int64_t e, int64_t n, int64_t k)
+{
+    int32_t g = qw->group_size > 0 ? (int32_t)(k / qw->group_size) : 0;
+    size_t gi = ((size_t)e * qw->G + (size_t)g) * qw->N + (size_t)n;
+    int32_t z = qw->zeros ? qw->zeros[gi] : (1 << (qw->bits - 1));
+    float s = qw->scales[gi];
+    if (l->dequant_scale_dtype)
+        s = to_float(l->dequant_scale_dtype, from_float(l->dequant_scale_dtype, s));
+    return (float)((int32_t)qw->codes[li] - z) * s;
+}
+
+/* The value of slot (role, li) as raw bits for the layout's storage. */
+static bool encode_value(const walk_t *w, const wna16_qweight_t *qw,
+                         int64_t li, const int64_t *c, w16_place_t at,
+                         uint64_t *out, w16_eval_error_t *e)
+{
+    const w16_layout_t *l = w->l;
+    int64_t code;
+    switch (l->role) {
+    case W16_ROLE_QWEIGHT:
+        code = qw->codes[li];
+        break;
+    case W16_ROLE_QZEROS:
+        code = qw->zeros ? qw->zeros[li] : (1 << (qw->bits - 1));
+        break;
+    case W16_ROLE_SCALES:
+        *out = from_float(w->dtype, qw->scales[li]);
+        return true;
+    case W16_ROLE_BIAS:
+        *out = from_float(w->dtype, qw->bias ? qw->bias[li] : 0.0f);
+        return true;
+    case W16_ROLE_G_IDX:
+        *out = (uint64_t)(int64_t)(qw->g_idx ? qw->g_idx[li]
+                                   : (qw->group_size > 0
+                                          ? (int32_t)(c[1] / qw->group_size)
+                                          : 0));
+        return true;
+    case W16_ROLE_SORT_IDX:
+        *out = (uint64_t)c[1];
+        return true;
+    case W16_ROLE_WEIGHT:
+        *out = from_float(w->dtype, dequant_rounded(l, qw, li, c[0] + at.e_off,
+                                                    c[1] + at.n_off, c[2]));
+        return true;
+    default:
+        return false;
+    }
+    if (l->encode) {
+        w->vars[W16_VAR_c] = code;
+        if (!w16_expr_eval(l->encode, w->vars, &code, e))
+            return false;
+    }
+    *out = (uint64_t)code & ((1ull << w->code_bits) - 1);
+    return true;
+}
+
+/* Derived block sums of (q - z) (CPU VNNI compensation), int32 LE. */
+static wna16_status_t encode_sums(const walk_t *w, const wna16_qweight_t *qw,
+                                  w16_place_t at, uint8_t *data,
+                                  wna16_error_t *err)
+{
+    const w16_layout_t *l = w->l;
+    int64_t *v = w->vars;
+    w16_eval_error_t e;
+    int64_t bk;
+    if (!w16_expr_eval(l->sums_block_k, v, &bk, &e) || bk <= 0)
+        return eval_fail(w, "sums.block_k", &e, err);
+    int64_t E = w->ext[0], N = v[W16_VAR_N], K = v[W16_VAR_K];
+    int64_t idx[W16_MAX_STORE_DIMS];
+    for (int64_t ee = 0; ee < E; ee++)
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t kb = 0; kb < K / bk; kb++) {
+                int32_t sum = 0;
+                for (int64_t k = kb * bk; k < (kb + 1) * bk; k++) {
+                    int64_t e_abs = ee + at.e_off, n_abs = n + at.n_off;
+                    int32_t g = wna16_qweight_group(qw, (int32_t)e_abs,
+                                                    (int32_t)k);
+                    size_t gi = ((size_t)e_abs * qw->G + (size_t)g) * qw->N +
+                                (size_t)n_abs;
+                    int32_t z = qw->zeros ? qw->zeros[gi]
+                                          : (1 << (qw->bits - 1));
+                    sum += (int32_t)qw->codes[((size_t)e_abs * qw->N + n_abs) *
+                                                  qw->K + k] - z;
+                }
+                v[W16_VAR_e] = ee;
+                v[W16_VAR_n] = n;
+                v[W16_VAR_g] = kb;
+                int64_t flat = 0;
+                for (int d = 0; d < l->ndim; d++) {
+                    if (!w16_expr_eval(l->sums_index[d], v, &idx[d], &e))
+                        return eval_fail(w, "sums.index", &e, err);
+                    flat = flat * w->shape[d] + idx[d];
+                }
+                memcpy(data + flat * (int64_t)w->esize, &sum, 4);
+            }
+    return WNA16_OK;
+}
+
+wna16_status_t w16_layout_encode(const wna16_spec_t *spec,
+                                 const w16_layout_t *l, int64_t *vars,
+                                 const wna16_qweight_t *qw,
+                                 wna16_tensor_t *t, w16_place_t at,
+                                 wna16_error_t *err)
+{
+    walk_t w;
+    wna16_status_t st = walk_init(&w, spec, l, vars, t->dtype, err);
+    if (st == WNA16_OK)
+        st = check_tensor(&w, t, err);
+    if (st != WNA16_OK)
+        return st;
+    uint8_t *data = t->data;
+    int64_t idx[W16_MAX_STORE_DIMS], c[W16_MAX_COORDS];
+    w16_eval_error_t e;
+    for (int64_t flat = 0; flat < w.elems; flat++) {
+        unflatten(&w, flat, idx);
+        uint64_t raw = 0;
+        bool any = false;
+        for (int s = 0; s < w.slots; s++) {
+            if (!w16_layout_coord(l, vars, idx, s, c, &e))
+                return eval_fail(&w, "inverse map", &e, err);
+            int64_t li = logical_index(&w, qw, c, at);
+            if (li < 0)
+                continue;
+            uint64_t v;
+            if (!encode_value(&w, qw, li, c, at, &v, &e))
+                return eval_fail(&w, "encode", &e, err);
+            raw |= v << (s * w.code_bits);
+            any = true;
+        }
+        if (any)
+            store_elem(data + (size_t)flat * w.esize, w.esize, raw);
+    }
+    if (l->sums_block_k)
+        return encode_sums(&w, qw, at, data, err);
+    return WNA16_OK;
+}

@@ -112,3 +112,72 @@ void stt_expect_err_at(const char *file, int line, wna16_status_t st,
                 wna16_status_name(st), err->message);
     }
 }
+
+/* Each block carries its size in a 16-byte prefix. */
+static void *ta_alloc(void *user, size_t size)
+{
+    stt_alloc_t *s = user;
+    if (s->countdown == 0)
+        return NULL;
+    if (s->countdown > 0)
+        s->countdown--;
+    unsigned char *p = malloc(size + 16);
+    if (!p)
+        return NULL;
+    memcpy(p, &size, sizeof size);
+    s->live++;
+    return p + 16;
+}
+
+static void ta_free(void *user, void *ptr, size_t size)
+{
+    stt_alloc_t *s = user;
+    if (!ptr)
+        return;
+    unsigned char *p = (unsigned char *)ptr - 16;
+    size_t got;
+    memcpy(&got, p, sizeof got);
+    if (got != size)
+        s->size_mismatch++;
+    s->live--;
+    free(p);
+}
+
+static void *ta_realloc(void *user, void *ptr, size_t old_size,
+                        size_t new_size)
+{
+    stt_alloc_t *s = user;
+    if (!ptr)
+        return ta_alloc(user, new_size);
+    size_t got;
+    memcpy(&got, (unsigned char *)ptr - 16, sizeof got);
+    if (got != old_size)
+        s->size_mismatch++;
+    void *n = ta_alloc(user, new_size);
+    if (!n)
+        return NULL;
+    memcpy(n, ptr, old_size < new_size ? old_size : new_size);
+    ta_free(user, ptr, old_size);
+    return n;
+}
+
+void stt_alloc_init(stt_alloc_t *s)
+{
+    memset(s, 0, sizeof *s);
+    s->countdown = -1;
+    s->a = (wna16_allocator_t){ta_alloc, ta_realloc, ta_free, s};
+}
+
+wna16_context_t *stt_alloc_context(stt_alloc_t *s)
+{
+    wna16_context_t *ctx = NULL;
+    wna16_error_t err;
+    wna16_context_options_t o = {.allocator = &s->a,
+                                 .log_level = WNA16_LOG_ERROR,
+                                 .no_builtin_specs = true};
+    if (wna16_context_create(&o, &ctx, &err) != WNA16_OK) {
+        fprintf(stderr, "context: %s\n", err.message);
+        exit(1);
+    }
+    return ctx;
+}

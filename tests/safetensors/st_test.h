@@ -30,6 +30,20 @@ void stt_rmtree(const char *dir);
 /* Creates a fresh directory with a unique name under tu_tempdir; malloc'd. */
 char *stt_tempdir(const char *tag);
 
+/* An allocator that checks every free/realloc passes the size that was
+ * allocated, counts live blocks, and fails every allocation once
+ * `countdown` reaches zero (negative: never fails). */
+typedef struct stt_alloc {
+    long countdown;
+    long live;          /* blocks currently allocated */
+    long size_mismatch; /* frees/reallocs with a wrong size */
+    wna16_allocator_t a;
+} stt_alloc_t;
+void stt_alloc_init(stt_alloc_t *s);
+/* A quiet context using the allocator (no built-in specs: only the
+ * safetensors code under test allocates through it). */
+wna16_context_t *stt_alloc_context(stt_alloc_t *s);
+
 /* Checks that `st` is `want` and the message holds `needle` (a NULL needle
  * only asks for a non-empty message). Reports the caller's line. */
 #define STT_EXPECT_ERR(st, err, want, needle)                                \

@@ -1,0 +1,47 @@
+/*
+ * ref.h - the reference semantics (internal): plain scalar C that reads and
+ * writes any spec layout element by element through the spec's maps. It is
+ * deliberately simple; it is the oracle every generated kernel is checked
+ * against, and is itself checked against the facts sheet's worked examples
+ * and vLLM's golden tensors.
+ */
+#ifndef W16_REF_H
+#define W16_REF_H
+
+#include "gen/spec.h"
+
+/* Where one layout's tensor sits in the logical layer: experts from e_off
+ * and output channels from n_off (the gate/up shards of a per-expert
+ * format). */
+typedef struct w16_place {
+    int64_t e_off, n_off;
+} w16_place_t;
+
+/* Decodes tensor t (in layout l, vars bound to the operand) into qw. */
+wna16_status_t w16_layout_decode(const wna16_spec_t *spec,
+                                 const w16_layout_t *l, int64_t *vars,
+                                 const wna16_tensor_t *t,
+                                 wna16_qweight_t *qw, w16_place_t at,
+                                 wna16_error_t *err);
+
+/* Encodes qw into tensor t (allocated by the caller with the layout's shape
+ * and dtype, zero-filled). Places outside the logical domain stay zero. */
+wna16_status_t w16_layout_encode(const wna16_spec_t *spec,
+                                 const w16_layout_t *l, int64_t *vars,
+                                 const wna16_qweight_t *qw,
+                                 wna16_tensor_t *t, w16_place_t at,
+                                 wna16_error_t *err);
+
+/* Copies `src` into a zero-filled operand whose N (w13: each of the
+ * `shards` shards of width I becomes IP wide) or K (w2: I becomes IP) is
+ * padded; scales of padded outputs and padded groups are 0, as vLLM pads. */
+wna16_status_t w16_qweight_pad(wna16_context_t *ctx, const wna16_qweight_t *src,
+                               wna16_gemm_t gemm, int32_t I, int32_t IP,
+                               wna16_qweight_t *dst, wna16_error_t *err);
+/* The inverse: keeps the unpadded rows/columns. */
+wna16_status_t w16_qweight_unpad(wna16_context_t *ctx,
+                                 const wna16_qweight_t *src, wna16_gemm_t gemm,
+                                 int32_t I, int32_t IP, wna16_qweight_t *dst,
+                                 wna16_error_t *err);
+
+#endif
