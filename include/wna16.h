@@ -432,7 +432,15 @@ wna16_status_t wna16_safetensors_write_set(wna16_context_t *ctx,
 typedef struct wna16_checkpoint wna16_checkpoint_t;
 
 /* What config.json says about the model and its quantization. Fields not
- * present are 0 / false / "". */
+ * present (or JSON null) are 0 / false / ""; keys not listed are ignored,
+ * but a listed key of the wrong type or a string too long for its field is
+ * an error naming the file and JSON path. quantization_config is read per
+ * quant_method (case-insensitive): gptq (bits, group_size, desc_act, sym),
+ * awq (bits|w_bit, group_size|q_group_size, zero_point, version),
+ * compressed-tensors (first config group's weights: num_bits, group_size,
+ * strategy "channel" => -1, symmetric => sym, actorder; desc_act = actorder
+ * "group"), moe_wna16 (bits, group_size, has_zp => zero_point,
+ * linear_quant_method). Another quant_method leaves format_name "". */
 typedef struct wna16_model_config {
     char model_type[64];
     int32_t hidden_size;
@@ -460,7 +468,11 @@ typedef struct wna16_model_config {
 
 /* Opens a checkpoint: a directory with config.json and model.safetensors or
  * sharded model-*.safetensors with model.safetensors.index.json, or a single
- * .safetensors file (no config). Every shard is validated. */
+ * .safetensors file (no config). Every shard is validated, and the index
+ * must match the shards exactly: each listed tensor is in its shard, each
+ * shard tensor is listed for that shard, shard names are plain file names.
+ * Tensors are listed shard by shard (shards sorted by file name), each in
+ * data-offset order. */
 wna16_status_t wna16_checkpoint_open(wna16_context_t *ctx, const char *path,
                                      wna16_checkpoint_t **out,
                                      wna16_error_t *err);
@@ -473,6 +485,16 @@ wna16_checkpoint_config(const wna16_checkpoint_t *ck);
 wna16_status_t wna16_model_config_load(const char *path,
                                        wna16_model_config_t *out,
                                        wna16_error_t *err);
+
+/* The quantization a config describes, in wna16's terms: bits, group size,
+ * zero points (gptq/compressed-tensors: not sym; awq: zero_point, default
+ * true; moe_wna16: has_zp), act-order (gptq: desc_act unless the group size
+ * is -1, as vLLM does; compressed-tensors: actorder "group"). Bias cannot be
+ * told from a config: it is left false. Fails when the config has no
+ * quantization_config that wna16 knows. */
+wna16_status_t wna16_model_config_quant(const wna16_model_config_t *cfg,
+                                        wna16_quant_desc_t *out,
+                                        wna16_error_t *err);
 
 size_t wna16_checkpoint_tensor_count(const wna16_checkpoint_t *ck);
 const wna16_tensor_t *wna16_checkpoint_tensor_at(const wna16_checkpoint_t *ck,

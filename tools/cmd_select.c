@@ -1,1 +1,466 @@
-/* placeholder: being written */
+/*
+ * cmd_select.c - `wna16 select`: which WNA16 MoE backend vLLM-style
+ * selection picks for a deployment, and why every backend tried before it
+ * was passed over. The deployment comes from a checkpoint directory or its
+ * config.json (read with wna16_model_config_load) and/or from flags, which
+ * override the config; the library's wna16_select does the choosing. The
+ * report is human-readable, or one JSON object with --json. Exit codes
+ * follow cli.h: 0 chosen, 1 refused or failed, 2 usage error.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+#include "gen/spec.h" /* bsel.vllm_name for the report */
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CMD "select"
+
+/* An integer flag: set by the config or the command line. */
+typedef struct opt_int {
+    bool set;
+    long v;
+} opt_int_t;
+
+/* Everything the command line says (flags override the config). */
+typedef struct sel_opts {
+    const char *path;
+    bool json, batched, sym, zero_point, desc_act, bias;
+    const char *platform, *cc, *backend, *activation, *format, *actorder;
+    const char *kernel_platforms;
+    opt_int_t bits, group_size, hidden, inter, experts, topk;
+} sel_opts_t;
+
+/* The deployment after merging config and flags. */
+typedef struct deploy {
+    const char *format;
+    opt_int_t bits, group_size, hidden, inter, experts, topk;
+    bool zero_point, act_order, bias;
+    const char *actorder;
+} deploy_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: wna16 select [CHECKPOINT_DIR | config.json] [options]\n"
+"\n"
+"Which WNA16 MoE backend vLLM-style selection picks for a deployment, and\n"
+"why every backend tried before it was passed over. Without a checkpoint the\n"
+"flags describe the deployment (--format, --bits, --hidden, --intermediate,\n"
+"--experts and --topk are then required); with one, flags override its\n"
+"config.json.\n"
+"\n"
+"device:\n"
+"  --platform P           cuda (default), rocm, cpu or xpu\n"
+"  --cc X.Y               compute capability for cuda/rocm (default 9.0)\n"
+"  --kernel-platforms L   platforms wna16 may generate kernels for, comma-\n"
+"                         separated (cuda,rocm,cpu,xpu; default: this build's)\n"
+"selection:\n"
+"  --backend NAME         request a backend by name (default: auto)\n"
+"  --batched              batched activation format (default: standard)\n"
+"  --activation NAME      activation function (default: silu)\n"
+"quantization:\n"
+"  --format NAME          format spec (gptq, awq, compressed_tensors, ...)\n"
+"  --bits N               4 or 8\n"
+"  --group-size N         -1 (channelwise) or a group size (default 128)\n"
+"  --sym                  symmetric (no zero points)\n"
+"  --zero-point           explicit zero points (asymmetric)\n"
+"  --desc-act             act-order (g_idx permutation)\n"
+"  --actorder VALUE       compressed-tensors actorder: group, weight, dynamic\n"
+"  --bias                 the checkpoint carries expert biases\n"
+"shape:\n"
+"  --hidden N             hidden size\n"
+"  --intermediate N       MoE intermediate size\n"
+"  --experts N            number of experts\n"
+"  --topk N               experts per token\n"
+"output:\n"
+"  --json                 print {\"backend\": ..., \"passed_over\": [...]}\n"
+"  -h, --help             this help\n"
+"\n"
+"Exit status: 0 a backend was chosen, 1 refused or failed, 2 usage error.\n");
+}
+
+/* ---- parsing ------------------------------------------------------------------ */
+
+static bool set_switch(sel_opts_t *o, const char *a)
+{
+    const struct { const char *name; bool *dst; } sw[] = {
+        {"--json", &o->json},         {"--batched", &o->batched},
+        {"--sym", &o->sym},           {"--zero-point", &o->zero_point},
+        {"--desc-act", &o->desc_act}, {"--bias", &o->bias},
+    };
+    for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++)
+        if (strcmp(a, sw[i].name) == 0) {
+            *sw[i].dst = true;
+            return true;
+        }
+    return false;
+}
+
+static int set_int(opt_int_t *dst, const char *flag, const char *val, long lo)
+{
+    if (!cli_parse_int(val, lo, INT32_MAX, &dst->v))
+        return cli_usage_error(CMD, "%s: '%s' is not an integer in [%ld, %d]",
+                               flag, val, lo, INT32_MAX);
+    dst->set = true;
+    return CLI_OK;
+}
+
+/* Tries every flag that takes a value at argv[*i]; *matched says whether
+ * one did. */
+static int value_flag(sel_opts_t *o, int argc, char **argv, int *i,
+                      bool *matched)
+{
+    const struct { const char *name; const char **s; opt_int_t *n; long lo; }
+    fl[] = {
+        {"--platform", &o->platform, NULL, 0},
+        {"--cc", &o->cc, NULL, 0},
+        {"--kernel-platforms", &o->kernel_platforms, NULL, 0},
+        {"--backend", &o->backend, NULL, 0},
+        {"--activation", &o->activation, NULL, 0},
+        {"--format", &o->format, NULL, 0},
+        {"--actorder", &o->actorder, NULL, 0},
+        {"--bits", NULL, &o->bits, 1},
+        {"--group-size", NULL, &o->group_size, INT32_MIN},
+        {"--hidden", NULL, &o->hidden, 1},
+        {"--intermediate", NULL, &o->inter, 1},
+        {"--experts", NULL, &o->experts, 1},
+        {"--topk", NULL, &o->topk, 1},
+    };
+    const char *val;
+    *matched = false;
+    for (size_t k = 0; k < sizeof fl / sizeof fl[0]; k++) {
+        if (!cli_opt_value(argc, argv, i, fl[k].name, &val))
+            continue;
+        *matched = true;
+        if (!val)
+            return cli_usage_error(CMD, "%s needs a value", fl[k].name);
+        if (fl[k].s) {
+            *fl[k].s = val;
+            return CLI_OK;
+        }
+        return set_int(fl[k].n, fl[k].name, val, fl[k].lo);
+    }
+    return CLI_OK;
+}
+
+static int parse_args(int argc, char **argv, sel_opts_t *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool matched;
+        if (set_switch(o, a))
+            continue;
+        int rc = value_flag(o, argc, argv, &i, &matched);
+        if (rc != CLI_OK)
+            return rc;
+        if (matched)
+            continue;
+        if (a[0] == '-' && a[1] != '\0')
+            return cli_usage_error(CMD, "unknown option '%s'", a);
+        if (o->path)
+            return cli_usage_error(CMD, "more than one checkpoint given ('%s' "
+                                   "and '%s')", o->path, a);
+        o->path = a;
+    }
+    if (o->sym && o->zero_point)
+        return cli_usage_error(CMD, "--sym and --zero-point contradict");
+    return CLI_OK;
+}
+
+static int parse_platform(const char *s, wna16_platform_t *out)
+{
+    for (int p = 0; p < WNA16_PLATFORM_COUNT_; p++)
+        if (strcmp(s, wna16_platform_name((wna16_platform_t)p)) == 0) {
+            *out = (wna16_platform_t)p;
+            return CLI_OK;
+        }
+    return cli_usage_error(CMD, "unknown platform '%s' (cuda, rocm, cpu or "
+                           "xpu)", s);
+}
+
+/* "9.0" or "9" -> 9, 0. */
+static int parse_cc(const char *s, int32_t *major, int32_t *minor)
+{
+    char buf[32];
+    long ma, mi = 0;
+    snprintf(buf, sizeof buf, "%s", s);
+    char *dot = strchr(buf, '.');
+    if (dot)
+        *dot = '\0';
+    if (strlen(s) >= sizeof buf || !cli_parse_int(buf, 0, 99, &ma) ||
+        (dot && !cli_parse_int(dot + 1, 0, 9, &mi)))
+        return cli_usage_error(CMD, "--cc: '%s' is not a compute capability "
+                               "such as 9.0", s);
+    *major = (int32_t)ma;
+    *minor = (int32_t)mi;
+    return CLI_OK;
+}
+
+/* "cuda,xpu" -> bit mask. */
+static int parse_kernel_platforms(const char *s, uint32_t *mask)
+{
+    char buf[128];
+    if (strlen(s) >= sizeof buf)
+        return cli_usage_error(CMD, "--kernel-platforms: list too long");
+    snprintf(buf, sizeof buf, "%s", s);
+    *mask = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        wna16_platform_t p = WNA16_PLATFORM_CUDA;
+        int rc = parse_platform(t, &p);
+        if (rc != CLI_OK)
+            return rc;
+        *mask |= 1u << p;
+    }
+    if (!*mask)
+        return cli_usage_error(CMD, "--kernel-platforms: empty list");
+    return CLI_OK;
+}
+
+/* ---- the deployment -------------------------------------------------------------- */
+
+static int load_config(const char *path, wna16_model_config_t *mc)
+{
+    char file[4096];
+    struct stat st;
+    wna16_error_t err;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(file, sizeof file, "%s/config.json", path);
+    else
+        snprintf(file, sizeof file, "%s", path);
+    if (wna16_model_config_load(file, mc, &err) != WNA16_OK)
+        return cli_fail(&err);
+    return CLI_OK;
+}
+
+static void set_from(opt_int_t *dst, int32_t v)
+{
+    if (v != 0) {
+        dst->set = true;
+        dst->v = v;
+    }
+}
+
+/* What config.json says, as the per-format vLLM integrations read it. */
+static void deploy_from_config(const wna16_model_config_t *mc, deploy_t *d)
+{
+    const char *f = mc->format_name;
+    if (f[0])
+        d->format = f;
+    set_from(&d->bits, mc->bits);
+    set_from(&d->group_size, mc->group_size);
+    set_from(&d->hidden, mc->hidden_size);
+    set_from(&d->inter, mc->moe_intermediate_size);
+    set_from(&d->experts, mc->num_experts);
+    set_from(&d->topk, mc->num_experts_per_tok);
+    if (mc->actorder[0])
+        d->actorder = mc->actorder;
+    if (strcmp(f, "gptq") == 0) {
+        d->zero_point = mc->has_sym && !mc->sym;
+        d->act_order = mc->desc_act;
+    } else if (strcmp(f, "compressed_tensors") == 0) {
+        d->zero_point = mc->has_sym && !mc->sym;
+        d->act_order = strcmp(mc->actorder, "group") == 0 ||
+                       strcmp(mc->actorder, "dynamic") == 0;
+    } else {
+        d->zero_point = mc->zero_point; /* awq, moe_wna16 */
+    }
+}
+
+static void override(opt_int_t *dst, const opt_int_t *src)
+{
+    if (src->set)
+        *dst = *src;
+}
+
+static void deploy_from_flags(const sel_opts_t *o, deploy_t *d)
+{
+    if (o->format)
+        d->format = o->format;
+    override(&d->bits, &o->bits);
+    override(&d->group_size, &o->group_size);
+    override(&d->hidden, &o->hidden);
+    override(&d->inter, &o->inter);
+    override(&d->experts, &o->experts);
+    override(&d->topk, &o->topk);
+    if (o->sym)
+        d->zero_point = false;
+    if (o->zero_point)
+        d->zero_point = true;
+    if (o->actorder) {
+        d->actorder = o->actorder;
+        d->act_order = strcmp(o->actorder, "group") == 0 ||
+                       strcmp(o->actorder, "dynamic") == 0;
+    }
+    if (o->desc_act)
+        d->act_order = true;
+    if (o->bias)
+        d->bias = true;
+    if (!d->group_size.set) {
+        d->group_size.set = true;
+        d->group_size.v = 128;
+    }
+}
+
+/* Names every missing required value; CLI_OK when none is. */
+static int check_missing(const deploy_t *d, const char *path)
+{
+    const struct { bool set; const char *flag; } req[] = {
+        {d->format != NULL, "--format"}, {d->bits.set, "--bits"},
+        {d->hidden.set, "--hidden"},     {d->inter.set, "--intermediate"},
+        {d->experts.set, "--experts"},   {d->topk.set, "--topk"},
+    };
+    char list[160] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
+        if (!req[i].set && len + 20 < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+                                    len ? ", " : "", req[i].flag);
+    if (!len)
+        return CLI_OK;
+    if (path)
+        return cli_usage_error(CMD, "'%s' does not give everything needed; "
+                               "pass %s", path, list);
+    return cli_usage_error(CMD, "missing %s", list);
+}
+
+static int build_query(const sel_opts_t *o, const deploy_t *d,
+                       wna16_select_query_t *q)
+{
+    memset(q, 0, sizeof *q);
+    q->platform = WNA16_PLATFORM_CUDA;
+    int rc = o->platform ? parse_platform(o->platform, &q->platform) : CLI_OK;
+    bool gpu = q->platform == WNA16_PLATFORM_CUDA ||
+               q->platform == WNA16_PLATFORM_ROCM;
+    if (rc == CLI_OK && gpu)
+        rc = parse_cc(o->cc ? o->cc : "9.0", &q->cc_major, &q->cc_minor);
+    if (rc == CLI_OK && o->kernel_platforms)
+        rc = parse_kernel_platforms(o->kernel_platforms, &q->kernel_platforms);
+    if (rc != CLI_OK)
+        return rc;
+    q->format = d->format;
+    q->quant = (wna16_quant_desc_t){(int32_t)d->bits.v,
+                                    (int32_t)d->group_size.v, d->zero_point,
+                                    d->act_order, d->bias};
+    q->actorder = d->actorder;
+    q->hidden_size = (int32_t)d->hidden.v;
+    q->intermediate_size = (int32_t)d->inter.v;
+    q->num_experts = (int32_t)d->experts.v;
+    q->top_k = (int32_t)d->topk.v;
+    q->activation_format = o->batched ? WNA16_ACT_FORMAT_BATCHED
+                                      : WNA16_ACT_FORMAT_STANDARD;
+    q->activation = o->activation;
+    q->backend = o->backend;
+    return CLI_OK;
+}
+
+/* ---- output --------------------------------------------------------------------- */
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", f);
+        else if (*p == '\t')
+            fputs("\\t", f);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void print_json(const wna16_select_result_t *r)
+{
+    fputs("{\"backend\": ", stdout);
+    if (r->backend)
+        json_string(stdout, wna16_spec_name(r->backend));
+    else
+        fputs("null", stdout);
+    fputs(", \"passed_over\": [", stdout);
+    for (size_t i = 0; i < r->n_passed_over; i++) {
+        fputs(i ? ", {\"backend\": " : "{\"backend\": ", stdout);
+        json_string(stdout, wna16_spec_name(r->passed_over[i].backend));
+        fputs(", \"reason\": ", stdout);
+        json_string(stdout, r->passed_over[i].reason);
+        fputc('}', stdout);
+    }
+    fputc(']', stdout);
+    if (r->note[0]) {
+        fputs(", \"note\": ", stdout);
+        json_string(stdout, r->note);
+    }
+    fputs("}\n", stdout);
+}
+
+static void print_human(const wna16_select_result_t *r)
+{
+    if (r->backend)
+        printf("backend: %s (%s)\n", wna16_spec_name(r->backend),
+               r->backend->bsel.vllm_name);
+    else
+        printf("backend: none\n");
+    if (r->n_passed_over)
+        printf("passed over:\n");
+    for (size_t i = 0; i < r->n_passed_over; i++)
+        printf("  %s (%s): %s\n", wna16_spec_name(r->passed_over[i].backend),
+               r->passed_over[i].backend->bsel.vllm_name,
+               r->passed_over[i].reason);
+    if (r->note[0])
+        printf("note: %s\n", r->note);
+}
+
+/* ---- the command ---------------------------------------------------------------- */
+
+static int run_select(const sel_opts_t *o, const wna16_select_query_t *q)
+{
+    wna16_context_t *ctx = cli_context();
+    if (!ctx)
+        return CLI_FAIL;
+    wna16_select_result_t res;
+    wna16_error_t err;
+    wna16_status_t st = wna16_select(ctx, q, &res, &err);
+    if (o->json)
+        print_json(&res);
+    else if (st == WNA16_OK || st == WNA16_EUNSUPPORTED)
+        print_human(&res);
+    fflush(stdout);
+    int rc = st == WNA16_OK ? CLI_OK : cli_fail(&err);
+    wna16_context_destroy(ctx);
+    return rc;
+}
+
+int cmd_select(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return CLI_OK;
+        }
+    sel_opts_t o = {0};
+    int rc = parse_args(argc, argv, &o);
+    if (rc != CLI_OK)
+        return rc;
+    wna16_model_config_t mc;
+    deploy_t d = {0};
+    memset(&mc, 0, sizeof mc);
+    if (o.path) {
+        if ((rc = load_config(o.path, &mc)) != CLI_OK)
+            return rc;
+        deploy_from_config(&mc, &d);
+    }
+    deploy_from_flags(&o, &d);
+    if ((rc = check_missing(&d, o.path)) != CLI_OK)
+        return rc;
+    wna16_select_query_t q;
+    if ((rc = build_query(&o, &d, &q)) != CLI_OK)
+        return rc;
+    return run_select(&o, &q);
+}

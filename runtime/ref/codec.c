@@ -91,8 +91,11 @@ static wna16_status_t decode_operand(const wna16_spec_t *spec,
         const w16_layout_t *l = spec->layouts[r];
         if (!want_role((w16_role_t)r, q))
             continue;
+        /* A spec holds codes + scales, or dequantized weights. */
         if (!l && (r == W16_ROLE_QWEIGHT || r == W16_ROLE_SCALES) &&
             spec->layouts[W16_ROLE_WEIGHT])
+            continue;
+        if (!l && r == W16_ROLE_WEIGHT && spec->layouts[W16_ROLE_QWEIGHT])
             continue;
         if (!l || !w16_layout_present(l, vars))
             return w16_err(err, WNA16_EUNSUPPORTED, "%s has no %s layout for "

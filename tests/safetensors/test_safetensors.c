@@ -251,6 +251,14 @@ static const neg_case_t neg_cases[] = {
     {"{\"\xff\":1}", 0, "header byte 2 (0xff)"},
     {"{\"\xc0\x80\":1}", 0, "not valid in JSON text"},
     {"{\"\xed\xa0\x80\":1}", 0, "not valid in JSON text"},
+    {"{\"a\tb\":1}", 0, "header byte 3 (0x09) is not valid in JSON text"},
+    {"{\"x\":" E("U8", "[01]", "[0,1]") "}", 1,
+     "header byte 28: malformed JSON number"},
+    {"{\"x\":" E("U8", "[1.]", "[0,1]") "}", 1, "malformed JSON number"},
+    {"{\"x\":" E("U8", "[1]", "[0,1e]") "}", 1, "malformed JSON number"},
+    {"{\"x\":" E("U8", "[-]", "[0,1]") "}", 1, "malformed JSON number"},
+    {"{\"x\\u0000y\":" E("U8", "[1]", "[0,1]") "}", 1,
+     "header byte 3: \\u0000 is not allowed in names"},
     /* entry structure */
     {"{\"x\":[1]}", 0, "tensor 'x': expected an object"},
     {"{\"x\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0],"
