@@ -693,40 +693,58 @@ static wna16_status_t open_index(wna16_checkpoint_t *ck, const char *dir,
     return s;
 }
 
-/* A directory: config.json, then model.safetensors or the index. */
+/* Joins dir/name into b and says whether that path exists (1), does not
+ * (0) or could not be checked (negative status, in err). */
+static int probe(w16_buf_t *b, const char *dir, const char *name,
+                 wna16_error_t *err)
+{
+    if (!join_path(b, dir, name))
+        return w16_err_nomem(err, "building a path");
+    int have = path_exists(b->data, err);
+    return have < 0 ? WNA16_EIO : have;
+}
+
+static wna16_status_t open_single(wna16_checkpoint_t *ck, const char *path,
+                                  wna16_error_t *err)
+{
+    ck->shards = w16_arena_alloc(&ck->arena, sizeof *ck->shards);
+    if (!ck->shards)
+        return w16_err_nomem(err, "opening a checkpoint");
+    return add_shard(ck, path, err);
+}
+
+/* A directory: config.json, then model.safetensors (preferred, as
+ * transformers does) or the index and its shards. */
 static wna16_status_t open_dir(wna16_checkpoint_t *ck, const char *dir,
                                wna16_error_t *err)
 {
     w16_buf_t b;
     w16_buf_init(&b, ck->ctx);
-    wna16_status_t s = WNA16_OK;
-    int have;
-    if (!join_path(&b, dir, "config.json"))
-        s = w16_err_nomem(err, "a path");
-    else if ((have = path_exists(b.data, err)) <= 0)
-        s = have < 0 ? WNA16_EIO
+    wna16_status_t s;
+    int have = probe(&b, dir, "config.json", err);
+    if (have <= 0) {
+        s = have < 0 ? (wna16_status_t)have
                      : w16_err(err, WNA16_ENOTFOUND, "%s: no config.json in "
                                "the checkpoint directory", dir);
-    else if ((s = config_load(ck->ctx, b.data, &ck->config, err)) == WNA16_OK)
-        ck->has_config = true;
-    if (s == WNA16_OK && !join_path(&b, dir, "model.safetensors"))
-        s = w16_err_nomem(err, "a path");
-    if (s == WNA16_OK && (have = path_exists(b.data, err)) != 0) {
-        ck->shards = w16_arena_alloc(&ck->arena, sizeof *ck->shards);
-        s = have < 0 ? WNA16_EIO
-            : !ck->shards ? w16_err_nomem(err, "opening a checkpoint")
-                          : add_shard(ck, b.data, err);
-    } else if (s == WNA16_OK) {
-        if (!join_path(&b, dir, "model.safetensors.index.json"))
-            s = w16_err_nomem(err, "a path");
-        else if ((have = path_exists(b.data, err)) <= 0)
-            s = have < 0 ? WNA16_EIO
-                : w16_err(err, WNA16_ENOTFOUND, "%s: neither "
-                          "model.safetensors nor model.safetensors.index.json "
-                          "in the checkpoint directory", dir);
-        else
-            s = open_index(ck, dir, b.data, err);
+        goto done;
     }
+    if ((s = config_load(ck->ctx, b.data, &ck->config, err)) != WNA16_OK)
+        goto done;
+    ck->has_config = true;
+    if ((have = probe(&b, dir, "model.safetensors", err)) != 0) {
+        s = have < 0 ? (wna16_status_t)have : open_single(ck, b.data, err);
+        goto done;
+    }
+    have = probe(&b, dir, "model.safetensors.index.json", err);
+    if (have < 0)
+        s = (wna16_status_t)have;
+    else if (have == 0)
+        s = w16_err(err, WNA16_ENOTFOUND, "%s: neither model.safetensors nor "
+                    "model.safetensors.index.json in the checkpoint "
+                    "directory", dir);
+    else
+        s = open_index(ck, dir, b.data, err);
+done:
     w16_buf_free(&b);
     return s;
 }
@@ -789,9 +807,7 @@ wna16_status_t wna16_checkpoint_open(wna16_context_t *ctx, const char *path,
     if (S_ISDIR(sb.st_mode)) {
         s = open_dir(ck, path, err);
     } else {
-        ck->shards = w16_arena_alloc(&ck->arena, sizeof *ck->shards);
-        s = ck->shards ? add_shard(ck, path, err)
-                       : w16_err_nomem(err, "opening a checkpoint");
+        s = open_single(ck, path, err);
     }
     if (s == WNA16_OK)
         s = build_table(ck, path, err);

@@ -279,6 +279,11 @@ static wna16_status_t entry_fields(const st_parse_t *p, const char *name,
     return WNA16_OK;
 }
 
+/* " F16 BF16 ..." from the dtype table, for messages. */
+#define ST_DTYPE_NAME_(name, st, size, isf) " " st
+static const char known_dtypes[] = WNA16_DTYPE_LIST(ST_DTYPE_NAME_);
+#undef ST_DTYPE_NAME_
+
 static wna16_status_t parse_dtype(const st_parse_t *p, const char *name,
                                   const cJSON *j, wna16_dtype_t *out)
 {
@@ -289,8 +294,7 @@ static wna16_status_t parse_dtype(const st_parse_t *p, const char *name,
     if (*out == WNA16_DTYPE_INVALID)
         return w16_err(p->err, WNA16_EFORMAT,
                        "%s: tensor '%s': unsupported dtype '%s' (expected "
-                       "one of F16, BF16, F32, I32, U8, I8, I16, I64)",
-                       p->origin, name, s);
+                       "one of%s)", p->origin, name, s, known_dtypes);
     return WNA16_OK;
 }
 

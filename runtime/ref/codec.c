@@ -254,7 +254,7 @@ static wna16_status_t check_holds(const wna16_spec_t *spec,
         !spec->layouts[W16_ROLE_WEIGHT])
         return w16_err(err, WNA16_EUNSUPPORTED, "%s has no zero points, and "
                        "the checkpoint has them", n);
-    if (p->act_order && !c->act_order)
+    if (p->act_order && (!c->act_order || !spec->layouts[W16_ROLE_G_IDX]))
         return w16_err(err, WNA16_EUNSUPPORTED, "%s cannot hold act-order "
                        "(g_idx) weights", n);
     if (p->bias && (!c->bias || !spec->layouts[W16_ROLE_BIAS]))

@@ -579,6 +579,12 @@ static void test_config_errors(const char *dir)
                    "not a regular file");
     STT_EXPECT_ERR(wna16_model_config_load(NULL, &c, &err), &err,
                    WNA16_EINVAL, NULL);
+    char *fifo = stt_path(dir, "fifo.json");
+    TU_CHECK(mkfifo(fifo, 0600) == 0);
+    STT_EXPECT_ERR(wna16_model_config_load(fifo, &c, &err), &err, WNA16_EIO,
+                   "not a regular file");
+    unlink(fifo);
+    free(fifo);
     free(missing);
     free(path);
 }

@@ -480,6 +480,13 @@ static void test_file_errors(wna16_context_t *ctx, const char *dir)
                    "dtype 'BOOL'");
     TU_CHECK(st == NULL);
     free(b);
+    /* a FIFO must be refused, not waited on */
+    char *fifo = stt_path(dir, "fifo.safetensors");
+    TU_CHECK(mkfifo(fifo, 0600) == 0);
+    STT_EXPECT_ERR(wna16_safetensors_open(ctx, fifo, &st, &err), &err,
+                   WNA16_EIO, "not a regular file");
+    unlink(fifo);
+    free(fifo);
     STT_EXPECT_ERR(wna16_safetensors_open(ctx, NULL, &st, &err), &err,
                    WNA16_EINVAL, NULL);
     free(missing);

@@ -156,8 +156,9 @@ static void edit_number(tu_rng_t *r, vec_t *v)
 static const char *const values[] = {
     "\"4\"", "null", "true", "false", "[]", "{}", "[1,2]", "{\"a\":1}",
     "\"\"", "-3", "\"group\"", "\"channel\"", "1.25",
-    "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"",
+    /* longer than any string field of wna16_model_config_t */
+    ("\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+     "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\""),
 };
 
 /* Replaces the value after a random ':' with another JSON value. */
