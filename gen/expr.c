@@ -465,6 +465,51 @@ bool w16_expr_eval(const w16_expr_t *x, const int64_t *vars, int64_t *out,
     return eval(x, vars, out, err);
 }
 
+static bool is_const(const w16_expr_t *x) { return x && x->op == W16_OP_CONST; }
+
+const w16_expr_t *w16_expr_fold(w16_arena_t *arena, const w16_expr_t *x,
+                                const int64_t *vars)
+{
+    if (!x)
+        return NULL;
+    const unsigned free_vars = W16_VW_COORD | W16_VW_STORE | W16_VW_VALUE;
+    if (x->op == W16_OP_VAR && !(var_table[x->var].where & free_vars)) {
+        w16_expr_t *c = w16_arena_alloc(arena, sizeof *c);
+        if (c) {
+            c->op = W16_OP_CONST;
+            c->value = vars[x->var];
+        }
+        return c;
+    }
+    if (x->op == W16_OP_CONST || x->op == W16_OP_VAR)
+        return x;
+    const w16_expr_t *a = w16_expr_fold(arena, x->a, vars);
+    const w16_expr_t *b = x->b ? w16_expr_fold(arena, x->b, vars) : NULL;
+    const w16_expr_t *c = x->c ? w16_expr_fold(arena, x->c, vars) : NULL;
+    if ((x->a && !a) || (x->b && !b) || (x->c && !c))
+        return NULL;
+    if (x->op == W16_OP_COND && is_const(a))
+        return a->value ? b : c;
+    w16_expr_t *n = w16_arena_alloc(arena, sizeof *n);
+    if (!n)
+        return NULL;
+    *n = *x;
+    n->a = a;
+    n->b = b;
+    n->c = c;
+    bool all_const = is_const(a) && (!b || is_const(b)) && (!c || is_const(c));
+    if (all_const) {
+        int64_t v;
+        w16_eval_error_t e;
+        if (w16_expr_eval(n, vars, &v, &e)) {
+            n->op = W16_OP_CONST;
+            n->value = v;
+            n->a = n->b = n->c = NULL;
+        }
+    }
+    return n;
+}
+
 bool w16_expr_uses(const w16_expr_t *x, w16_var_t v)
 {
     if (!x)

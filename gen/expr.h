@@ -151,6 +151,15 @@ typedef struct w16_eval_error {
 bool w16_expr_eval(const w16_expr_t *x, const int64_t *vars, int64_t *out,
                    w16_eval_error_t *err);
 
+/* Specializes x for bound dimensions: every variable that is not a
+ * coordinate, storage index or value (the dims: E, H, K, BITS, ...) becomes
+ * its value in vars, constant subtrees are evaluated, and conditionals
+ * with a constant test keep one branch. Returns x itself when nothing
+ * changes, NULL when out of memory; a subtree whose evaluation fails (e.g.
+ * division by zero) is kept unfolded so the error appears at evaluation. */
+const w16_expr_t *w16_expr_fold(w16_arena_t *arena, const w16_expr_t *x,
+                                const int64_t *vars);
+
 /* Does x mention variable v (after let expansion)? */
 bool w16_expr_uses(const w16_expr_t *x, w16_var_t v);
 

@@ -569,6 +569,23 @@ wna16_status_t wna16_select(wna16_context_t *ctx,
 /* The platforms this build can generate kernels for (see kernel_platforms). */
 uint32_t wna16_build_kernel_platforms(void);
 
+/* ------------------------------------------------------------------------ */
+/* Devices                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The best device present: a CUDA GPU (through the driver, loaded with
+ * dlopen), an Intel GPU (through the Level Zero loader), else the CPU.
+ * `notes` says why each accelerator was not used ("CUDA: libcuda.so.1:
+ * cannot open shared object file"). Never fails: the CPU is always there. */
+typedef struct wna16_device_info {
+    wna16_platform_t platform;
+    int32_t cc_major, cc_minor; /* CUDA only */
+    char name[128];
+    char notes[512];
+} wna16_device_info_t;
+
+void wna16_probe_device(wna16_device_info_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -70,10 +70,13 @@ static int64_t to_int(wna16_dtype_t d, uint64_t raw)
     }
 }
 
-/* Everything one walk over a tensor needs. */
+/* Everything one walk over a tensor needs. `l` is the layout specialized
+ * for the bound dimensions (folded expressions in `arena`). */
 typedef struct walk {
     const wna16_spec_t *spec;
     const w16_layout_t *l;
+    w16_layout_t folded;
+    w16_arena_t arena;
     int64_t *vars;
     wna16_dtype_t dtype;
     size_t esize;
@@ -91,8 +94,30 @@ static wna16_status_t walk_init(walk_t *w, const wna16_spec_t *spec,
 {
     memset(w, 0, sizeof *w);
     w->spec = spec;
-    w->l = l;
     w->vars = vars;
+    /* Fold the dims into every map once: the walk evaluates them per slot. */
+    w16_arena_init(&w->arena, NULL);
+    w->folded = *l;
+    w16_layout_t *f = &w->folded;
+    bool ok = true;
+    for (int d = 0; d < l->ndim; d++) {
+        ok = ok && (f->index[d] = w16_expr_fold(&w->arena, l->index[d], vars));
+        if (l->sums_index[d])
+            ok = ok && (f->sums_index[d] = w16_expr_fold(&w->arena,
+                                                         l->sums_index[d], vars));
+    }
+    for (int i = 0; i < l->n_coords; i++)
+        if (l->coord[i])
+            ok = ok && (f->coord[i] = w16_expr_fold(&w->arena, l->coord[i], vars));
+    if (l->bit)
+        ok = ok && (f->bit = w16_expr_fold(&w->arena, l->bit, vars));
+    if (l->encode)
+        ok = ok && (f->encode = w16_expr_fold(&w->arena, l->encode, vars));
+    if (l->decode)
+        ok = ok && (f->decode = w16_expr_fold(&w->arena, l->decode, vars));
+    if (!ok)
+        return w16_err_nomem(err, "specializing a layout");
+    w->l = l = f;
     w->dtype = dtype;
     w->role = l->role;
     w->esize = wna16_dtype_size(dtype);
@@ -179,12 +204,17 @@ static wna16_status_t check_tensor(const walk_t *w, const wna16_tensor_t *t,
     return WNA16_OK;
 }
 
-wna16_status_t w16_layout_decode(const wna16_spec_t *spec,
-                                 const w16_layout_t *l, int64_t *vars,
-                                 const wna16_tensor_t *t,
-                                 wna16_qweight_t *qw, w16_place_t at,
-                                 wna16_error_t *err)
+static wna16_status_t decode_walk(walk_t *wp, const wna16_tensor_t *t,
+                                  wna16_qweight_t *qw, w16_place_t at,
+                                  wna16_error_t *err)
 {
+    walk_t w = *wp;
+    const wna16_spec_t *spec = w.spec;
+    const w16_layout_t *l = w.l;
+    int64_t *vars = w.vars;
+    wna16_status_t st = check_tensor(&w, t, err);
+    if (st != WNA16_OK)
+        return st;
     if (l->role == W16_ROLE_WEIGHT)
         return w16_err(err, WNA16_EUNSUPPORTED, "%s holds dequantized values; "
                        "the codes cannot be recovered from it", spec->name);
@@ -196,12 +226,6 @@ wna16_status_t w16_layout_decode(const wna16_spec_t *spec,
                        "layout of %s stores %s", t->name,
                        wna16_dtype_name(t->dtype), w16_role_key(l->role),
                        spec->name, wna16_dtype_name(l->dtypes[0]));
-    walk_t w;
-    wna16_status_t st = walk_init(&w, spec, l, vars, t->dtype, err);
-    if (st == WNA16_OK)
-        st = check_tensor(&w, t, err);
-    if (st != WNA16_OK)
-        return st;
     if (l->role == W16_ROLE_SCALES)
         qw->scale_dtype = t->dtype;
     if (l->role == W16_ROLE_BIAS)
@@ -364,16 +388,14 @@ static wna16_status_t encode_sums(const walk_t *w, const wna16_qweight_t *qw,
     return WNA16_OK;
 }
 
-wna16_status_t w16_layout_encode(const wna16_spec_t *spec,
-                                 const w16_layout_t *l, int64_t *vars,
-                                 const wna16_qweight_t *qw,
-                                 wna16_tensor_t *t, w16_place_t at,
-                                 wna16_error_t *err)
+static wna16_status_t encode_walk(walk_t *wp, const wna16_qweight_t *qw,
+                                  wna16_tensor_t *t, w16_place_t at,
+                                  wna16_error_t *err)
 {
-    walk_t w;
-    wna16_status_t st = walk_init(&w, spec, l, vars, t->dtype, err);
-    if (st == WNA16_OK)
-        st = check_tensor(&w, t, err);
+    walk_t w = *wp;
+    const w16_layout_t *l = w.l;
+    int64_t *vars = w.vars;
+    wna16_status_t st = check_tensor(&w, t, err);
     if (st != WNA16_OK)
         return st;
     uint8_t *data = t->data;
@@ -401,4 +423,32 @@ wna16_status_t w16_layout_encode(const wna16_spec_t *spec,
     if (l->sums_block_k)
         return encode_sums(&w, qw, at, data, err);
     return WNA16_OK;
+}
+
+wna16_status_t w16_layout_decode(const wna16_spec_t *spec,
+                                 const w16_layout_t *l, int64_t *vars,
+                                 const wna16_tensor_t *t,
+                                 wna16_qweight_t *qw, w16_place_t at,
+                                 wna16_error_t *err)
+{
+    walk_t w;
+    wna16_status_t st = walk_init(&w, spec, l, vars, t->dtype, err);
+    if (st == WNA16_OK)
+        st = decode_walk(&w, t, qw, at, err);
+    w16_arena_free(&w.arena);
+    return st;
+}
+
+wna16_status_t w16_layout_encode(const wna16_spec_t *spec,
+                                 const w16_layout_t *l, int64_t *vars,
+                                 const wna16_qweight_t *qw,
+                                 wna16_tensor_t *t, w16_place_t at,
+                                 wna16_error_t *err)
+{
+    walk_t w;
+    wna16_status_t st = walk_init(&w, spec, l, vars, t->dtype, err);
+    if (st == WNA16_OK)
+        st = encode_walk(&w, qw, t, at, err);
+    w16_arena_free(&w.arena);
+    return st;
 }

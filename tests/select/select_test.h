@@ -3,8 +3,9 @@
  * one deployment (fields left 0 take the defaults below) and what
  * wna16_select must answer for it: the backend chosen or the failure
  * status, substrings of the error and of the fallback note, the effective
- * format, and (backend, reason substring) pairs that must appear among the
- * backends passed over (in exactly that order and number when `exact`).
+ * format, and (backend, reason) pairs that must appear, reasons matching
+ * exactly, among the backends passed over (in exactly that order and number
+ * when `exact`).
  */
 #ifndef SELECT_TEST_H
 #define SELECT_TEST_H
@@ -20,7 +21,7 @@
 
 typedef struct st_po {
     const char *backend; /* spec name */
-    const char *reason;  /* substring of the reason */
+    const char *reason;  /* the whole reason, exactly */
 } st_po_t;
 
 typedef struct st_row {
