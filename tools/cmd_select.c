@@ -244,30 +244,33 @@ static void set_from(opt_int_t *dst, int32_t v)
     }
 }
 
-/* What config.json says, as the per-format vLLM integrations read it. */
-static void deploy_from_config(const wna16_model_config_t *mc, deploy_t *d)
+/* What config.json says; the library maps each format's spelling of zero
+ * points and act-order (wna16_model_config_quant). A config without a
+ * quantization_config wna16 knows leaves format and bits to the flags. */
+static int deploy_from_config(const wna16_model_config_t *mc, deploy_t *d)
 {
-    const char *f = mc->format_name;
-    if (f[0])
-        d->format = f;
-    set_from(&d->bits, mc->bits);
-    set_from(&d->group_size, mc->group_size);
     set_from(&d->hidden, mc->hidden_size);
     set_from(&d->inter, mc->moe_intermediate_size);
     set_from(&d->experts, mc->num_experts);
     set_from(&d->topk, mc->num_experts_per_tok);
+    if (!mc->format_name[0])
+        return CLI_OK;
+    wna16_quant_desc_t qd;
+    wna16_error_t err;
+    if (wna16_model_config_quant(mc, &qd, &err) != WNA16_OK)
+        return cli_fail(&err);
+    d->format = mc->format_name;
+    set_from(&d->bits, qd.bits);
+    set_from(&d->group_size, qd.group_size);
+    d->zero_point = qd.zero_point;
+    d->act_order = qd.act_order;
+    d->bias = qd.bias;
     if (mc->actorder[0])
         d->actorder = mc->actorder;
-    if (strcmp(f, "gptq") == 0) {
-        d->zero_point = mc->has_sym && !mc->sym;
-        d->act_order = mc->desc_act;
-    } else if (strcmp(f, "compressed_tensors") == 0) {
-        d->zero_point = mc->has_sym && !mc->sym;
-        d->act_order = strcmp(mc->actorder, "group") == 0 ||
-                       strcmp(mc->actorder, "dynamic") == 0;
-    } else {
-        d->zero_point = mc->zero_point; /* awq, moe_wna16 */
-    }
+    /* vLLM forbids tile padding for actorder "dynamic" as for "group". */
+    if (strcmp(mc->actorder, "dynamic") == 0)
+        d->act_order = true;
+    return CLI_OK;
 }
 
 static void override(opt_int_t *dst, const opt_int_t *src)
@@ -452,9 +455,9 @@ int cmd_select(int argc, char **argv)
     deploy_t d = {0};
     memset(&mc, 0, sizeof mc);
     if (o.path) {
-        if ((rc = load_config(o.path, &mc)) != CLI_OK)
+        if ((rc = load_config(o.path, &mc)) != CLI_OK ||
+            (rc = deploy_from_config(&mc, &d)) != CLI_OK)
             return rc;
-        deploy_from_config(&mc, &d);
     }
     deploy_from_flags(&o, &d);
     if ((rc = check_missing(&d, o.path)) != CLI_OK)
