@@ -419,7 +419,8 @@ static const char base_format[] =
 enum { B, F };
 
 /* One edit of a base spec: replace the only occurrence of `find` by
- * `repl` (find "*" replaces the whole text; NULL appends). The load must
+ * `repl` (find "*" replaces the whole text; NULL appends; "A\001B"
+ * replaces from the only A through the first B after it). The load must
  * fail with WNA16_ESPEC and a message holding `path` and `want`. */
 typedef struct bad_case {
     const char *name;
@@ -629,8 +630,12 @@ static const bad_case_t bad_cases[] = {
     {"layout_name_not_identifier", B, "\"dtype\": \"I32\",",
      "\"name\": \"q-weight\", \"dtype\": \"I32\",", "$.layouts.qweight.name",
      "is not a name"},
-    {"missing_scales", B, "\"scales\": {\n      \"dtype\"",
-     "\"bias\": {\n      \"dtype\"", "$.layouts",
+    {"missing_scales", B,
+     "\"scales\": {\n      \"dtype\": [\"F16\", \"BF16\"],\n"
+     "      \"shape\": [\"E\", \"G\", \"N\"],\n"
+     "      \"index\": [\"e\", \"g\", \"n\"],\n"
+     "      \"coord\": { \"e\": \"i0\", \"g\": \"i1\", \"n\": \"i2\" }\n"
+     "    },\n", "", "$.layouts",
      "quantized weights need a \"scales\" layout"},
     /* tables and lets */
     {"duplicate_table", B, "\"P\": [1, 0]", "\"P\": [1, 0], \"P\": [0, 1]",
@@ -681,7 +686,7 @@ static const bad_case_t bad_cases[] = {
      "3-bit codes do not fill U8 elements"},
     {"shape_negative", B, "\"shape\": [\"E\", \"N\", \"K / PF\"],",
      "\"shape\": [\"E\", \"N\", \"K / PF - 1000\"],",
-     "$.layouts.qweight.shape[2]", "evaluates to -984"},
+     "$.layouts.qweight.shape[2]", "evaluates to -992"},
     {"forward_map_error", B, "\"index\": [\"e\", \"n\", \"w\"],",
      "\"index\": [\"e\", \"n\", \"w / (k - k)\"],", "$.layouts.qweight",
      "forward map of (e=0, n=0, k=0): division by zero"},
@@ -783,11 +788,8 @@ static const bad_case_t bad_cases[] = {
     {"unknown_kernel_platform", B, "\"kernel_platforms\": [\"cuda\"]",
      "\"kernel_platforms\": [\"gpu\"]", "$.selection.kernel_platforms",
      "unknown platform \"gpu\""},
-    {"missing_kernels", B,
-     "\"kernels\": [\n      { \"name\": \"TinyExperts\",\n", "\"k\": [\n      { "
-     "\"name\": \"TinyExperts\",\n", "$.selection.k", "unknown key"},
-    {"kernels_removed", B, "\"kernels\": [", "\"kernels_\": [",
-     "$.selection.kernels_", "unknown key"},
+    {"missing_kernels", B, "\"kernels\": [\001\n    ],\n", "", "$.selection",
+     "\"kernels\" (vLLM's experts classes) is required"},
     {"empty_kernels", B,
      "[\n      { \"name\": \"TinyExperts\",\n        \"rules\": [ { "
      "\"activation_not_in\": [\"silu\"], \"reason\": \"kernel does not "
@@ -797,8 +799,12 @@ static const bad_case_t bad_cases[] = {
      "\"vllm_name\" is required"},
     {"missing_kernel_platforms", B, ",\n    \"kernel_platforms\": [\"cuda\"]",
      "", "$.selection", "\"kernel_platforms\""},
-    {"missing_selection", B, "\"selection\": {", "\"selection_\": {",
-     "$.selection_", "unknown key"},
+    {"missing_selection", B, "  \"selection\": {\001\n  },\n", "", "$:",
+     "\"selection\" is required"},
+    {"missing_layouts", B, "  \"layouts\": {\001\n    }\n  },\n", "", "$:",
+     "\"layouts\" is required"},
+    {"missing_capabilities", B, "  \"capabilities\": {\001\n  },\n", "",
+     "$:", "\"capabilities\" is required"},
     {"format_missing_weight_key", F,
      "\"weight_key\": { \"bits\": \"BITS\", \"group32\": \"GS == 32\", "
      "\"asym\": \"0\" },", "", "$.selection", "\"weight_key\" is required"},
@@ -833,10 +839,23 @@ static char *apply_edit(const bad_case_t *c)
         memcpy(s, c->repl, lr + 1);
         return s;
     }
-    const char *at = strstr(base, c->find);
-    if (!at || strstr(at + 1, c->find))
+    const char *sep = strchr(c->find, '\001');
+    char first[512];
+    size_t lfirst = sep ? (size_t)(sep - c->find) : strlen(c->find);
+    if (lfirst >= sizeof first)
         return NULL;
-    size_t lf = strlen(c->find), pre = (size_t)(at - base);
+    memcpy(first, c->find, lfirst);
+    first[lfirst] = '\0';
+    const char *at = strstr(base, first);
+    if (!at || strstr(at + 1, first))
+        return NULL;
+    size_t lf = lfirst, pre = (size_t)(at - base);
+    if (sep) {
+        const char *end = strstr(at + lfirst, sep + 1);
+        if (!end)
+            return NULL;
+        lf = (size_t)(end - at) + strlen(sep + 1);
+    }
     char *s = malloc(lb - lf + lr + 1);
     memcpy(s, base, pre);
     memcpy(s + pre, c->repl, lr);
