@@ -298,7 +298,7 @@ static int specs_explain(int argc, char **argv)
     long bits = 0, gs = 0, hidden = 0, inter = 0, experts = 0;
     bool zp = false, bias = false, gs_set = false;
     for (int i = 1; i < argc; i++) {
-        const char *v;
+        const char *v, *opt = argv[i];
         long *dst = NULL;
         long lo = 1, hi = 1 << 20;
         if (cli_opt_value(argc, argv, &i, "--bits", &v)) {
@@ -326,9 +326,12 @@ static int specs_explain(int argc, char **argv)
         } else {
             return cli_usage_error("specs explain", "one spec name, please");
         }
-        if (!v || !cli_parse_int(v, lo, hi, dst))
-            return cli_usage_error("specs explain", "%s needs an integer in "
-                                   "[%ld, %ld]", argv[i], lo, hi);
+        if (!v || !cli_parse_int(v, lo, hi, dst) ||
+            (dst == &bits && bits != 4 && bits != 8) || (dst == &gs && gs == 0))
+            return cli_usage_error("specs explain", "%s needs %s", opt,
+                                   dst == &bits ? "4 or 8"
+                                   : dst == &gs ? "-1 or a group size"
+                                                : "a positive integer");
     }
     if (!name)
         return cli_usage_error("specs explain", "which spec? (see 'wna16 specs "

@@ -899,6 +899,7 @@ static void test_malformed(void)
 
     size_t n = sizeof bad_cases / sizeof bad_cases[0];
     int passed = 0;
+    bool verbose = getenv("WNA16_TEST_VERBOSE") != NULL;
     for (size_t i = 0; i < n; i++) {
         const bad_case_t *c = &bad_cases[i];
         char *text = apply_edit(c);
@@ -932,6 +933,8 @@ static void test_malformed(void)
                      "and \"%s\"", c->name, wna16_status_name(st), e.message,
                      c->path ? c->path : "", c->want);
         passed += ok;
+        if (verbose)
+            printf("  %-32s %s\n", c->name, e.message);
         free(text);
     }
     printf("malformed specs: %d of %zu rejected with origin, JSON path and "
