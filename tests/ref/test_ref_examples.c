@@ -264,6 +264,78 @@ static void flashinfer_rows(void)
     ru_operand_free(&o);
 }
 
+/* MoeWNA16 keeps true zeros: GPTQ's stored z-1 nibbles get their +1 on the
+ * way in (0x77777777 -> zero bytes 0x88); AWQ zeros pass unchanged. */
+static void moe_wna16_zeros(void)
+{
+    wna16_error_t err;
+    wna16_tensor_set_t *in = NULL, *out = NULL;
+    TU_OK(wna16_tensor_set_create(ctx, &in, &err), &err);
+    TU_OK(wna16_tensor_set_create(ctx, &out, &err), &err);
+    /* A one-expert GPTQ checkpoint, asymmetric, every stored zero word
+     * 0x77777777 except one nibble holding 0x3 (true zero 4). */
+    ru_operand_t g;
+    ru_operand_init(&g, ctx, "gptq", WNA16_GEMM_W13,
+                    (w16_problem_t){1, 32, 16, 4, 32, true, false, false});
+    for (size_t i = 0; i < (size_t)g.qw.G * g.qw.N; i++)
+        g.qw.zeros[i] = 8;
+    g.qw.zeros[1] = 4;
+    const wna16_tensor_t *z = ru_encode(&g, W16_ROLE_QZEROS);
+    if (z)
+        TU_CHECK_MSG(ru_word(z, 0) == 0x77777737u, "gptq zeros %08x",
+                     ru_word(z, 0));
+    ru_operand_free(&g);
+
+    wna16_qlayer_t L = {.E = 1, .H = 32, .I = 32};
+    TU_OK(wna16_qweight_alloc(&L.w13, 1, 64, 32, 4, 32, true, false, false,
+                              &err), &err);
+    TU_OK(wna16_qweight_alloc(&L.w2, 1, 32, 32, 4, 32, true, false, false,
+                              &err), &err);
+    memset(L.w13.zeros, 8, (size_t)L.w13.G * L.w13.N);
+    memset(L.w2.zeros, 8, (size_t)L.w2.G * L.w2.N);
+    L.w13.zeros[1] = 4;
+    const wna16_spec_t *gptq = wna16_spec_find(ctx, WNA16_SPEC_FORMAT, "gptq");
+    const wna16_spec_t *mw = wna16_spec_find(ctx, WNA16_SPEC_FORMAT, "moe_wna16");
+    TU_OK(wna16_ref_encode(ctx, gptq, &L, "m", in, &err), &err);
+    wna16_qlayer_t dec;
+    wna16_quant_desc_t q = {4, 32, true, false, false};
+    TU_OK(wna16_ref_decode(ctx, gptq, in, "m", 1, 32, 32, &q, &dec, &err), &err);
+    TU_CHECK(dec.w13.zeros && dec.w13.zeros[0] == 8 && dec.w13.zeros[1] == 4);
+    TU_OK(wna16_ref_encode(ctx, mw, &dec, "m", out, &err), &err);
+    const wna16_tensor_t *mz = wna16_tensor_set_find(out, "m.w13_qzeros");
+    TU_CHECK(mz != NULL);
+    if (mz) /* (E, N/2, G): byte [0][0][0] holds n=0 (low) and n=1 (high) */
+        TU_CHECK_MSG(ru_byte(mz, 0) == 0x48, "moe_wna16 zero byte %02x",
+                     ru_byte(mz, 0));
+    wna16_qlayer_free(&dec);
+    wna16_qlayer_free(&L);
+    wna16_tensor_set_destroy(in);
+    wna16_tensor_set_destroy(out);
+}
+
+/* compressed-tensors: (N, K) codes packed along K, zeros packed along N
+ * with no offset; symmetric means the implicit 2^(bits-1). */
+static void compressed_tensors_words(void)
+{
+    ru_operand_t o;
+    ru_operand_init(&o, ctx, "compressed_tensors", WNA16_GEMM_W13,
+                    (w16_problem_t){1, 16, 8, 4, 16, true, false, false});
+    for (int k = 0; k < 16; k++)
+        CODE(o, 1, k) = (uint8_t)(k % 16);
+    for (int n = 0; n < 8; n++)
+        o.qw.zeros[n] = (uint8_t)(15 - n);
+    const wna16_tensor_t *t = ru_encode(&o, W16_ROLE_QWEIGHT);
+    if (t) { /* weight_packed is (N, K/8): row 1 holds n = 1 */
+        TU_CHECK(t->shape[0] == 8 && t->shape[1] == 2);
+        TU_CHECK(ru_word(t, 2) == 0x76543210u && ru_word(t, 3) == 0xFEDCBA98u);
+    }
+    t = ru_encode(&o, W16_ROLE_QZEROS); /* (N/8, G) */
+    if (t)
+        TU_CHECK_MSG(ru_word(t, 0) == 0x89ABCDEFu, "ct zeros %08x",
+                     ru_word(t, 0));
+    ru_operand_free(&o);
+}
+
 static void dequant_rules(void)
 {
     /* GPTQ symmetric: (q - 8) * s; word 0x76543210 gives (-8..-1) * s. */
@@ -297,6 +369,8 @@ int main(void)
     marlin_scales();
     cpu_block();
     flashinfer_rows();
+    moe_wna16_zeros();
+    compressed_tensors_words();
     dequant_rules();
     wna16_context_destroy(ctx);
     return tu_finish("test_ref_examples");
