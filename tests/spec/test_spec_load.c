@@ -313,7 +313,7 @@ static void test_json_only_layout(void)
     ctx = NULL;
     TU_OK(wna16_context_create(&o, &ctx, &err), &err);
     if (ctx) {
-        TU_CHECK(wna16_spec_count(ctx) == 1 &&
+        TU_CHECK(wna16_spec_count(ctx) >= 1 &&
                  wna16_spec_find(ctx, 0, "kmajor_i8") != NULL);
         wna16_context_destroy(ctx);
     }
