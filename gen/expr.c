@@ -345,18 +345,17 @@ const w16_expr_t *w16_expr_parse(w16_arena_t *arena, const char *text,
 
 /* ---- evaluation ---------------------------------------------------------- */
 
-static int64_t gcd64(int64_t a, int64_t b)
+/* gcd of |a| and |b| in uint64 (|INT64_MIN| fits there). */
+static uint64_t gcd64(int64_t a, int64_t b)
 {
-    if (a < 0)
-        a = -a;
-    if (b < 0)
-        b = -b;
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
+    uint64_t x = a < 0 ? 0 - (uint64_t)a : (uint64_t)a;
+    uint64_t y = b < 0 ? 0 - (uint64_t)b : (uint64_t)b;
+    while (y) {
+        uint64_t t = x % y;
+        x = y;
+        y = t;
     }
-    return a;
+    return x;
 }
 
 #define EVAL_FAIL(msg)                                                        \
@@ -415,16 +414,28 @@ static bool eval(const w16_expr_t *x, const int64_t *v, int64_t *out,
     case W16_OP_ROUND_UP:
         if (b == 0)
             EVAL_FAIL("division by zero");
-        if (b == -1 && a == INT64_MIN)
-            EVAL_FAIL("division overflow");
-        if (x->op == W16_OP_DIV)
+        if (b == -1) { /* the only quotient that can overflow */
+            if (x->op == W16_OP_MOD || x->op == W16_OP_ROUND_UP) {
+                *out = x->op == W16_OP_MOD ? 0 : a;
+                return true;
+            }
+            if (a == INT64_MIN)
+                EVAL_FAIL("arithmetic overflow");
+            *out = -a;
+            return true;
+        }
+        if (x->op == W16_OP_DIV) {
             *out = w16_floordiv(a, b);
-        else if (x->op == W16_OP_MOD)
+        } else if (x->op == W16_OP_MOD) {
             *out = w16_floormod(a, b);
-        else if (x->op == W16_OP_CDIV)
-            *out = -w16_floordiv(-a, b);
-        else
-            *out = -w16_floordiv(-a, b) * b;
+        } else {
+            /* ceil(a / b) = floor(a / b) + (a % b != 0), no negation */
+            int64_t q = w16_floordiv(a, b) + (w16_floormod(a, b) != 0);
+            if (x->op == W16_OP_CDIV)
+                *out = q;
+            else if (__builtin_mul_overflow(q, b, out))
+                EVAL_FAIL("arithmetic overflow");
+        }
         return true;
     case W16_OP_SHL:
     case W16_OP_SHR:
@@ -443,12 +454,20 @@ static bool eval(const w16_expr_t *x, const int64_t *v, int64_t *out,
     case W16_OP_GE: *out = a >= b; return true;
     case W16_OP_MIN: *out = a < b ? a : b; return true;
     case W16_OP_MAX: *out = a > b ? a : b; return true;
-    case W16_OP_GCD: *out = gcd64(a, b); return true;
+    case W16_OP_GCD: {
+        uint64_t g = gcd64(a, b);
+        if (g > (uint64_t)INT64_MAX)
+            EVAL_FAIL("arithmetic overflow");
+        *out = (int64_t)g;
+        return true;
+    }
     case W16_OP_LCM: {
-        int64_t g = gcd64(a, b);
-        *out = g ? (a / g) * b : 0;
-        if (*out < 0)
-            *out = -*out;
+        uint64_t g = gcd64(a, b), l = 0;
+        uint64_t ma = a < 0 ? 0 - ua : ua, mb = b < 0 ? 0 - ub : ub;
+        if (g && (__builtin_mul_overflow(ma / g, mb, &l) ||
+                  l > (uint64_t)INT64_MAX))
+            EVAL_FAIL("arithmetic overflow");
+        *out = (int64_t)l;
         return true;
     }
     default: EVAL_FAIL("internal error: unknown operator");
@@ -584,8 +603,9 @@ static void print(w16_buf_t *b, const w16_expr_t *x, int min_prec)
         w16_buf_putc(b, ')');
         break;
     default:
-        /* left-associative: the right operand needs one level more */
-        print(b, x->a, p);
+        /* left-associative: the right operand needs one level more;
+         * comparisons do not chain, so both sides do. */
+        print(b, x->a, p == 6 ? p + 1 : p);
         w16_buf_printf(b, " %s ", op_info[x->op].text);
         print(b, x->b, p + 1);
         break;

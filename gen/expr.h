@@ -22,8 +22,9 @@
  *
  * Values are int64. '/' and '%' round toward negative infinity (Python's
  * // and %, which is how the facts sheet and vLLM write them); division by
- * zero, a table index out of range and shifts outside [0, 63] are
- * evaluation errors. Comparisons and logic give 0 or 1.
+ * zero, a table index out of range, shifts outside [0, 63] and a result of
+ * '/', cdiv, round_up, gcd or lcm outside int64 are evaluation errors;
+ * '+', '-', '*', '<<' and negation wrap. Comparisons and logic give 0 or 1.
  * Functions: min max cdiv round_up gcd lcm.
  */
 #ifndef W16_EXPR_H

@@ -183,11 +183,12 @@ static bool get_int(loader_t *L, const cJSON *j, const char *path, int64_t lo,
     if (!cJSON_IsNumber(j))
         return lfail(L, path, "expected an integer, found %s", type_name(j));
     double d = j->valuedouble;
-    if (d != (double)(int64_t)d)
-        return lfail(L, path, "expected an integer, found %g", d);
-    if (d < (double)lo || d > (double)hi)
+    /* Range first: casting an out-of-range double to int64 is undefined. */
+    if (!(d >= (double)lo && d <= (double)hi))
         return lfail(L, path, "%g is out of range [%lld, %lld]", d,
                      (long long)lo, (long long)hi);
+    if (d != (double)(int64_t)d)
+        return lfail(L, path, "expected an integer, found %g", d);
     *out = (int64_t)d;
     return true;
 }
@@ -876,11 +877,13 @@ static bool load_pad(loader_t *L, const cJSON *j, const char *path)
         if (!(L->spec->pad_intermediate = get_expr(L, get(j, "intermediate"),
                                                    p, &sc)))
             return false;
-        if (w16_expr_uses(L->spec->pad_intermediate, W16_VAR_IP) ||
-            w16_expr_uses(L->spec->pad_intermediate, W16_VAR_K) ||
-            w16_expr_uses(L->spec->pad_intermediate, W16_VAR_N) ||
-            w16_expr_uses(L->spec->pad_intermediate, W16_VAR_G))
-            return lfail(L, p, "padding may use only E, H, I, BITS, GS");
+        static const w16_var_t later[] = {W16_VAR_IP, W16_VAR_K, W16_VAR_N,
+                                          W16_VAR_G, W16_VAR_GSE, W16_VAR_W13};
+        for (size_t i = 0; i < W16_ARRAY_LEN(later); i++)
+            if (w16_expr_uses(L->spec->pad_intermediate, later[i]))
+                return lfail(L, p, "padding is computed before %s is known; "
+                             "use E, H, I, BITS, GS, MASK, PF, ZP, ACT_ORDER, "
+                             "HAS_BIAS", w16_var_name(later[i]));
     }
     if (get(j, "act_order")) {
         path_key(p, path, "act_order");
@@ -1174,6 +1177,9 @@ static bool load_doc(loader_t *L, const cJSON *root)
                              &s->config.n_quant_methods))
             return false;
     }
+    if (s->stacked && get(root, "projections"))
+        return lfail(L, "$.projections", "a stacked spec names w13/w2 tensors, "
+                     "not projections");
     if (is_format && !s->stacked) {
         if (!get(root, "projections"))
             return lfail(L, "$", "a per-expert format needs \"projections\"");
@@ -1245,9 +1251,12 @@ static wna16_status_t parse_spec(wna16_context_t *ctx, const char *origin,
     }
     for (const char *p = end; p && p < text + len; p++)
         if (!isspace((unsigned char)*p) && *p) {
+            int line = 1;
+            for (const char *q = text; q < p; q++)
+                line += *q == '\n';
             cJSON_Delete(root);
-            return w16_err(err, WNA16_ESPEC, "%s: text after the JSON document",
-                           origin);
+            return w16_err(err, WNA16_ESPEC, "%s: line %d: text after the JSON "
+                           "document", origin, line);
         }
     wna16_spec_t *s = w16_calloc(ctx, 1, sizeof *s);
     if (!s) {

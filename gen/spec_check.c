@@ -42,14 +42,21 @@ static wna16_status_t check_layout(const wna16_spec_t *spec,
     wna16_dtype_t dt = l->dtypes[0];
     int eb = (int)wna16_dtype_size(dt) * 8;
     int cb = w16_layout_code_bits(l, dt, vars);
+    if (cb <= 0)
+        return w16_err(err, WNA16_ESPEC, "%s (%s): code_bits does not evaluate "
+                       "to a width in [1, 64]", l->json_path, where);
     if (eb % cb != 0)
         return w16_err(err, WNA16_ESPEC, "%s (%s): %d-bit codes do not fill "
                        "%s elements", l->json_path, where, cb,
                        wna16_dtype_name(dt));
     int slots = eb / cb;
     int64_t elems = 1;
-    for (int d = 0; d < l->ndim; d++)
+    for (int d = 0; d < l->ndim; d++) {
+        if (shape[d] && elems > CHECK_MAX_PLACES / shape[d])
+            return w16_err(err, WNA16_ESPEC, "%s (%s): sample too large to "
+                           "check", l->json_path, where);
         elems *= shape[d];
+    }
     if (elems * slots > CHECK_MAX_PLACES)
         return w16_err(err, WNA16_ESPEC, "%s (%s): sample too large to check "
                        "(%lld places)", l->json_path, where,
@@ -239,7 +246,12 @@ wna16_status_t w16_spec_check_layouts(const wna16_spec_t *spec, bool full,
             }
             for (int r = 0; r < W16_ROLE_COUNT; r++) {
                 const w16_layout_t *l = spec->layouts[r];
-                if (!w16_layout_present(l, vars))
+                int64_t present = 1;
+                w16_eval_error_t e;
+                if (l && l->when && !w16_expr_eval(l->when, vars, &present, &e))
+                    return w16_err(err, WNA16_ESPEC, "%s: %s.when (%s): %s",
+                                   spec->origin, l->json_path, where, e.what);
+                if (!l || !present)
                     continue;
                 st = check_layout(spec, l, vars, where, err);
                 if (st != WNA16_OK) {

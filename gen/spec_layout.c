@@ -43,10 +43,10 @@ wna16_status_t w16_spec_bind(const wna16_spec_t *spec,
         w16_eval_error_t e;
         if (!w16_expr_eval(spec->pad_intermediate, v, &ip, &e))
             return w16_err(err, WNA16_ESPEC, "%s: $.pad.intermediate: %s",
-                           spec->origin, e.what);
+                           spec->name, e.what);
         if (ip < p->I || ip > 4 * p->I + 4096)
             return w16_err(err, WNA16_ESPEC, "%s: $.pad.intermediate gives %lld "
-                           "for I = %lld", spec->origin, (long long)ip,
+                           "for I = %lld", spec->name, (long long)ip,
                            (long long)p->I);
     }
     v[W16_VAR_IP] = ip;

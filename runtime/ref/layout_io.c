@@ -131,8 +131,12 @@ static wna16_status_t walk_init(walk_t *w, const wna16_spec_t *spec,
     if (st != WNA16_OK)
         return st;
     w->elems = 1;
-    for (int d = 0; d < l->ndim; d++)
+    for (int d = 0; d < l->ndim; d++) {
+        if (w->shape[d] && w->elems > (INT64_C(1) << 40) / w->shape[d])
+            return w16_err(err, WNA16_ELIMIT, "%s: the tensor has more than "
+                           "2^40 elements", l->json_path);
         w->elems *= w->shape[d];
+    }
     w->nc = w16_role_extent(l->role, vars, w->ext);
     if (!spec->stacked)
         w->ext[0] = 1;
