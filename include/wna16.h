@@ -570,6 +570,36 @@ wna16_status_t wna16_select(wna16_context_t *ctx,
 uint32_t wna16_build_kernel_platforms(void);
 
 /* ------------------------------------------------------------------------ */
+/* Repacking                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Where repack work runs: the scalar reference (the oracle), generated
+ * kernels JIT-compiled for the host CPU (LLVM), or generated kernels on a
+ * CUDA GPU (NVRTC). */
+typedef enum wna16_target {
+    WNA16_TARGET_REFERENCE = 0,
+    WNA16_TARGET_CPU = 1,
+    WNA16_TARGET_CUDA = 2,
+} wna16_target_t;
+
+const char *wna16_target_name(wna16_target_t t);
+
+/* Repacks one MoE layer: the checkpoint tensors of `src_format` under
+ * `prefix` in `src` (per expert and projection, or stacked) become the
+ * stacked w13_/w2_ tensors of `dst_backend`, added to `out` under the same
+ * prefix. Refuses, with the reason, what the destination layout cannot hold
+ * (bits, group size, zero points, act order, bias, shapes). Every target
+ * produces the same bytes. */
+wna16_status_t wna16_repack_layer(wna16_context_t *ctx,
+                                  const wna16_spec_t *src_format,
+                                  const wna16_tensor_set_t *src,
+                                  const char *prefix, int32_t E, int32_t H,
+                                  int32_t I, const wna16_quant_desc_t *quant,
+                                  const wna16_spec_t *dst_backend,
+                                  wna16_target_t target,
+                                  wna16_tensor_set_t *out, wna16_error_t *err);
+
+/* ------------------------------------------------------------------------ */
 /* Devices                                                                   */
 /* ------------------------------------------------------------------------ */
 

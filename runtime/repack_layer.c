@@ -1,0 +1,60 @@
+/*
+ * repack_layer.c - one MoE layer from a checkpoint format into a backend
+ * layout, on the requested target. The reference target decodes to the
+ * logical form and encodes it again (runtime/ref/); the generated targets
+ * run repack kernels built from the same specs (runtime/repack_gen.c) and
+ * must produce the same bytes.
+ */
+#include "runtime/base/base.h"
+#include "gen/spec.h"
+
+#include <string.h>
+
+const char *wna16_target_name(wna16_target_t t)
+{
+    switch (t) {
+    case WNA16_TARGET_REFERENCE: return "reference";
+    case WNA16_TARGET_CPU: return "cpu";
+    case WNA16_TARGET_CUDA: return "cuda";
+    }
+    return "unknown";
+}
+
+/* Generated-kernel path; defined in repack_gen.c. */
+wna16_status_t w16_repack_layer_generated(wna16_context_t *ctx,
+                                          const wna16_spec_t *src_format,
+                                          const wna16_tensor_set_t *src,
+                                          const char *prefix, int32_t E,
+                                          int32_t H, int32_t I,
+                                          const wna16_quant_desc_t *quant,
+                                          const wna16_spec_t *dst,
+                                          wna16_target_t target,
+                                          wna16_tensor_set_t *out,
+                                          wna16_error_t *err);
+
+wna16_status_t wna16_repack_layer(wna16_context_t *ctx,
+                                  const wna16_spec_t *src_format,
+                                  const wna16_tensor_set_t *src,
+                                  const char *prefix, int32_t E, int32_t H,
+                                  int32_t I, const wna16_quant_desc_t *quant,
+                                  const wna16_spec_t *dst_backend,
+                                  wna16_target_t target,
+                                  wna16_tensor_set_t *out, wna16_error_t *err)
+{
+    if (!ctx || !src_format || !src || !quant || !dst_backend || !out)
+        return w16_err(err, WNA16_EINVAL, "wna16_repack_layer: ctx, "
+                       "src_format, src, quant, dst_backend and out are "
+                       "required");
+    if (target != WNA16_TARGET_REFERENCE)
+        return w16_repack_layer_generated(ctx, src_format, src, prefix, E, H,
+                                          I, quant, dst_backend, target, out,
+                                          err);
+    wna16_qlayer_t layer;
+    wna16_status_t st = wna16_ref_decode(ctx, src_format, src, prefix, E, H, I,
+                                         quant, &layer, err);
+    if (st != WNA16_OK)
+        return st;
+    st = wna16_ref_encode(ctx, dst_backend, &layer, prefix, out, err);
+    wna16_qlayer_free(&layer);
+    return st;
+}
