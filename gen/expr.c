@@ -491,8 +491,10 @@ const w16_expr_t *w16_expr_fold(w16_arena_t *arena, const w16_expr_t *x,
 {
     if (!x)
         return NULL;
-    const unsigned free_vars = W16_VW_COORD | W16_VW_STORE | W16_VW_VALUE;
-    if (x->op == W16_OP_VAR && !(var_table[x->var].where & free_vars)) {
+    /* The free variables are the contiguous run e .. c (ORDER VAR). */
+    bool is_free = x->op == W16_OP_VAR && x->var >= W16_VAR_e &&
+                   x->var <= W16_VAR_c;
+    if (x->op == W16_OP_VAR && !is_free) {
         w16_expr_t *c = w16_arena_alloc(arena, sizeof *c);
         if (c) {
             c->op = W16_OP_CONST;

@@ -148,15 +148,50 @@ const kir_shared_t *kir_shared(kir_kernel_t *k, const char *name,
     return s;
 }
 
+const kir_ctable_t *kir_ctable(kir_kernel_t *k, const char *name,
+                               kir_type_t type, const int64_t *values,
+                               int count)
+{
+    if (!k || !is_c_identifier(name) || !kir_type_is_int(type) || count < 1 ||
+        count > 65536)
+        return NULL;
+    int bits = kir_type_bits(type);
+    for (int i = 0; i < count; i++)
+        if (bits < 64 && (values[i] < -(INT64_C(1) << (bits - 1)) ||
+                          values[i] >= (INT64_C(1) << (bits - 1))))
+            return NULL;
+    if (!grow(k, (void ***)&k->ctables, &k->n_ctables, &k->cap_ctables))
+        return NULL;
+    kir_ctable_t *t = w16_arena_alloc(&k->arena, sizeof *t);
+    int64_t *v = w16_arena_alloc(&k->arena, sizeof(int64_t) * (size_t)count);
+    if (!t || !v || !(t->name = w16_arena_strdup(&k->arena, name)))
+        return NULL;
+    memcpy(v, values, sizeof(int64_t) * (size_t)count);
+    t->type = type;
+    t->values = v;
+    t->count = count;
+    t->index = k->n_ctables;
+    k->ctables[k->n_ctables++] = t;
+    return t;
+}
+
 /* ---- expressions --------------------------------------------------------- */
+
+/* Records the first construction failure and returns NULL. */
+static void *broke(kir_kernel_t *k, const char *what)
+{
+    if (k && !k->broken)
+        k->broken = what;
+    return NULL;
+}
 
 static kir_expr_t *node(kir_kernel_t *k, kir_op_t op, kir_type_t t)
 {
     kir_expr_t *e = k ? w16_arena_alloc(&k->arena, sizeof *e) : NULL;
-    if (e) {
-        e->op = op;
-        e->type = t;
-    }
+    if (!e)
+        return broke(k, "out of memory");
+    e->op = op;
+    e->type = t;
     return e;
 }
 
@@ -174,7 +209,7 @@ static int64_t wrap(kir_type_t t, int64_t v)
 const kir_expr_t *kir_const(kir_kernel_t *k, kir_type_t t, int64_t v)
 {
     if (!(kir_type_is_int(t) || t == KIR_I1))
-        return NULL;
+        return broke(k, "integer constant of a non-integer type");
     kir_expr_t *e = node(k, KIR_OP_CONST, t);
     if (e)
         e->ival = wrap(t, v);
@@ -184,7 +219,7 @@ const kir_expr_t *kir_const(kir_kernel_t *k, kir_type_t t, int64_t v)
 const kir_expr_t *kir_fconst(kir_kernel_t *k, kir_type_t t, double v)
 {
     if (!kir_type_is_float(t))
-        return NULL;
+        return broke(k, "float constant of a non-float type");
     kir_expr_t *e = node(k, KIR_OP_CONST, t);
     if (e)
         e->fval = v;
@@ -194,7 +229,7 @@ const kir_expr_t *kir_fconst(kir_kernel_t *k, kir_type_t t, double v)
 const kir_expr_t *kir_ref(kir_kernel_t *k, const kir_var_t *v)
 {
     if (!v)
-        return NULL;
+        return broke(k, "reference to a missing variable");
     kir_expr_t *e = node(k, KIR_OP_VAR, v->type);
     if (e)
         e->var = v;
@@ -204,7 +239,7 @@ const kir_expr_t *kir_ref(kir_kernel_t *k, const kir_var_t *v)
 const kir_expr_t *kir_pref(kir_kernel_t *k, const kir_param_t *p)
 {
     if (!p || p->kind != KIR_PARAM_SCALAR)
-        return NULL;
+        return broke(k, "reference to a missing or non-scalar parameter");
     kir_expr_t *e = node(k, KIR_OP_PARAM, p->type);
     if (e)
         e->param = p;
@@ -257,10 +292,10 @@ static kir_type_t result_type(kir_op_t op, kir_type_t a, kir_type_t b)
 const kir_expr_t *kir_un(kir_kernel_t *k, kir_op_t op, const kir_expr_t *a)
 {
     if (!a || op_table[op].arity != 1)
-        return NULL;
+        return broke(k, "unary operator without an operand");
     kir_type_t t = result_type(op, a->type, KIR_VOID);
     if (t == KIR_VOID)
-        return NULL;
+        return broke(k, "ill-typed unary operator");
     kir_expr_t *e = node(k, op, t);
     if (e)
         e->a = a;
@@ -271,10 +306,10 @@ const kir_expr_t *kir_bin(kir_kernel_t *k, kir_op_t op, const kir_expr_t *a,
                           const kir_expr_t *b)
 {
     if (!a || !b || op_table[op].arity != 2)
-        return NULL;
+        return broke(k, "binary operator without its operands");
     kir_type_t t = result_type(op, a->type, b->type);
     if (t == KIR_VOID)
-        return NULL;
+        return broke(k, "ill-typed binary operator");
     kir_expr_t *e = node(k, op, t);
     if (e) {
         e->a = a;
@@ -287,7 +322,7 @@ const kir_expr_t *kir_select(kir_kernel_t *k, const kir_expr_t *c,
                              const kir_expr_t *a, const kir_expr_t *b)
 {
     if (!c || !a || !b || c->type != KIR_I1 || a->type != b->type)
-        return NULL;
+        return broke(k, "ill-typed or incomplete select");
     kir_expr_t *e = node(k, KIR_OP_SELECT, a->type);
     if (e) {
         e->a = c;
@@ -318,7 +353,7 @@ const kir_expr_t *kir_convert(kir_kernel_t *k, kir_op_t op, kir_type_t to,
                               const kir_expr_t *a)
 {
     if (!a || !convert_ok(op, to, a->type))
-        return NULL;
+        return broke(k, "invalid conversion");
     kir_expr_t *e = node(k, op, to);
     if (e)
         e->a = a;
@@ -329,10 +364,10 @@ const kir_expr_t *kir_int_cast(kir_kernel_t *k, kir_type_t to,
                                const kir_expr_t *a, bool is_signed)
 {
     if (!a)
-        return NULL;
+        return broke(k, "cast of a missing value");
     int tb = kir_type_bits(to), fb = kir_type_bits(a->type);
     if (tb == fb)
-        return a->type == to ? a : NULL;
+        return a->type == to ? a : broke(k, "int cast between different types");
     if (a->op == KIR_OP_CONST && kir_type_is_int(a->type))
         return kir_const(k, to, is_signed || fb == 64
                                     ? a->ival
@@ -347,7 +382,7 @@ const kir_expr_t *kir_load(kir_kernel_t *k, const kir_param_t *buf,
 {
     if (!buf || !index || buf->kind != KIR_PARAM_BUFFER ||
         index->type != KIR_I64)
-        return NULL;
+        return broke(k, "ill-formed load");
     kir_expr_t *e = node(k, KIR_OP_LOAD, buf->type);
     if (e) {
         e->param = buf;
@@ -361,7 +396,7 @@ const kir_expr_t *kir_tload(kir_kernel_t *k, const kir_param_t *table,
 {
     if (!table || !slot || !index || table->kind != KIR_PARAM_BUFFER_TABLE ||
         slot->type != KIR_I64 || index->type != KIR_I64)
-        return NULL;
+        return broke(k, "ill-formed table load (missing source table?)");
     kir_expr_t *e = node(k, KIR_OP_TLOAD, table->type);
     if (e) {
         e->param = table;
@@ -375,10 +410,23 @@ const kir_expr_t *kir_shared_load(kir_kernel_t *k, const kir_shared_t *s,
                                   const kir_expr_t *index)
 {
     if (!s || !index || index->type != KIR_I32)
-        return NULL;
+        return broke(k, "ill-formed shared load");
     kir_expr_t *e = node(k, KIR_OP_SHARED_LOAD, s->type);
     if (e) {
         e->shared = s;
+        e->a = index;
+    }
+    return e;
+}
+
+const kir_expr_t *kir_ctload(kir_kernel_t *k, const kir_ctable_t *t,
+                             const kir_expr_t *index)
+{
+    if (!t || !index || index->type != KIR_I64)
+        return broke(k, "ill-formed constant table load");
+    kir_expr_t *e = node(k, KIR_OP_CTLOAD, t->type);
+    if (e) {
+        e->ctable = t;
         e->a = index;
     }
     return e;
@@ -389,7 +437,7 @@ const kir_expr_t *kir_shared_load(kir_kernel_t *k, const kir_shared_t *s,
 static kir_stmt_t *stmt(kir_kernel_t *k, kir_block_t *b, kir_stmt_kind_t kind)
 {
     if (!k || !b || !grow(k, (void ***)&b->items, &b->count, &b->cap))
-        return NULL;
+        return broke(k, "out of memory (statement list)");
     kir_stmt_t *s = w16_arena_alloc(&k->arena, sizeof *s);
     if (s) {
         s->kind = kind;
@@ -402,7 +450,7 @@ kir_stmt_t *kir_let(kir_kernel_t *k, kir_block_t *b, const kir_var_t *v,
                     const kir_expr_t *e)
 {
     if (!v || !e || v->type != e->type)
-        return NULL;
+        return broke(k, "ill-typed or incomplete let");
     kir_stmt_t *s = stmt(k, b, KIR_S_LET);
     if (s) {
         s->var = v;
@@ -415,7 +463,7 @@ kir_stmt_t *kir_assign(kir_kernel_t *k, kir_block_t *b, const kir_var_t *v,
                        const kir_expr_t *e)
 {
     if (!v || !e || v->type != e->type)
-        return NULL;
+        return broke(k, "ill-typed or incomplete assignment");
     kir_stmt_t *s = stmt(k, b, KIR_S_ASSIGN);
     if (s) {
         s->var = v;
@@ -429,7 +477,7 @@ kir_stmt_t *kir_store(kir_kernel_t *k, kir_block_t *b, const kir_param_t *buf,
 {
     if (!buf || !index || !value || buf->kind != KIR_PARAM_BUFFER ||
         !buf->written || index->type != KIR_I64 || value->type != buf->type)
-        return NULL;
+        return broke(k, "ill-typed or incomplete store");
     kir_stmt_t *s = stmt(k, b, KIR_S_STORE);
     if (s) {
         s->param = buf;
@@ -445,7 +493,7 @@ kir_stmt_t *kir_shared_store(kir_kernel_t *k, kir_block_t *b,
 {
     if (!sh || !index || !value || index->type != KIR_I32 ||
         value->type != sh->type)
-        return NULL;
+        return broke(k, "ill-typed or incomplete shared store");
     kir_stmt_t *s = stmt(k, b, KIR_S_SHARED_STORE);
     if (s) {
         s->shared = sh;
@@ -458,7 +506,7 @@ kir_stmt_t *kir_shared_store(kir_kernel_t *k, kir_block_t *b,
 kir_stmt_t *kir_if(kir_kernel_t *k, kir_block_t *b, const kir_expr_t *cond)
 {
     if (!cond || cond->type != KIR_I1)
-        return NULL;
+        return broke(k, "if without an i1 condition");
     kir_stmt_t *s = stmt(k, b, KIR_S_IF);
     if (s)
         s->a = cond;
@@ -470,7 +518,7 @@ kir_stmt_t *kir_for(kir_kernel_t *k, kir_block_t *b, const kir_var_t *v,
 {
     if (!v || !lo || !hi || step < 1 || !kir_type_is_int(v->type) ||
         lo->type != v->type || hi->type != v->type)
-        return NULL;
+        return broke(k, "ill-formed for loop");
     kir_stmt_t *s = stmt(k, b, KIR_S_FOR);
     if (s) {
         s->var = v;
@@ -600,6 +648,8 @@ wna16_status_t kir_verify(const kir_kernel_t *k, wna16_error_t *err)
 {
     if (!k)
         return w16_err(err, WNA16_EINTERNAL, "kernel: NULL (out of memory?)");
+    if (k->broken)
+        return w16_err(err, WNA16_EINTERNAL, "kernel %s: %s", k->name, k->broken);
     bool defined[4096] = {0};
     if (k->n_vars > 4096)
         return w16_err(err, WNA16_EINTERNAL, "kernel %s: too many variables",
@@ -640,6 +690,11 @@ static void print_expr(w16_buf_t *b, const kir_expr_t *e)
         return;
     case KIR_OP_SHARED_LOAD:
         w16_buf_printf(b, "@%s[", e->shared->name);
+        print_expr(b, e->a);
+        w16_buf_putc(b, ']');
+        return;
+    case KIR_OP_CTLOAD:
+        w16_buf_printf(b, "$%s[", e->ctable->name);
         print_expr(b, e->a);
         w16_buf_putc(b, ']');
         return;
@@ -738,6 +793,14 @@ void kir_print(w16_buf_t *b, const kir_kernel_t *k)
         w16_buf_printf(b, "  shared @%s: %s[%lld]\n", k->shared[i]->name,
                        kir_type_name(k->shared[i]->type),
                        (long long)k->shared[i]->count);
+    for (int i = 0; i < k->n_ctables; i++) {
+        const kir_ctable_t *t = k->ctables[i];
+        w16_buf_printf(b, "  const $%s: %s[%d] = {", t->name,
+                       kir_type_name(t->type), t->count);
+        for (int j = 0; j < t->count; j++)
+            w16_buf_printf(b, "%s%lld", j ? ", " : "", (long long)t->values[j]);
+        w16_buf_puts(b, "}\n");
+    }
     print_block(b, &k->body, 1);
     w16_buf_puts(b, "}\n");
 }

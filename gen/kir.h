@@ -98,7 +98,8 @@ bool kir_type_is_int(kir_type_t t); /* I8..I64 (not I1) */
     X(BITCAST, "bitcast", 1)     /* same width */                            \
     X(LOAD, "load", 1)           /* a = element index into buffer param */   \
     X(TLOAD, "tload", 2)         /* a = slot in a buffer table, b = index */ \
-    X(SHARED_LOAD, "shared_load", 1)
+    X(SHARED_LOAD, "shared_load", 1)                                         \
+    X(CTLOAD, "ctload", 1)       /* a = index into a constant table */
 
 typedef enum kir_op {
 #define X(e, name, arity) KIR_OP_##e,
@@ -113,6 +114,7 @@ int kir_op_arity(kir_op_t op);
 typedef struct kir_var kir_var_t;
 typedef struct kir_param kir_param_t;
 typedef struct kir_shared kir_shared_t;
+typedef struct kir_ctable kir_ctable_t;
 
 typedef struct kir_expr {
     kir_op_t op;
@@ -123,6 +125,7 @@ typedef struct kir_expr {
     const kir_var_t *var;      /* VAR */
     const kir_param_t *param;  /* PARAM, LOAD, TLOAD */
     const kir_shared_t *shared; /* SHARED_LOAD */
+    const kir_ctable_t *ctable; /* CTLOAD */
 } kir_expr_t;
 
 /* Parameters: scalars, buffers (a pointer to elements of `type`) and buffer
@@ -153,6 +156,16 @@ struct kir_shared {
     const char *name;
     kir_type_t type;
     int64_t count;
+    int index;
+};
+
+/* A read-only table of integer constants (spec tables such as Marlin's
+ * nibble order), indexed with an i64 that the builder keeps in range. */
+struct kir_ctable {
+    const char *name;
+    kir_type_t type;
+    const int64_t *values;
+    int count;
     int index;
 };
 
@@ -192,10 +205,16 @@ typedef struct kir_kernel {
     int n_vars, cap_vars;
     kir_shared_t **shared;
     int n_shared, cap_shared;
+    kir_ctable_t **ctables;
+    int n_ctables, cap_ctables;
     kir_block_t body;
     int lanes;             /* workgroup size */
     /* Documentation carried to every emitter's output. */
     const char *comment;
+    /* The first construction failure (an ill-typed or NULL operand, out of
+     * memory); kir_verify reports it. Builders may construct freely and
+     * check once at the end. */
+    const char *broken;
 } kir_kernel_t;
 
 /* ---- building ------------------------------------------------------------ */
@@ -212,6 +231,10 @@ const kir_param_t *kir_param(kir_kernel_t *k, const char *name,
 const kir_var_t *kir_var(kir_kernel_t *k, const char *name, kir_type_t type);
 const kir_shared_t *kir_shared(kir_kernel_t *k, const char *name,
                                kir_type_t type, int64_t count);
+/* Copies the values; returns NULL if a value does not fit the type. */
+const kir_ctable_t *kir_ctable(kir_kernel_t *k, const char *name,
+                               kir_type_t type, const int64_t *values,
+                               int count);
 
 /* Expression constructors (NULL propagates: a NULL operand gives NULL, so a
  * builder checks once at the end; out-of-memory shows up as NULL). */
@@ -236,6 +259,8 @@ const kir_expr_t *kir_tload(kir_kernel_t *k, const kir_param_t *table,
                             const kir_expr_t *slot, const kir_expr_t *index);
 const kir_expr_t *kir_shared_load(kir_kernel_t *k, const kir_shared_t *s,
                                   const kir_expr_t *index);
+const kir_expr_t *kir_ctload(kir_kernel_t *k, const kir_ctable_t *t,
+                             const kir_expr_t *index);
 
 /* Statements are appended to `b` (the kernel body or a nested block). */
 kir_stmt_t *kir_let(kir_kernel_t *k, kir_block_t *b, const kir_var_t *v,

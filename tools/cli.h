@@ -19,6 +19,9 @@ enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 int cmd_specs(int argc, char **argv);
 int cmd_select(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_gen(int argc, char **argv);
+int cmd_repack(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
 
 /* Is argv[i] "-h" or "--help"? */
 bool cli_is_help(const char *arg);

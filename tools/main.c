@@ -13,6 +13,9 @@ static const struct {
     {"run", cmd_run, "the main job: build a small MoE layer, select, check"},
     {"specs", cmd_specs, "list, validate and explain layout specs"},
     {"select", cmd_select, "which backend vLLM-style selection picks, and why"},
+    {"gen", cmd_gen, "print a generated kernel (kernel IR or LLVM IR)"},
+    {"repack", cmd_repack, "a checkpoint into a backend's layout (.safetensors)"},
+    {"cache", cmd_cache, "kernel cache: entries and size, or clear it"},
 };
 
 static void usage(FILE *f)

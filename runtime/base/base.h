@@ -91,6 +91,7 @@ void w16_arena_free(w16_arena_t *a);
 /* ---- context internals --------------------------------------------------- */
 
 typedef struct w16_spec_registry w16_spec_registry_t;
+struct w16_cpu;
 
 struct wna16_context {
     wna16_allocator_t allocator;
@@ -100,6 +101,7 @@ struct wna16_context {
     wna16_log_level_t log_level;
     w16_spec_registry_t *specs;
     struct w16_once_key *once; /* keys already logged by w16_log_once */
+    struct w16_cpu *cpu;       /* the CPU target, created on first use */
 };
 
 /* Logs a message once per context and key (used for fallbacks). */

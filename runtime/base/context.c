@@ -4,6 +4,7 @@
  */
 #include "runtime/base/base.h"
 #include "gen/spec.h"
+#include "runtime/cpu/cpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,7 @@ void wna16_context_destroy(wna16_context_t *ctx)
 {
     if (!ctx)
         return;
+    w16_cpu_destroy(ctx->cpu);
     w16_specs_fini(ctx);
     struct w16_once_key *k = ctx->once;
     while (k) {

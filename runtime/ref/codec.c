@@ -236,10 +236,9 @@ static bool in_list(const int *v, int n, int x)
 }
 
 /* Refuses, with the reason, what the spec's layouts cannot hold. */
-static wna16_status_t check_holds(const wna16_spec_t *spec,
-                                  const wna16_qlayer_t *L,
-                                  const w16_problem_t *p, int32_t IP,
-                                  wna16_error_t *err)
+wna16_status_t w16_check_holds(const wna16_spec_t *spec,
+                               const w16_problem_t *p, int32_t IP,
+                               wna16_error_t *err)
 {
     const w16_capabilities_t *c = &spec->caps;
     const char *n = spec->name;
@@ -260,11 +259,12 @@ static wna16_status_t check_holds(const wna16_spec_t *spec,
     if (p->bias && (!c->bias || !spec->layouts[W16_ROLE_BIAS]))
         return w16_err(err, WNA16_EUNSUPPORTED, "%s cannot hold expert bias, "
                        "and the checkpoint has it", n);
-    if (IP != L->I && p->act_order)
-        return w16_err(err, WNA16_EUNSUPPORTED, "%s: %s (I = %d would be "
+    if (IP != p->I && p->act_order)
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s: %s (I = %lld would be "
                        "padded to %d)", n, spec->pad_forbidden_with_act_order
                        ? spec->pad_forbidden_with_act_order
-                       : "padding is not allowed with act-order", L->I, IP);
+                       : "padding is not allowed with act-order",
+                       (long long)p->I, IP);
     for (int g = 0; g < 2; g++) {
         int64_t vars[W16_VAR_COUNT];
         wna16_status_t st = w16_spec_bind(spec, p, (wna16_gemm_t)g, vars, err);
@@ -384,7 +384,7 @@ wna16_status_t wna16_ref_encode(wna16_context_t *ctx, const wna16_spec_t *spec,
     if ((st = w16_spec_bind(spec, &p, WNA16_GEMM_W13, v13, err)) != WNA16_OK)
         return st;
     int32_t IP = (int32_t)v13[W16_VAR_IP];
-    if ((st = check_holds(spec, layer, &p, IP, err)) != WNA16_OK)
+    if ((st = w16_check_holds(spec, &p, IP, err)) != WNA16_OK)
         return st;
     if (IP == layer->I) {
         st = encode_operand(spec, a, &p, WNA16_GEMM_W13, prefix, out, err);

@@ -44,4 +44,11 @@ wna16_status_t w16_qweight_unpad(wna16_context_t *ctx,
                                  int32_t I, int32_t IP, wna16_qweight_t *dst,
                                  wna16_error_t *err);
 
+/* Refuses, with the reason, what `spec`'s layouts cannot hold for problem
+ * p (bits, group size, zero points, act-order, bias, layout rules, padding
+ * with act-order). IP is the padded intermediate size. */
+wna16_status_t w16_check_holds(const wna16_spec_t *spec,
+                               const w16_problem_t *p, int32_t IP,
+                               wna16_error_t *err);
+
 #endif

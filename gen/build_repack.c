@@ -1,0 +1,672 @@
+/*
+ * build_repack.c - the repack kernel builder (see build_repack.h).
+ *
+ *   lane -> flat destination element -> storage index i0..i(d-1)
+ *     for each code slot (unrolled):
+ *       dst inverse map  -> padded logical coordinates, valid?
+ *       undo padding     -> logical coordinates of the layer
+ *       source forward   -> table slot (expert, projection), element, bit
+ *       load, extract, decode (source), encode (destination)
+ *     or the whole element for float roles, with format conversion
+ *   store the element
+ *
+ * Coordinates of padding slots are replaced by 0 before the source is
+ * addressed (a select), so no lane ever reads out of bounds, and the
+ * interval analysis of lower_expr.c knows every coordinate's range.
+ */
+#include "gen/build_repack.h"
+#include "gen/lower_expr.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct builder {
+    wna16_context_t *ctx;
+    const w16_repack_request_t *req;
+    w16_repack_kernel_t *out;
+    kir_kernel_t *k;
+    kir_block_t *body;
+    int64_t dv[W16_VAR_COUNT]; /* destination dims (padded) */
+    int64_t sv[W16_VAR_COUNT]; /* source dims (unpadded; per projection) */
+    w16_layout_t dl;           /* destination layout, folded */
+    w16_layout_t sl[W16_ROLE_COUNT]; /* source layouts, folded */
+    int64_t sshape[W16_ROLE_COUNT][W16_MAX_STORE_DIMS];
+    const kir_param_t *dst;
+    const kir_param_t *table[W16_ROLE_COUNT];
+    const kir_expr_t *idx[W16_MAX_STORE_DIMS]; /* storage index of the lane */
+    w16_lower_t L;
+    wna16_error_t *err;
+    const char *fail;
+} builder_t;
+
+static const char *gemm_name(wna16_gemm_t g) { return g == WNA16_GEMM_W13 ? "w13" : "w2"; }
+
+static kir_type_t int_type_of(wna16_dtype_t d)
+{
+    switch (wna16_dtype_size(d)) {
+    case 1: return KIR_I8;
+    case 2: return KIR_I16;
+    case 4: return KIR_I32;
+    case 8: return KIR_I64;
+    default: return KIR_VOID;
+    }
+}
+
+void w16_repack_kernel_name(char *out, size_t n, const w16_repack_request_t *r)
+{
+    char gs[16];
+    if (r->problem.GS > 0)
+        snprintf(gs, sizeof gs, "g%lld", (long long)r->problem.GS);
+    else
+        snprintf(gs, sizeof gs, "gm1");
+    snprintf(out, n, "wna16_repack_%s_to_%s_%s_%s_b%lld_%s_zp%d%s%s",
+             r->src->name, r->dst->name, gemm_name(r->gemm),
+             w16_role_key(r->role), (long long)r->problem.BITS, gs,
+             r->problem.zp ? 1 : 0, r->problem.act_order ? "_ao" : "",
+             r->problem.bias ? "_bias" : "");
+}
+
+/* ---- folding the specs for the problem ----------------------------------- */
+
+static bool fold_layout(builder_t *B, const w16_layout_t *l, const int64_t *v,
+                        w16_layout_t *f)
+{
+    w16_arena_t *a = &B->k->arena;
+    *f = *l;
+    bool ok = true;
+    for (int d = 0; d < l->ndim; d++) {
+        ok = ok && (f->index[d] = w16_expr_fold(a, l->index[d], v));
+        if (l->sums_index[d])
+            ok = ok && (f->sums_index[d] = w16_expr_fold(a, l->sums_index[d], v));
+    }
+    for (int i = 0; i < l->n_coords; i++)
+        if (l->coord[i])
+            ok = ok && (f->coord[i] = w16_expr_fold(a, l->coord[i], v));
+    if (l->bit)
+        ok = ok && (f->bit = w16_expr_fold(a, l->bit, v));
+    if (l->encode)
+        ok = ok && (f->encode = w16_expr_fold(a, l->encode, v));
+    if (l->decode)
+        ok = ok && (f->decode = w16_expr_fold(a, l->decode, v));
+    return ok;
+}
+
+static const kir_expr_t *bfail(builder_t *B, const char *why)
+{
+    if (!B->fail)
+        B->fail = why;
+    return NULL;
+}
+
+static const kir_expr_t *lower(builder_t *B, const w16_expr_t *x,
+                               w16_range_t *r)
+{
+    const kir_expr_t *e = w16_lower(&B->L, x, r);
+    if (!e)
+        bfail(B, B->L.failure);
+    return e;
+}
+
+static const kir_expr_t *ik(builder_t *B, int64_t v) { return w16_ir_const(B->k, v); }
+
+/* let a fresh variable = e; returns a reference to it. */
+static const kir_expr_t *bind_let(builder_t *B, const char *name,
+                                  const kir_expr_t *e)
+{
+    if (!e)
+        return NULL;
+    if (e->op == KIR_OP_CONST || e->op == KIR_OP_VAR)
+        return e;
+    const kir_var_t *v = kir_var(B->k, name, e->type);
+    if (!kir_let(B->k, B->body, v, e))
+        return bfail(B, "out of memory");
+    return kir_ref(B->k, v);
+}
+
+/* ---- the source side ----------------------------------------------------- */
+
+/* A logical element of the layer, coordinates in role order (e first), each
+ * a value in [0, ext). */
+typedef struct lcoord {
+    const kir_expr_t *c[W16_MAX_COORDS];
+    int64_t ext[W16_MAX_COORDS];
+    int n;
+} lcoord_t;
+
+/* Loads the raw storage element holding the source value of `role` at `at`
+ * and extracts it: a code (after the source's decode transform) for codes,
+ * the element's bits otherwise. Result: i64. */
+static const kir_expr_t *src_value(builder_t *B, w16_role_t role,
+                                   const lcoord_t *at)
+{
+    kir_kernel_t *k = B->k;
+    const w16_layout_t *l = &B->sl[role];
+    const w16_repack_request_t *r = B->req;
+    bool per_expert = !r->src->stacked;
+    w16_var_t cv[W16_MAX_COORDS];
+    int nc = w16_role_coords(role, cv);
+    w16_lower_clear_vars(&B->L);
+    const kir_expr_t *slot = ik(B, 0);
+    for (int i = 0; i < nc; i++) {
+        const kir_expr_t *c = at->c[i];
+        int64_t ext = at->ext[i];
+        if (cv[i] == W16_VAR_e && per_expert) {
+            /* the expert picks the tensor; the layout sees e = 0 */
+            slot = c;
+            w16_lower_bind(&B->L, W16_VAR_e, ik(B, 0), 0, 0);
+            continue;
+        }
+        if (cv[i] == W16_VAR_n && r->gemm == WNA16_GEMM_W13 &&
+            B->sv[W16_VAR_IP] != r->problem.I) {
+            /* a padded source (e.g. Marlin): each shard of I sits at a
+             * multiple of IP; w2's padding is at the end of K */
+            int64_t I = r->problem.I, IP = B->sv[W16_VAR_IP];
+            w16_range_t rc = {0, ext - 1};
+            c = w16_ir_add(k, w16_ir_mul(k, w16_ir_floordiv(k, c, I, rc), ik(B, IP)),
+                           w16_ir_floormod(k, c, I, rc));
+            ext = 2 * IP;
+        }
+        if (cv[i] == W16_VAR_n && per_expert && r->gemm == WNA16_GEMM_W13) {
+            /* gate holds n in [0, I), up holds [I, 2I) */
+            int64_t I = r->problem.I;
+            const kir_expr_t *up = kir_int_cast(k, KIR_I64,
+                kir_bin(k, KIR_OP_SLE, ik(B, I), c), false);
+            slot = w16_ir_add(k, w16_ir_mul(k, slot, ik(B, 2)), up);
+            c = kir_bin(k, KIR_OP_SUB, c, w16_ir_mul(k, up, ik(B, I)));
+            ext = I;
+        }
+        w16_lower_bind(&B->L, cv[i], c, 0, ext - 1);
+    }
+    const kir_expr_t *flat = ik(B, 0);
+    for (int d = 0; d < l->ndim; d++) {
+        w16_range_t ri;
+        const kir_expr_t *ix = lower(B, l->index[d], &ri);
+        if (!ix)
+            return NULL;
+        flat = w16_ir_add(k, w16_ir_mul(k, flat, ik(B, B->sshape[role][d])), ix);
+    }
+    const kir_expr_t *raw = kir_tload(k, B->table[role], slot, flat);
+    const kir_expr_t *v = kir_int_cast(k, KIR_I64, raw, false);
+    if (role != W16_ROLE_QWEIGHT && role != W16_ROLE_QZEROS)
+        return v;
+    int cb = w16_layout_code_bits(l, r->src_dtype[role], B->sv);
+    if (l->bit) {
+        w16_range_t rb;
+        const kir_expr_t *bit = lower(B, l->bit, &rb);
+        if (!bit)
+            return NULL;
+        int64_t bv;
+        if (!(bit->op == KIR_OP_CONST && (bv = bit->ival) == 0))
+            v = kir_bin(k, KIR_OP_LSHR, v, bit);
+    }
+    if (cb < 64)
+        v = kir_bin(k, KIR_OP_AND, v, ik(B, (INT64_C(1) << cb) - 1));
+    if (l->decode) {
+        w16_lower_bind(&B->L, W16_VAR_c, v, 0, (INT64_C(1) << cb) - 1);
+        v = lower(B, l->decode, NULL);
+    }
+    return v;
+}
+
+/* ---- float formats ------------------------------------------------------- */
+
+/* Raw bits of a float of dtype d (i64 holding them) -> f32. */
+static const kir_expr_t *bits_to_f32(builder_t *B, wna16_dtype_t d,
+                                     const kir_expr_t *bits)
+{
+    kir_kernel_t *k = B->k;
+    switch (d) {
+    case WNA16_DTYPE_F32:
+        return kir_convert(k, KIR_OP_BITCAST, KIR_F32,
+                           kir_int_cast(k, KIR_I32, bits, false));
+    case WNA16_DTYPE_F16:
+        return kir_convert(k, KIR_OP_FCONV, KIR_F32,
+                           kir_convert(k, KIR_OP_BITCAST, KIR_F16,
+                                       kir_int_cast(k, KIR_I16, bits, false)));
+    case WNA16_DTYPE_BF16: /* bf16 is the high half of an f32 */
+        return kir_convert(k, KIR_OP_BITCAST, KIR_F32,
+                           kir_bin(k, KIR_OP_SHL,
+                                   kir_int_cast(k, KIR_I32, bits, false),
+                                   kir_const(k, KIR_I32, 16)));
+    default:
+        return bfail(B, "not a float dtype");
+    }
+}
+
+/* f32 -> raw bits (i64) of dtype d, rounding to nearest even. */
+static const kir_expr_t *f32_to_bits(builder_t *B, wna16_dtype_t d,
+                                     const kir_expr_t *f)
+{
+    kir_kernel_t *k = B->k;
+    switch (d) {
+    case WNA16_DTYPE_F32:
+        return kir_int_cast(k, KIR_I64,
+                            kir_convert(k, KIR_OP_BITCAST, KIR_I32, f), false);
+    case WNA16_DTYPE_F16:
+        return kir_int_cast(k, KIR_I64,
+                            kir_convert(k, KIR_OP_BITCAST, KIR_I16,
+                                        kir_convert(k, KIR_OP_FCONV, KIR_F16, f)),
+                            false);
+    case WNA16_DTYPE_BF16: {
+        /* u + 0x7fff + ((u >> 16) & 1), >> 16; NaN keeps a quiet NaN */
+        const kir_expr_t *u = bind_let(B, "f32bits",
+            kir_int_cast(k, KIR_I64, kir_convert(k, KIR_OP_BITCAST, KIR_I32, f),
+                         false));
+        const kir_expr_t *lsb = kir_bin(k, KIR_OP_AND,
+                                        kir_bin(k, KIR_OP_LSHR, u, ik(B, 16)),
+                                        ik(B, 1));
+        const kir_expr_t *rounded = kir_bin(k, KIR_OP_AND,
+            kir_bin(k, KIR_OP_LSHR,
+                    w16_ir_add(k, w16_ir_add(k, u, ik(B, 0x7fff)), lsb),
+                    ik(B, 16)),
+            ik(B, 0xffff));
+        const kir_expr_t *nan = kir_bin(k, KIR_OP_ULT, ik(B, 0x7f800000),
+                                        kir_bin(k, KIR_OP_AND, u,
+                                                ik(B, 0x7fffffff)));
+        const kir_expr_t *qnan = kir_bin(k, KIR_OP_OR,
+                                         kir_bin(k, KIR_OP_LSHR, u, ik(B, 16)),
+                                         ik(B, 0x40));
+        return kir_select(k, nan, qnan, rounded);
+    }
+    default:
+        return bfail(B, "not a float dtype");
+    }
+}
+
+/* ---- the destination side ------------------------------------------------ */
+
+/* Coordinates (role order) of the destination slot: inverse map with the
+ * storage index bound, then validity and padding removal. Fills `at` with
+ * clamped logical coordinates; returns the i1 "this slot holds a value". */
+static const kir_expr_t *dst_slot(builder_t *B, int slot, lcoord_t *at)
+{
+    kir_kernel_t *k = B->k;
+    const w16_layout_t *l = &B->dl;
+    const w16_repack_request_t *r = B->req;
+    w16_lower_clear_vars(&B->L);
+    for (int d = 0; d < l->ndim; d++)
+        w16_lower_bind(&B->L, (w16_var_t)(W16_VAR_i0 + d), B->idx[d], 0,
+                       B->out->shape[d] - 1);
+    w16_lower_bind(&B->L, W16_VAR_slot, ik(B, slot), slot, slot);
+    w16_var_t cv[W16_MAX_COORDS];
+    int nc = w16_role_coords(l->role, cv);
+    int64_t ext[W16_MAX_COORDS];
+    w16_role_extent(l->role, B->dv, ext);
+    const kir_expr_t *valid = kir_const(k, KIR_I1, 1);
+    int64_t I = r->problem.I, IP = B->dv[W16_VAR_IP];
+    at->n = nc;
+    for (int i = 0; i < nc; i++) {
+        w16_range_t rc;
+        const kir_expr_t *c = lower(B, l->coord[i], &rc);
+        if (!c)
+            return NULL;
+        char name[16];
+        snprintf(name, sizeof name, "c%d_%s", slot, w16_var_name(cv[i]));
+        c = bind_let(B, name, c);
+        valid = kir_bin(k, KIR_OP_AND, valid,
+                        w16_ir_in_range(k, c, rc, 0, ext[i]));
+        int64_t logical_ext = ext[i];
+        /* Undo the intermediate padding (zero-filled places). */
+        if (IP != I) {
+            w16_range_t cr = {rc.lo < 0 ? 0 : rc.lo,
+                              rc.hi >= ext[i] ? ext[i] - 1 : rc.hi};
+            if (cv[i] == W16_VAR_n && r->gemm == WNA16_GEMM_W13) {
+                const kir_expr_t *shard = w16_ir_floordiv(k, c, IP, cr);
+                const kir_expr_t *within = w16_ir_floormod(k, c, IP, cr);
+                valid = kir_bin(k, KIR_OP_AND, valid,
+                                kir_bin(k, KIR_OP_SLT, within, ik(B, I)));
+                c = w16_ir_add(k, w16_ir_mul(k, shard, ik(B, I)), within);
+                logical_ext = 2 * I;
+            } else if (cv[i] == W16_VAR_k && r->gemm == WNA16_GEMM_W2) {
+                valid = kir_bin(k, KIR_OP_AND, valid,
+                                kir_bin(k, KIR_OP_SLT, c, ik(B, I)));
+                logical_ext = I;
+            } else if (cv[i] == W16_VAR_g && r->gemm == WNA16_GEMM_W2 &&
+                       r->problem.GS > 0) {
+                int64_t G = I / r->problem.GS;
+                valid = kir_bin(k, KIR_OP_AND, valid,
+                                kir_bin(k, KIR_OP_SLT, c, ik(B, G)));
+                logical_ext = G;
+            }
+        }
+        at->c[i] = c;
+        at->ext[i] = logical_ext;
+    }
+    valid = bind_let(B, "valid", valid);
+    for (int i = 0; i < nc; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "s%d_%s", slot, w16_var_name(cv[i]));
+        at->c[i] = bind_let(B, name, kir_select(k, valid, at->c[i], ik(B, 0)));
+    }
+    return valid;
+}
+
+/* The value a code slot holds: source code, or implicit zero. i64. */
+static const kir_expr_t *code_for(builder_t *B, const lcoord_t *at)
+{
+    w16_role_t role = B->dl.role;
+    if (role == W16_ROLE_QZEROS && !B->req->problem.zp)
+        return ik(B, INT64_C(1) << (B->req->problem.BITS - 1));
+    return src_value(B, role, at);
+}
+
+/* bf16(bf16(s) * (q - z)) style dequantized value, as raw dst bits. */
+static const kir_expr_t *dequant_bits(builder_t *B, const lcoord_t *at)
+{
+    kir_kernel_t *k = B->k;
+    const w16_repack_request_t *r = B->req;
+    const kir_expr_t *q = src_value(B, W16_ROLE_QWEIGHT, at);
+    int64_t gse = r->problem.GS > 0 ? r->problem.GS : B->dv[W16_VAR_K];
+    lcoord_t g = {.n = 3};
+    g.c[0] = at->c[0];
+    g.ext[0] = at->ext[0];
+    g.c[1] = w16_ir_floordiv(k, at->c[2], gse, (w16_range_t){0, at->ext[2] - 1});
+    g.ext[1] = (at->ext[2] + gse - 1) / gse;
+    g.c[2] = at->c[1];
+    g.ext[2] = at->ext[1];
+    const kir_expr_t *s = bits_to_f32(B, r->src_dtype[W16_ROLE_SCALES],
+                                      src_value(B, W16_ROLE_SCALES, &g));
+    const kir_expr_t *z = r->problem.zp ? src_value(B, W16_ROLE_QZEROS, &g)
+                                        : ik(B, INT64_C(1) << (r->problem.BITS - 1));
+    if (B->dl.dequant_scale_dtype)
+        s = bits_to_f32(B, B->dl.dequant_scale_dtype,
+                        f32_to_bits(B, B->dl.dequant_scale_dtype, s));
+    const kir_expr_t *qz = kir_convert(k, KIR_OP_SITOF, KIR_F32,
+                                       kir_int_cast(k, KIR_I32,
+                                                    kir_bin(k, KIR_OP_SUB, q, z),
+                                                    true));
+    return f32_to_bits(B, r->dst_dtype, kir_bin(k, KIR_OP_FMUL, qz, s));
+}
+
+/* The raw bits (i64) one slot contributes, before masking and shifting. */
+static const kir_expr_t *slot_bits(builder_t *B, int slot)
+{
+    kir_kernel_t *k = B->k;
+    const w16_repack_request_t *r = B->req;
+    lcoord_t at;
+    const kir_expr_t *valid = dst_slot(B, slot, &at);
+    if (!valid)
+        return NULL;
+    const kir_expr_t *v = NULL;
+    switch (B->dl.role) {
+    case W16_ROLE_QWEIGHT:
+    case W16_ROLE_QZEROS: {
+        v = code_for(B, &at);
+        if (v && B->dl.encode) {
+            w16_lower_clear_vars(&B->L);
+            w16_lower_bind(&B->L, W16_VAR_c, v, 0,
+                           (INT64_C(1) << r->problem.BITS) - 1);
+            v = lower(B, B->dl.encode, NULL);
+        }
+        break;
+    }
+    case W16_ROLE_SCALES:
+    case W16_ROLE_BIAS: {
+        const kir_expr_t *raw = src_value(B, B->dl.role, &at);
+        wna16_dtype_t sd = r->src_dtype[B->dl.role];
+        v = sd == r->dst_dtype ? raw
+                               : f32_to_bits(B, r->dst_dtype,
+                                             bits_to_f32(B, sd, raw));
+        break;
+    }
+    case W16_ROLE_G_IDX:
+        if (r->problem.act_order)
+            v = src_value(B, W16_ROLE_G_IDX, &at);
+        else /* k / group size */
+            v = r->problem.GS > 0
+                    ? w16_ir_floordiv(k, at.c[1], r->problem.GS,
+                                      (w16_range_t){0, at.ext[1] - 1})
+                    : ik(B, 0);
+        break;
+    case W16_ROLE_WEIGHT:
+        v = dequant_bits(B, &at);
+        break;
+    default:
+        return bfail(B, "this destination role is not generated yet");
+    }
+    if (!v)
+        return NULL;
+    return kir_select(k, valid, v, ik(B, 0));
+}
+
+/* ---- the kernel ---------------------------------------------------------- */
+
+static wna16_status_t setup(builder_t *B, wna16_context_t *ctx,
+                            const w16_repack_request_t *req,
+                            w16_repack_kernel_t *out, bool sums,
+                            wna16_error_t *err)
+{
+    memset(B, 0, sizeof *B);
+    memset(out, 0, sizeof *out);
+    B->ctx = ctx;
+    B->req = req;
+    B->out = out;
+    B->err = err;
+    for (int i = 0; i < W16_ROLE_COUNT; i++)
+        out->src_param[i] = -1;
+    out->sums = sums;
+    if (!req->dst->stacked)
+        return w16_err(err, WNA16_EUNSUPPORTED, "generated repack writes "
+                       "stacked layouts; %s stores one tensor per expert and "
+                       "projection (use the reference target)", req->dst->name);
+    const w16_layout_t *dl = req->dst->layouts[req->role];
+    if (!dl)
+        return w16_err(err, WNA16_EINVAL, "%s has no %s layout", req->dst->name,
+                       w16_role_key(req->role));
+    wna16_status_t st = w16_spec_bind(req->dst, &req->problem, req->gemm, B->dv, err);
+    if (st == WNA16_OK)
+        st = w16_spec_bind(req->src, &req->problem, req->gemm, B->sv, err);
+    if (st != WNA16_OK)
+        return st;
+    char name[200];
+    w16_repack_kernel_name(name, sizeof name, req);
+    if (sums)
+        strncat(name, "_sums", sizeof name - strlen(name) - 1);
+    int lanes = req->lanes > 0 ? req->lanes : 256;
+    B->k = kir_kernel_new(ctx, name, lanes);
+    if (!B->k)
+        return w16_err_nomem(err, "creating a repack kernel");
+    out->kernel = B->k;
+    B->body = &B->k->body;
+    w16_lower_init(&B->L, B->k);
+    if (!fold_layout(B, dl, B->dv, &B->dl))
+        return w16_err_nomem(err, "specializing a layout");
+    if ((st = w16_layout_shape(dl, B->dv, out->shape, err)) != WNA16_OK)
+        return st;
+    out->ndim = dl->ndim;
+    out->elems = 1;
+    for (int d = 0; d < dl->ndim; d++)
+        out->elems *= out->shape[d];
+    /* Sources: every role whose dtype the request names. */
+    out->per_expert_source = !req->src->stacked;
+    out->table_slots = out->per_expert_source
+                           ? (int)req->problem.E * (req->gemm == WNA16_GEMM_W13 ? 2 : 1)
+                           : 1;
+    kir_type_t dt = int_type_of(req->dst_dtype);
+    B->dst = kir_param(B->k, "dst", KIR_PARAM_BUFFER, dt, true);
+    for (int r = 0; r < W16_ROLE_COUNT; r++) {
+        if (!req->src_dtype[r])
+            continue;
+        const w16_layout_t *s = req->src->layouts[r];
+        if (!s)
+            return w16_err(err, WNA16_EUNSUPPORTED, "%s has no %s layout",
+                           req->src->name, w16_role_key((w16_role_t)r));
+        if (!fold_layout(B, s, B->sv, &B->sl[r]))
+            return w16_err_nomem(err, "specializing a layout");
+        if ((st = w16_layout_shape(s, B->sv, B->sshape[r], err)) != WNA16_OK)
+            return st;
+        char pname[40];
+        snprintf(pname, sizeof pname, "src_%s", w16_role_key((w16_role_t)r));
+        B->table[r] = kir_param(B->k, pname, KIR_PARAM_BUFFER_TABLE,
+                                int_type_of(req->src_dtype[r]), false);
+        if (!B->table[r])
+            return w16_err_nomem(err, "declaring parameters");
+        out->src_param[r] = B->table[r]->index;
+    }
+    if (!B->dst)
+        return w16_err_nomem(err, "declaring parameters");
+    return WNA16_OK;
+}
+
+/* flat = group * lanes + lane; return when past `total`. */
+static const kir_expr_t *lane_index(builder_t *B, int64_t total)
+{
+    kir_kernel_t *k = B->k;
+    const kir_expr_t *flat = bind_let(B, "flat", w16_ir_add(k,
+        w16_ir_mul(k, kir_builtin(k, KIR_OP_GROUP_ID), ik(B, k->lanes)),
+        kir_int_cast(k, KIR_I64, kir_builtin(k, KIR_OP_LANE_ID), false)));
+    kir_stmt_t *s = kir_if(k, B->body, kir_bin(k, KIR_OP_SLE, ik(B, total), flat));
+    if (!s || !kir_return(k, &s->body))
+        return bfail(B, "out of memory");
+    B->out->num_groups = (total + k->lanes - 1) / k->lanes;
+    return flat;
+}
+
+static wna16_status_t finish(builder_t *B, wna16_error_t *err)
+{
+    if (B->fail)
+        return w16_err(err, WNA16_EUNSUPPORTED, "cannot generate %s: %s",
+                       B->k ? B->k->name : "a repack kernel", B->fail);
+    return kir_verify(B->k, err);
+}
+
+wna16_status_t w16_build_repack(wna16_context_t *ctx,
+                                const w16_repack_request_t *req,
+                                w16_repack_kernel_t *out, wna16_error_t *err)
+{
+    builder_t B;
+    wna16_status_t st = setup(&B, ctx, req, out, false, err);
+    if (st != WNA16_OK) {
+        w16_repack_kernel_free(out);
+        return st;
+    }
+    kir_kernel_t *k = B.k;
+    const kir_expr_t *flat = lane_index(&B, out->elems);
+    /* storage index of the element: row-major unflatten */
+    int64_t stride = 1;
+    for (int d = out->ndim - 1; d >= 0; d--) {
+        w16_range_t rf = {0, out->elems - 1};
+        const kir_expr_t *q = w16_ir_floordiv(k, flat, stride, rf);
+        w16_range_t rq = {0, (out->elems - 1) / stride};
+        char name[8];
+        snprintf(name, sizeof name, "i%d", d);
+        B.idx[d] = bind_let(&B, name, w16_ir_floormod(k, q, out->shape[d], rq));
+        stride *= out->shape[d];
+    }
+    int cb = w16_layout_code_bits(&B.dl, req->dst_dtype, B.dv);
+    int slots = w16_layout_slots(&B.dl, req->dst_dtype, B.dv);
+    const kir_expr_t *acc = ik(&B, 0);
+    for (int s = 0; s < slots && !B.fail; s++) {
+        const kir_expr_t *v = slot_bits(&B, s);
+        if (!v)
+            break;
+        if (cb < 64)
+            v = kir_bin(k, KIR_OP_AND, v, ik(&B, (INT64_C(1) << cb) - 1));
+        if (s)
+            v = kir_bin(k, KIR_OP_SHL, v, ik(&B, (int64_t)s * cb));
+        acc = s ? kir_bin(k, KIR_OP_OR, acc, v) : v;
+        char name[16];
+        snprintf(name, sizeof name, "acc%d", s);
+        acc = bind_let(&B, name, acc);
+    }
+    if (!B.fail) {
+        const kir_expr_t *val = kir_int_cast(k, B.dst->type, acc, false);
+        if (!kir_store(k, B.body, B.dst, flat, val))
+            bfail(&B, "ill-typed store");
+    }
+    k->comment = "repack: one lane per destination element (gather)";
+    if ((st = finish(&B, err)) != WNA16_OK)
+        w16_repack_kernel_free(out);
+    return st;
+}
+
+wna16_status_t w16_build_repack_sums(wna16_context_t *ctx,
+                                     const w16_repack_request_t *req,
+                                     w16_repack_kernel_t *out,
+                                     wna16_error_t *err)
+{
+    builder_t B;
+    wna16_status_t st = setup(&B, ctx, req, out, true, err);
+    if (st == WNA16_OK && (req->role != W16_ROLE_QWEIGHT ||
+                           !B.dl.sums_block_k || wna16_dtype_size(req->dst_dtype) != 1))
+        st = w16_err(err, WNA16_EINVAL, "%s: the qweight layout has no byte "
+                     "block sums", req->dst->name);
+    int64_t bk = 0;
+    if (st == WNA16_OK && (!w16_expr_eval(B.dl.sums_block_k, B.dv, &bk, NULL) ||
+                           bk <= 0 || B.dv[W16_VAR_K] % bk))
+        st = w16_err(err, WNA16_ESPEC, "%s: sums.block_k does not divide K",
+                     req->dst->name);
+    if (st != WNA16_OK) {
+        w16_repack_kernel_free(out);
+        return st;
+    }
+    kir_kernel_t *k = B.k;
+    int64_t E = B.dv[W16_VAR_E], N = B.dv[W16_VAR_N], K = B.dv[W16_VAR_K];
+    int64_t KB = K / bk, total = E * N * KB;
+    const kir_expr_t *flat = lane_index(&B, total);
+    w16_range_t rf = {0, total - 1};
+    const kir_expr_t *kb = bind_let(&B, "kb", w16_ir_floormod(k, flat, KB, rf));
+    const kir_expr_t *n = bind_let(&B, "n", w16_ir_floormod(k,
+        w16_ir_floordiv(k, flat, KB, rf), N, (w16_range_t){0, total / KB}));
+    const kir_expr_t *e = bind_let(&B, "e", w16_ir_floordiv(k, flat, KB * N, rf));
+    /* sum over the block of (q - z): a loop over k */
+    const kir_var_t *sum = kir_var(k, "sum", KIR_I64);
+    const kir_var_t *kk = kir_var(k, "kk", KIR_I64);
+    kir_let(k, B.body, sum, ik(&B, 0));
+    kir_stmt_t *loop = kir_for(k, B.body, kk, ik(&B, 0), ik(&B, bk), 1);
+    if (!loop) {
+        w16_repack_kernel_free(out);
+        return w16_err_nomem(err, "building the sums kernel");
+    }
+    kir_block_t *outer = B.body;
+    B.body = &loop->body;
+    const kir_expr_t *kval = bind_let(&B, "k", w16_ir_add(k,
+        w16_ir_mul(k, kb, ik(&B, bk)), kir_ref(k, kk)));
+    lcoord_t at = {.n = 3};
+    at.c[0] = e; at.ext[0] = E;
+    at.c[1] = n; at.ext[1] = N;
+    at.c[2] = kval; at.ext[2] = K;
+    const kir_expr_t *q = src_value(&B, W16_ROLE_QWEIGHT, &at);
+    int64_t gse = req->problem.GS > 0 ? req->problem.GS : K;
+    lcoord_t g = {.n = 3};
+    g.c[0] = e; g.ext[0] = E;
+    g.c[1] = w16_ir_floordiv(k, kval, gse, (w16_range_t){0, K - 1});
+    g.ext[1] = K / gse;
+    g.c[2] = n; g.ext[2] = N;
+    const kir_expr_t *z = req->problem.zp ? src_value(&B, W16_ROLE_QZEROS, &g)
+                                          : ik(&B, INT64_C(1) << (req->problem.BITS - 1));
+    kir_assign(k, B.body, sum, w16_ir_add(k, kir_ref(k, sum),
+                                          kir_bin(k, KIR_OP_SUB, q, z)));
+    B.body = outer;
+    /* store the int32 little-endian at the sums index */
+    w16_lower_clear_vars(&B.L);
+    w16_lower_bind(&B.L, W16_VAR_e, e, 0, E - 1);
+    w16_lower_bind(&B.L, W16_VAR_n, n, 0, N - 1);
+    w16_lower_bind(&B.L, W16_VAR_g, kb, 0, KB - 1);
+    const kir_expr_t *pos = ik(&B, 0);
+    for (int d = 0; d < B.dl.ndim && !B.fail; d++) {
+        const kir_expr_t *ix = lower(&B, B.dl.sums_index[d], NULL);
+        if (!ix)
+            break;
+        pos = w16_ir_add(k, w16_ir_mul(k, pos, ik(&B, out->shape[d])), ix);
+    }
+    pos = bind_let(&B, "pos", pos);
+    for (int byte = 0; byte < 4 && !B.fail; byte++) {
+        const kir_expr_t *v = kir_int_cast(k, KIR_I8,
+            kir_bin(k, KIR_OP_LSHR, kir_ref(k, sum), ik(&B, 8 * byte)), false);
+        if (!kir_store(k, B.body, B.dst, w16_ir_add(k, pos, ik(&B, byte)), v))
+            bfail(&B, "ill-typed store");
+    }
+    k->comment = "repack: block sums of (q - z), one lane per (e, n, block)";
+    if ((st = finish(&B, err)) != WNA16_OK)
+        w16_repack_kernel_free(out);
+    return st;
+}
+
+void w16_repack_kernel_free(w16_repack_kernel_t *k)
+{
+    if (k && k->kernel) {
+        kir_kernel_free(k->kernel);
+        k->kernel = NULL;
+    }
+}

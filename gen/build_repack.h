@@ -1,0 +1,71 @@
+/*
+ * build_repack.h - builds repack kernels in the kernel IR from two specs.
+ *
+ * One kernel fills one destination tensor (one role of one operand, e.g.
+ * w13_qweight) of a stacked layout. It is a gather: every lane owns one
+ * destination element, walks its code slots through the destination's
+ * inverse map to logical coordinates, undoes the destination's padding,
+ * finds each value in the source through the source's forward map (per
+ * expert and projection tensors through a buffer table, stacked tensors
+ * through a one-entry table), converts it (value transforms, float
+ * formats, dequantization for layouts that hold dequantized weights) and
+ * writes the whole element once. Nothing here is specific to a format or
+ * a backend: the specs say everything, and every dimension is a constant
+ * in the kernel.
+ */
+#ifndef W16_BUILD_REPACK_H
+#define W16_BUILD_REPACK_H
+
+#include "gen/kir.h"
+#include "gen/spec.h"
+
+typedef struct w16_repack_request {
+    const wna16_spec_t *src; /* format (per expert) or stacked spec */
+    const wna16_spec_t *dst; /* stacked spec (a backend, MoeWNA16) */
+    w16_problem_t problem;   /* the logical layer (unpadded I) */
+    wna16_gemm_t gemm;
+    w16_role_t role;         /* destination role */
+    /* dtypes of the source tensors per role; INVALID = not read */
+    wna16_dtype_t src_dtype[W16_ROLE_COUNT];
+    wna16_dtype_t dst_dtype; /* one of the destination layout's dtypes */
+    int lanes;               /* workgroup size (0 = 256) */
+} w16_repack_request_t;
+
+typedef struct w16_repack_kernel {
+    kir_kernel_t *kernel;
+    /* destination tensor */
+    int ndim;
+    int64_t shape[W16_MAX_STORE_DIMS];
+    int64_t elems;
+    int64_t num_groups;
+    /* kernel parameter 0 is the destination buffer; src_param[role] is the
+     * parameter index of the source table of that role, or -1 */
+    int src_param[W16_ROLE_COUNT];
+    /* entries of every source table: E * projections (per-expert source)
+     * or 1 (stacked) */
+    int table_slots;
+    bool per_expert_source;
+    /* This kernel writes block sums (CPU compensation) into an already
+     * filled tensor rather than the whole tensor. */
+    bool sums;
+} w16_repack_kernel_t;
+
+/* Readable stable name, e.g. wna16_repack_gptq_to_triton_w13_qweight_b4_g128_zp0. */
+void w16_repack_kernel_name(char *out, size_t n, const w16_repack_request_t *r);
+
+/* Builds the kernel for one destination tensor. Refuses with a reason what
+ * it cannot generate (e.g. a non-stacked destination). */
+wna16_status_t w16_build_repack(wna16_context_t *ctx,
+                                const w16_repack_request_t *req,
+                                w16_repack_kernel_t *out, wna16_error_t *err);
+
+/* Builds the block-sums kernel for a destination whose qweight layout has
+ * "sums" (one lane per expert, output channel and block). */
+wna16_status_t w16_build_repack_sums(wna16_context_t *ctx,
+                                     const w16_repack_request_t *req,
+                                     w16_repack_kernel_t *out,
+                                     wna16_error_t *err);
+
+void w16_repack_kernel_free(w16_repack_kernel_t *k);
+
+#endif

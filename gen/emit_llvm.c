@@ -1,0 +1,482 @@
+/*
+ * emit_llvm.c - kernel IR to LLVM IR (see emit_llvm.h). A straight
+ * recursive lowering: variables are allocas in the lane function's entry
+ * block (mem2reg makes them SSA), structured statements become blocks, and
+ * the lane function is always-inlined into the workgroup loop.
+ */
+#include "gen/emit_llvm.h"
+
+#ifdef WNA16_HAVE_LLVM
+#include <llvm-c/Analysis.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct emitter {
+    const kir_kernel_t *k;
+    LLVMContextRef c;
+    LLVMModuleRef m;
+    LLVMBuilderRef b;
+    LLVMValueRef fn;
+    LLVMValueRef *vars;    /* allocas, by var index */
+    LLVMValueRef *params;  /* loaded parameter values, by param index */
+    LLVMValueRef *ctables; /* globals, by table index */
+    LLVMValueRef group, lane, num_groups;
+    LLVMTypeRef ptr;
+    const char *fail;
+} emitter_t;
+
+static LLVMTypeRef ltype(emitter_t *E, kir_type_t t)
+{
+    switch (t) {
+    case KIR_I1: return LLVMInt1TypeInContext(E->c);
+    case KIR_I8: return LLVMInt8TypeInContext(E->c);
+    case KIR_I16: return LLVMInt16TypeInContext(E->c);
+    case KIR_I32: return LLVMInt32TypeInContext(E->c);
+    case KIR_I64: return LLVMInt64TypeInContext(E->c);
+    case KIR_F16: return LLVMHalfTypeInContext(E->c);
+    case KIR_BF16: return LLVMBFloatTypeInContext(E->c);
+    case KIR_F32: return LLVMFloatTypeInContext(E->c);
+    default: return LLVMVoidTypeInContext(E->c);
+    }
+}
+
+static LLVMValueRef efail(emitter_t *E, const char *why)
+{
+    if (!E->fail)
+        E->fail = why;
+    return NULL;
+}
+
+static LLVMValueRef emit_expr(emitter_t *E, const kir_expr_t *e);
+
+static LLVMValueRef emit_binary(emitter_t *E, const kir_expr_t *e,
+                                LLVMValueRef a, LLVMValueRef b)
+{
+    LLVMBuilderRef B = E->b;
+    switch (e->op) {
+    case KIR_OP_ADD: return LLVMBuildAdd(B, a, b, "");
+    case KIR_OP_SUB: return LLVMBuildSub(B, a, b, "");
+    case KIR_OP_MUL: return LLVMBuildMul(B, a, b, "");
+    case KIR_OP_UDIV: return LLVMBuildUDiv(B, a, b, "");
+    case KIR_OP_SDIV: return LLVMBuildSDiv(B, a, b, "");
+    case KIR_OP_UREM: return LLVMBuildURem(B, a, b, "");
+    case KIR_OP_SREM: return LLVMBuildSRem(B, a, b, "");
+    case KIR_OP_SHL: return LLVMBuildShl(B, a, b, "");
+    case KIR_OP_LSHR: return LLVMBuildLShr(B, a, b, "");
+    case KIR_OP_ASHR: return LLVMBuildAShr(B, a, b, "");
+    case KIR_OP_AND: return LLVMBuildAnd(B, a, b, "");
+    case KIR_OP_OR: return LLVMBuildOr(B, a, b, "");
+    case KIR_OP_XOR: return LLVMBuildXor(B, a, b, "");
+    case KIR_OP_SMIN:
+        return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, a, b, ""), a, b, "");
+    case KIR_OP_SMAX:
+        return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSGT, a, b, ""), a, b, "");
+    case KIR_OP_FADD: return LLVMBuildFAdd(B, a, b, "");
+    case KIR_OP_FSUB: return LLVMBuildFSub(B, a, b, "");
+    case KIR_OP_FMUL: return LLVMBuildFMul(B, a, b, "");
+    case KIR_OP_FDIV: return LLVMBuildFDiv(B, a, b, "");
+    case KIR_OP_FMAX:
+        return LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, a, b, ""), a, b, "");
+    case KIR_OP_FMIN:
+        return LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, a, b, ""), a, b, "");
+    case KIR_OP_EQ: return LLVMBuildICmp(B, LLVMIntEQ, a, b, "");
+    case KIR_OP_NE: return LLVMBuildICmp(B, LLVMIntNE, a, b, "");
+    case KIR_OP_SLT: return LLVMBuildICmp(B, LLVMIntSLT, a, b, "");
+    case KIR_OP_SLE: return LLVMBuildICmp(B, LLVMIntSLE, a, b, "");
+    case KIR_OP_ULT: return LLVMBuildICmp(B, LLVMIntULT, a, b, "");
+    case KIR_OP_ULE: return LLVMBuildICmp(B, LLVMIntULE, a, b, "");
+    case KIR_OP_FLT: return LLVMBuildFCmp(B, LLVMRealOLT, a, b, "");
+    case KIR_OP_FLE: return LLVMBuildFCmp(B, LLVMRealOLE, a, b, "");
+    default: return efail(E, "internal: not a binary operator");
+    }
+}
+
+static LLVMValueRef emit_convert(emitter_t *E, const kir_expr_t *e,
+                                 LLVMValueRef a)
+{
+    LLVMBuilderRef B = E->b;
+    LLVMTypeRef to = ltype(E, e->type);
+    switch (e->op) {
+    case KIR_OP_ZEXT: return LLVMBuildZExt(B, a, to, "");
+    case KIR_OP_SEXT: return LLVMBuildSExt(B, a, to, "");
+    case KIR_OP_TRUNC: return LLVMBuildTrunc(B, a, to, "");
+    case KIR_OP_SITOF: return LLVMBuildSIToFP(B, a, to, "");
+    case KIR_OP_FTOSI: return LLVMBuildFPToSI(B, a, to, "");
+    case KIR_OP_BITCAST: return LLVMBuildBitCast(B, a, to, "");
+    case KIR_OP_FCONV:
+        if (e->a->type == KIR_BF16 || e->type == KIR_BF16)
+            /* bf16 conversions need runtime helpers on most CPUs; the
+             * builders lower them with integer ops instead */
+            return efail(E, "bf16 float conversions must be lowered by the "
+                            "builder");
+        return kir_type_bits(e->type) > kir_type_bits(e->a->type)
+                   ? LLVMBuildFPExt(B, a, to, "")
+                   : LLVMBuildFPTrunc(B, a, to, "");
+    default: return efail(E, "internal: not a conversion");
+    }
+}
+
+static LLVMValueRef gep_load(emitter_t *E, LLVMTypeRef elem, LLVMValueRef base,
+                             LLVMValueRef index)
+{
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(E->b, elem, base, &index, 1, "");
+    return LLVMBuildLoad2(E->b, elem, p, "");
+}
+
+static LLVMValueRef emit_expr(emitter_t *E, const kir_expr_t *e)
+{
+    if (E->fail)
+        return NULL;
+    LLVMBuilderRef B = E->b;
+    switch (e->op) {
+    case KIR_OP_CONST:
+        if (kir_type_is_float(e->type))
+            return LLVMConstReal(ltype(E, e->type), e->fval);
+        return LLVMConstInt(ltype(E, e->type), (unsigned long long)e->ival, 1);
+    case KIR_OP_VAR:
+        return LLVMBuildLoad2(B, ltype(E, e->type), E->vars[e->var->index], "");
+    case KIR_OP_PARAM:
+        return E->params[e->param->index];
+    case KIR_OP_GROUP_ID: return E->group;
+    case KIR_OP_LANE_ID: return E->lane;
+    case KIR_OP_NUM_GROUPS: return E->num_groups;
+    case KIR_OP_LOAD: {
+        LLVMValueRef i = emit_expr(E, e->a);
+        return i ? gep_load(E, ltype(E, e->type), E->params[e->param->index], i)
+                 : NULL;
+    }
+    case KIR_OP_TLOAD: {
+        LLVMValueRef s = emit_expr(E, e->a), i = emit_expr(E, e->b);
+        if (!s || !i)
+            return NULL;
+        LLVMValueRef base = gep_load(E, E->ptr, E->params[e->param->index], s);
+        return gep_load(E, ltype(E, e->type), base, i);
+    }
+    case KIR_OP_CTLOAD: {
+        LLVMValueRef i = emit_expr(E, e->a);
+        if (!i)
+            return NULL;
+        LLVMTypeRef at = LLVMArrayType2(ltype(E, e->type),
+                                        (uint64_t)e->ctable->count);
+        LLVMValueRef idx[2] = {LLVMConstInt(LLVMInt64TypeInContext(E->c), 0, 0), i};
+        LLVMValueRef p = LLVMBuildInBoundsGEP2(B, at, E->ctables[e->ctable->index],
+                                               idx, 2, "");
+        return LLVMBuildLoad2(B, ltype(E, e->type), p, "");
+    }
+    case KIR_OP_SHARED_LOAD:
+        return efail(E, "workgroup-shared memory is not supported by the CPU "
+                        "emitter yet");
+    case KIR_OP_NEG: {
+        LLVMValueRef a = emit_expr(E, e->a);
+        return a ? LLVMBuildNeg(B, a, "") : NULL;
+    }
+    case KIR_OP_NOT: {
+        LLVMValueRef a = emit_expr(E, e->a);
+        return a ? LLVMBuildNot(B, a, "") : NULL;
+    }
+    case KIR_OP_SELECT: {
+        LLVMValueRef c = emit_expr(E, e->a), a = emit_expr(E, e->b),
+                     b = emit_expr(E, e->c);
+        return c && a && b ? LLVMBuildSelect(B, c, a, b, "") : NULL;
+    }
+    default:
+        break;
+    }
+    if (kir_op_arity(e->op) == 1) {
+        LLVMValueRef a = emit_expr(E, e->a);
+        return a ? emit_convert(E, e, a) : NULL;
+    }
+    LLVMValueRef a = emit_expr(E, e->a), b = emit_expr(E, e->b);
+    return a && b ? emit_binary(E, e, a, b) : NULL;
+}
+
+static void emit_block(emitter_t *E, const kir_block_t *blk);
+
+/* After a terminator, later statements go to a fresh (unreachable) block. */
+static void fresh_block(emitter_t *E)
+{
+    LLVMBasicBlockRef bb = LLVMAppendBasicBlockInContext(E->c, E->fn, "dead");
+    LLVMPositionBuilderAtEnd(E->b, bb);
+}
+
+static bool terminated(emitter_t *E)
+{
+    return LLVMGetBasicBlockTerminator(LLVMGetInsertBlock(E->b)) != NULL;
+}
+
+static void emit_stmt(emitter_t *E, const kir_stmt_t *s)
+{
+    LLVMBuilderRef B = E->b;
+    switch (s->kind) {
+    case KIR_S_LET:
+    case KIR_S_ASSIGN: {
+        LLVMValueRef v = emit_expr(E, s->a);
+        if (v)
+            LLVMBuildStore(B, v, E->vars[s->var->index]);
+        return;
+    }
+    case KIR_S_STORE: {
+        LLVMValueRef i = emit_expr(E, s->a), v = emit_expr(E, s->b);
+        if (!i || !v)
+            return;
+        LLVMValueRef p = LLVMBuildInBoundsGEP2(B, ltype(E, s->param->type),
+                                               E->params[s->param->index], &i,
+                                               1, "");
+        LLVMBuildStore(B, v, p);
+        return;
+    }
+    case KIR_S_SHARED_STORE:
+        efail(E, "workgroup-shared memory is not supported by the CPU emitter "
+                 "yet");
+        return;
+    case KIR_S_BARRIER:
+        efail(E, "barriers are not supported by the CPU emitter yet");
+        return;
+    case KIR_S_RETURN:
+        LLVMBuildRetVoid(B);
+        fresh_block(E);
+        return;
+    case KIR_S_IF: {
+        LLVMValueRef c = emit_expr(E, s->a);
+        if (!c)
+            return;
+        LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(E->c, E->fn, "then");
+        LLVMBasicBlockRef els = LLVMAppendBasicBlockInContext(E->c, E->fn, "else");
+        LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(E->c, E->fn, "join");
+        LLVMBuildCondBr(B, c, then, els);
+        LLVMPositionBuilderAtEnd(B, then);
+        emit_block(E, &s->body);
+        if (!terminated(E))
+            LLVMBuildBr(B, join);
+        LLVMPositionBuilderAtEnd(B, els);
+        emit_block(E, &s->else_body);
+        if (!terminated(E))
+            LLVMBuildBr(B, join);
+        LLVMPositionBuilderAtEnd(B, join);
+        return;
+    }
+    case KIR_S_FOR: {
+        LLVMValueRef lo = emit_expr(E, s->a);
+        if (!lo)
+            return;
+        LLVMValueRef slot = E->vars[s->var->index];
+        LLVMBuildStore(B, lo, slot);
+        LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(E->c, E->fn, "for");
+        LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(E->c, E->fn, "body");
+        LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(E->c, E->fn, "done");
+        LLVMBuildBr(B, head);
+        LLVMPositionBuilderAtEnd(B, head);
+        LLVMTypeRef t = ltype(E, s->var->type);
+        LLVMValueRef i = LLVMBuildLoad2(B, t, slot, "");
+        LLVMValueRef hi = emit_expr(E, s->b);
+        if (!hi)
+            return;
+        LLVMBuildCondBr(B, LLVMBuildICmp(B, LLVMIntSLT, i, hi, ""), body, done);
+        LLVMPositionBuilderAtEnd(B, body);
+        emit_block(E, &s->body);
+        if (!terminated(E)) {
+            LLVMValueRef cur = LLVMBuildLoad2(B, t, slot, "");
+            LLVMBuildStore(B, LLVMBuildAdd(B, cur, LLVMConstInt(t,
+                           (unsigned long long)s->step, 0), ""), slot);
+            LLVMBuildBr(B, head);
+        }
+        LLVMPositionBuilderAtEnd(B, done);
+        return;
+    }
+    }
+}
+
+static void emit_block(emitter_t *E, const kir_block_t *blk)
+{
+    for (int i = 0; i < blk->count && !E->fail; i++)
+        emit_stmt(E, blk->items[i]);
+}
+
+static void add_attr(emitter_t *E, LLVMValueRef fn, const char *name)
+{
+    unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
+    LLVMAddAttributeAtIndex(fn, (unsigned)LLVMAttributeFunctionIndex,
+                            LLVMCreateEnumAttribute(E->c, kind, 0));
+}
+
+/* The lane function: (args, group, lane, num_groups). */
+static LLVMValueRef emit_lane_fn(emitter_t *E, const char *symbol)
+{
+    LLVMContextRef c = E->c;
+    LLVMTypeRef i64 = LLVMInt64TypeInContext(c), i32 = LLVMInt32TypeInContext(c);
+    LLVMTypeRef ps[4] = {E->ptr, i64, i32, i64};
+    char name[300];
+    snprintf(name, sizeof name, "%s.lane", symbol);
+    LLVMValueRef fn = LLVMAddFunction(E->m, name,
+                                      LLVMFunctionType(LLVMVoidTypeInContext(c),
+                                                       ps, 4, 0));
+    LLVMSetLinkage(fn, LLVMInternalLinkage);
+    add_attr(E, fn, "alwaysinline");
+    add_attr(E, fn, "nounwind");
+    E->fn = fn;
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(c, fn, "entry");
+    LLVMPositionBuilderAtEnd(E->b, entry);
+    const kir_kernel_t *k = E->k;
+    E->group = LLVMGetParam(fn, 1);
+    E->lane = LLVMGetParam(fn, 2);
+    E->num_groups = LLVMGetParam(fn, 3);
+    for (int i = 0; i < k->n_vars; i++)
+        E->vars[i] = LLVMBuildAlloca(E->b, ltype(E, k->vars[i]->type),
+                                     k->vars[i]->name);
+    for (int i = 0; i < k->n_params; i++) {
+        const kir_param_t *p = k->params[i];
+        LLVMValueRef idx = LLVMConstInt(i64, (unsigned long long)i, 0);
+        LLVMValueRef raw = gep_load(E, i64, LLVMGetParam(fn, 0), idx);
+        if (p->kind != KIR_PARAM_SCALAR) {
+            E->params[i] = LLVMBuildIntToPtr(E->b, raw, E->ptr, p->name);
+        } else if (kir_type_is_float(p->type)) {
+            LLVMTypeRef it = LLVMIntTypeInContext(c, (unsigned)kir_type_bits(p->type));
+            E->params[i] = LLVMBuildBitCast(E->b, LLVMBuildTrunc(E->b, raw, it, ""),
+                                            ltype(E, p->type), p->name);
+        } else {
+            E->params[i] = p->type == KIR_I64
+                               ? raw
+                               : LLVMBuildTrunc(E->b, raw, ltype(E, p->type), p->name);
+        }
+    }
+    emit_block(E, &k->body);
+    if (!terminated(E))
+        LLVMBuildRetVoid(E->b);
+    return fn;
+}
+
+/* for g in [g0, g1): for lane in [0, lanes): lane_fn(args, g, lane, ng) */
+static void emit_entry(emitter_t *E, const char *symbol, LLVMValueRef lane_fn)
+{
+    LLVMContextRef c = E->c;
+    LLVMBuilderRef B = E->b;
+    LLVMTypeRef i64 = LLVMInt64TypeInContext(c), i32 = LLVMInt32TypeInContext(c);
+    LLVMTypeRef ps[4] = {E->ptr, i64, i64, i64};
+    LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(c), ps, 4, 0);
+    LLVMValueRef fn = LLVMAddFunction(E->m, symbol, ft);
+    add_attr(E, fn, "nounwind");
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(c, fn, "entry");
+    LLVMBasicBlockRef ghead = LLVMAppendBasicBlockInContext(c, fn, "groups");
+    LLVMBasicBlockRef lhead = LLVMAppendBasicBlockInContext(c, fn, "lanes");
+    LLVMBasicBlockRef gnext = LLVMAppendBasicBlockInContext(c, fn, "next_group");
+    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(c, fn, "exit");
+    LLVMPositionBuilderAtEnd(B, entry);
+    LLVMValueRef g0 = LLVMGetParam(fn, 1), g1 = LLVMGetParam(fn, 2);
+    LLVMBuildCondBr(B, LLVMBuildICmp(B, LLVMIntSLT, g0, g1, ""), ghead, exit);
+    /* group loop */
+    LLVMPositionBuilderAtEnd(B, ghead);
+    LLVMValueRef g = LLVMBuildPhi(B, i64, "g");
+    LLVMBuildBr(B, lhead);
+    /* lane loop */
+    LLVMPositionBuilderAtEnd(B, lhead);
+    LLVMValueRef lane = LLVMBuildPhi(B, i32, "lane");
+    LLVMValueRef args[4] = {LLVMGetParam(fn, 0), g, lane, LLVMGetParam(fn, 3)};
+    LLVMTypeRef lps[4] = {E->ptr, i64, i32, i64};
+    LLVMBuildCall2(B, LLVMFunctionType(LLVMVoidTypeInContext(c), lps, 4, 0),
+                   lane_fn, args, 4, "");
+    LLVMValueRef lane1 = LLVMBuildAdd(B, lane, LLVMConstInt(i32, 1, 0), "");
+    LLVMValueRef more = LLVMBuildICmp(B, LLVMIntSLT, lane1,
+                                      LLVMConstInt(i32, (unsigned)E->k->lanes, 0), "");
+    LLVMBuildCondBr(B, more, lhead, gnext);
+    LLVMValueRef zero32 = LLVMConstInt(i32, 0, 0);
+    LLVMBasicBlockRef lfrom[2] = {ghead, lhead};
+    LLVMValueRef lvals[2] = {zero32, lane1};
+    LLVMAddIncoming(lane, lvals, lfrom, 2);
+    LLVMPositionBuilderAtEnd(B, gnext);
+    LLVMValueRef g1n = LLVMBuildAdd(B, g, LLVMConstInt(i64, 1, 0), "");
+    LLVMBuildCondBr(B, LLVMBuildICmp(B, LLVMIntSLT, g1n, g1, ""), ghead, exit);
+    LLVMBasicBlockRef gfrom[2] = {entry, gnext};
+    LLVMValueRef gvals[2] = {g0, g1n};
+    LLVMAddIncoming(g, gvals, gfrom, 2);
+    LLVMPositionBuilderAtEnd(B, exit);
+    LLVMBuildRetVoid(B);
+}
+
+wna16_status_t w16_emit_llvm(const kir_kernel_t *k, LLVMModuleRef m,
+                             const char *symbol, wna16_error_t *err)
+{
+    emitter_t E = {.k = k, .m = m, .c = LLVMGetModuleContext(m)};
+    E.b = LLVMCreateBuilderInContext(E.c);
+    E.ptr = LLVMPointerTypeInContext(E.c, 0);
+    E.vars = calloc((size_t)k->n_vars + 1, sizeof *E.vars);
+    E.params = calloc((size_t)k->n_params + 1, sizeof *E.params);
+    E.ctables = calloc((size_t)k->n_ctables + 1, sizeof *E.ctables);
+    if (!E.vars || !E.params || !E.ctables) {
+        E.fail = "out of memory";
+    } else {
+        LLVMTypeRef i64 = LLVMInt64TypeInContext(E.c);
+        for (int i = 0; i < k->n_ctables; i++) {
+            const kir_ctable_t *t = k->ctables[i];
+            LLVMTypeRef et = ltype(&E, t->type);
+            LLVMValueRef *vals = calloc((size_t)t->count, sizeof *vals);
+            if (!vals) {
+                E.fail = "out of memory";
+                break;
+            }
+            for (int j = 0; j < t->count; j++)
+                vals[j] = LLVMConstInt(et, (unsigned long long)t->values[j], 1);
+            char name[300];
+            snprintf(name, sizeof name, "%s.%s", symbol, t->name);
+            LLVMValueRef g = LLVMAddGlobal(m, LLVMArrayType2(et, (uint64_t)t->count),
+                                           name);
+            LLVMSetInitializer(g, LLVMConstArray2(et, vals, (uint64_t)t->count));
+            LLVMSetGlobalConstant(g, 1);
+            LLVMSetLinkage(g, LLVMPrivateLinkage);
+            LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
+            E.ctables[i] = g;
+            free(vals);
+        }
+        (void)i64;
+        if (!E.fail) {
+            LLVMValueRef lane = emit_lane_fn(&E, symbol);
+            if (!E.fail)
+                emit_entry(&E, symbol, lane);
+        }
+    }
+    LLVMDisposeBuilder(E.b);
+    free(E.vars);
+    free(E.params);
+    free(E.ctables);
+    if (E.fail)
+        return w16_err(err, WNA16_EUNSUPPORTED, "kernel %s: %s", k->name, E.fail);
+    char *msg = NULL;
+    if (LLVMVerifyModule(m, LLVMReturnStatusAction, &msg)) {
+        wna16_status_t st = w16_err(err, WNA16_EINTERNAL, "kernel %s: LLVM "
+                                    "rejects the generated IR: %s", k->name,
+                                    msg ? msg : "");
+        LLVMDisposeMessage(msg);
+        return st;
+    }
+    LLVMDisposeMessage(msg);
+    return WNA16_OK;
+}
+
+wna16_status_t w16_emit_llvm_text(const kir_kernel_t *k, w16_buf_t *out,
+                                  wna16_error_t *err)
+{
+    LLVMContextRef c = LLVMContextCreate();
+    LLVMModuleRef m = LLVMModuleCreateWithNameInContext(k->name, c);
+    wna16_status_t st = w16_emit_llvm(k, m, k->name, err);
+    if (st == WNA16_OK) {
+        char *text = LLVMPrintModuleToString(m);
+        w16_buf_puts(out, text);
+        LLVMDisposeMessage(text);
+    }
+    LLVMDisposeModule(m);
+    LLVMContextDispose(c);
+    return st;
+}
+
+#else /* no LLVM */
+
+wna16_status_t w16_emit_llvm_text(const kir_kernel_t *k, w16_buf_t *out,
+                                  wna16_error_t *err)
+{
+    (void)out;
+    return w16_err(err, WNA16_EUNAVAILABLE, "kernel %s: this build has no "
+                   "LLVM 19 (install llvm-19-dev and reconfigure)", k->name);
+}
+
+#endif

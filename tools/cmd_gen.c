@@ -1,0 +1,180 @@
+/*
+ * cmd_gen.c - `wna16 gen`: prints the generated kernels of one job, as the
+ * kernel IR or as LLVM IR, for debugging and review.
+ */
+#include "cli.h"
+#include "gen/build_repack.h"
+#include "gen/emit_llvm.h"
+
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: wna16 gen --kind repack --from FORMAT --to BACKEND [--target ir|llvm]\n"
+        "                 --bits 4|8 --group-size G [--zero-point] [--act-order]\n"
+        "                 [--bias] [--hidden H] [--intermediate I] [--experts E]\n"
+        "                 [--scale-dtype F16|BF16] [--tensor NAME]\n\n"
+        "Prints the repack kernels that turn a layer in FORMAT into BACKEND's\n"
+        "layout: one kernel per destination tensor (w13_qweight, w2_scales, ...),\n"
+        "or only --tensor NAME. Every dimension is a constant in the kernel, so\n"
+        "the shape matters: --hidden, --intermediate and --experts default to\n"
+        "256, 128 and 2. --target ir (default) prints the kernel IR, --target\n"
+        "llvm the LLVM IR before optimization (needs LLVM 19).\n");
+}
+
+typedef struct gen_opts {
+    const char *from, *to, *target, *tensor, *kind;
+    long bits, gs, hidden, inter, experts;
+    bool zp, act_order, bias, gs_set;
+    wna16_dtype_t scale_dtype;
+} gen_opts_t;
+
+static int parse(int argc, char **argv, gen_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->target = "ir";
+    o->kind = NULL;
+    o->hidden = 256;
+    o->inter = 128;
+    o->experts = 2;
+    o->scale_dtype = WNA16_DTYPE_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL, *opt = argv[i];
+        long *num = NULL, lo = 1, hi = 1 << 20;
+        const char **str = NULL;
+        if (cli_opt_value(argc, argv, &i, "--kind", &v)) str = &o->kind;
+        else if (cli_opt_value(argc, argv, &i, "--from", &v)) str = &o->from;
+        else if (cli_opt_value(argc, argv, &i, "--to", &v)) str = &o->to;
+        else if (cli_opt_value(argc, argv, &i, "--target", &v)) str = &o->target;
+        else if (cli_opt_value(argc, argv, &i, "--tensor", &v)) str = &o->tensor;
+        else if (cli_opt_value(argc, argv, &i, "--bits", &v)) { num = &o->bits; lo = 4; hi = 8; }
+        else if (cli_opt_value(argc, argv, &i, "--group-size", &v)) { num = &o->gs; lo = -1; o->gs_set = true; }
+        else if (cli_opt_value(argc, argv, &i, "--hidden", &v)) num = &o->hidden;
+        else if (cli_opt_value(argc, argv, &i, "--intermediate", &v)) num = &o->inter;
+        else if (cli_opt_value(argc, argv, &i, "--experts", &v)) { num = &o->experts; hi = 1024; }
+        else if (cli_opt_value(argc, argv, &i, "--scale-dtype", &v)) {
+            o->scale_dtype = v ? wna16_dtype_from_name(v, strlen(v)) : 0;
+            if (o->scale_dtype != WNA16_DTYPE_F16 && o->scale_dtype != WNA16_DTYPE_BF16)
+                return cli_usage_error("gen", "--scale-dtype: F16 or BF16");
+            continue;
+        }
+        else if (strcmp(opt, "--zero-point") == 0) { o->zp = true; continue; }
+        else if (strcmp(opt, "--act-order") == 0) { o->act_order = true; continue; }
+        else if (strcmp(opt, "--bias") == 0) { o->bias = true; continue; }
+        else return cli_usage_error("gen", "unknown option '%s'", opt);
+        if (!v)
+            return cli_usage_error("gen", "%s needs a value", opt);
+        if (str)
+            *str = v;
+        else if (!cli_parse_int(v, lo, hi, num) || (num == &o->bits && *num != 4 && *num != 8) ||
+                 (num == &o->gs && *num == 0))
+            return cli_usage_error("gen", "%s: bad value '%s'", opt, v);
+    }
+    if (!o->kind || strcmp(o->kind, "repack") != 0)
+        return cli_usage_error("gen", "--kind repack is required (the fused-MoE "
+                               "kernels come later)");
+    if (!o->from || !o->to || !o->bits || !o->gs_set)
+        return cli_usage_error("gen", "--from, --to, --bits and --group-size "
+                               "are required");
+    if (strcmp(o->target, "ir") && strcmp(o->target, "llvm"))
+        return cli_usage_error("gen", "--target: ir or llvm");
+    return CLI_OK;
+}
+
+int cmd_gen(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return CLI_OK;
+        }
+    gen_opts_t o;
+    int rc = parse(argc, argv, &o);
+    if (rc != CLI_OK)
+        return rc;
+    wna16_context_t *ctx = cli_context();
+    if (!ctx)
+        return CLI_FAIL;
+    const wna16_spec_t *src = wna16_spec_find(ctx, 0, o.from);
+    const wna16_spec_t *dst = wna16_spec_find(ctx, 0, o.to);
+    if (!src || !dst) {
+        fprintf(stderr, "wna16: no spec named '%s' (see 'wna16 specs list')\n",
+                !src ? o.from : o.to);
+        wna16_context_destroy(ctx);
+        return CLI_FAIL;
+    }
+    w16_problem_t p = {o.experts, o.hidden, o.inter, o.bits, o.gs, o.zp,
+                       o.act_order, o.bias};
+    wna16_error_t err;
+    int printed = 0;
+    rc = CLI_OK;
+    for (int g = 0; g < 2 && rc == CLI_OK; g++) {
+        int64_t dv[W16_VAR_COUNT];
+        if (w16_spec_bind(dst, &p, (wna16_gemm_t)g, dv, &err) != WNA16_OK) {
+            rc = cli_fail(&err);
+            break;
+        }
+        for (int r = 0; r < W16_ROLE_COUNT && rc == CLI_OK; r++) {
+            const w16_layout_t *l = dst->layouts[r];
+            if (!w16_layout_present(l, dv))
+                continue;
+            char tname[128];
+            snprintf(tname, sizeof tname, "%s_%s", g ? "w2" : "w13", l->name);
+            if (o.tensor && strcmp(o.tensor, tname) != 0)
+                continue;
+            w16_repack_request_t req = {.src = src, .dst = dst, .problem = p,
+                                        .gemm = (wna16_gemm_t)g,
+                                        .role = (w16_role_t)r};
+            /* the roles the kernel reads, with checkpoint-like dtypes */
+            req.src_dtype[W16_ROLE_QWEIGHT] = src->layouts[W16_ROLE_QWEIGHT]
+                ? src->layouts[W16_ROLE_QWEIGHT]->dtypes[0] : 0;
+            if (r == W16_ROLE_SCALES || r == W16_ROLE_WEIGHT)
+                req.src_dtype[W16_ROLE_SCALES] = o.scale_dtype;
+            if ((r == W16_ROLE_QZEROS || r == W16_ROLE_WEIGHT) && o.zp &&
+                src->layouts[W16_ROLE_QZEROS])
+                req.src_dtype[W16_ROLE_QZEROS] = src->layouts[W16_ROLE_QZEROS]->dtypes[0];
+            if (r == W16_ROLE_G_IDX && o.act_order && src->layouts[W16_ROLE_G_IDX])
+                req.src_dtype[W16_ROLE_G_IDX] = WNA16_DTYPE_I32;
+            if (r == W16_ROLE_BIAS)
+                req.src_dtype[W16_ROLE_BIAS] = o.scale_dtype;
+            if (r != W16_ROLE_QWEIGHT && r != W16_ROLE_WEIGHT)
+                req.src_dtype[W16_ROLE_QWEIGHT] = 0;
+            req.dst_dtype = l->dtypes[0];
+            for (int d = 0; d < l->n_dtypes; d++)
+                if (l->dtypes[d] == o.scale_dtype &&
+                    (r == W16_ROLE_SCALES || r == W16_ROLE_BIAS))
+                    req.dst_dtype = o.scale_dtype;
+            for (int pass = 0; pass < (l->sums_block_k ? 2 : 1); pass++) {
+                w16_repack_kernel_t rk;
+                wna16_status_t st = pass ? w16_build_repack_sums(ctx, &req, &rk, &err)
+                                         : w16_build_repack(ctx, &req, &rk, &err);
+                if (st != WNA16_OK) {
+                    rc = cli_fail(&err);
+                    break;
+                }
+                w16_buf_t b;
+                w16_buf_init(&b, ctx);
+                if (strcmp(o.target, "ir") == 0)
+                    kir_print(&b, rk.kernel);
+                else if (w16_emit_llvm_text(rk.kernel, &b, &err) != WNA16_OK)
+                    rc = cli_fail(&err);
+                if (rc == CLI_OK) {
+                    printf("%s; %s: %lld workgroups of %d lanes\n%s\n",
+                           printed ? "\n" : "", tname, (long long)rk.num_groups,
+                           rk.kernel->lanes, b.data ? b.data : "");
+                    printed++;
+                }
+                w16_buf_free(&b);
+                w16_repack_kernel_free(&rk);
+            }
+        }
+    }
+    if (rc == CLI_OK && !printed) {
+        fprintf(stderr, "wna16: no tensor %s in %s's layout for this "
+                "configuration\n", o.tensor ? o.tensor : "", dst->name);
+        rc = CLI_FAIL;
+    }
+    wna16_context_destroy(ctx);
+    return rc;
+}
