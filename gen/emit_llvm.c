@@ -301,17 +301,28 @@ static void add_attr(emitter_t *E, LLVMValueRef fn, const char *name)
                             LLVMCreateEnumAttribute(E->c, kind, 0));
 }
 
-/* The lane function: (args, group, lane, num_groups). */
-static LLVMValueRef emit_lane_fn(emitter_t *E, const char *symbol)
+/* The lane function: (args, group, lane, num_groups, buffers...). Buffers
+ * and tables arrive as separate `noalias` arguments: after inlining LLVM
+ * turns them into alias scopes, which is what lets the loop vectorizer see
+ * that the destination store does not alias the source loads. */
+static LLVMTypeRef lane_fn_type(emitter_t *E)
 {
     LLVMContextRef c = E->c;
     LLVMTypeRef i64 = LLVMInt64TypeInContext(c), i32 = LLVMInt32TypeInContext(c);
-    LLVMTypeRef ps[4] = {E->ptr, i64, i32, i64};
+    LLVMTypeRef ps[4 + 64] = {E->ptr, i64, i32, i64};
+    for (int i = 0; i < E->k->n_params && i < 64; i++)
+        ps[4 + i] = E->ptr;
+    return LLVMFunctionType(LLVMVoidTypeInContext(c), ps,
+                            (unsigned)(4 + E->k->n_params), 0);
+}
+
+static LLVMValueRef emit_lane_fn(emitter_t *E, const char *symbol)
+{
+    LLVMContextRef c = E->c;
+    LLVMTypeRef i64 = LLVMInt64TypeInContext(c);
     char name[300];
     snprintf(name, sizeof name, "%s.lane", symbol);
-    LLVMValueRef fn = LLVMAddFunction(E->m, name,
-                                      LLVMFunctionType(LLVMVoidTypeInContext(c),
-                                                       ps, 4, 0));
+    LLVMValueRef fn = LLVMAddFunction(E->m, name, lane_fn_type(E));
     LLVMSetLinkage(fn, LLVMInternalLinkage);
     add_attr(E, fn, "alwaysinline");
     add_attr(E, fn, "nounwind");
@@ -325,13 +336,18 @@ static LLVMValueRef emit_lane_fn(emitter_t *E, const char *symbol)
     for (int i = 0; i < k->n_vars; i++)
         E->vars[i] = LLVMBuildAlloca(E->b, ltype(E, k->vars[i]->type),
                                      k->vars[i]->name);
+    unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
     for (int i = 0; i < k->n_params; i++) {
         const kir_param_t *p = k->params[i];
+        if (p->kind != KIR_PARAM_SCALAR) {
+            E->params[i] = LLVMGetParam(fn, (unsigned)(4 + i));
+            LLVMAddAttributeAtIndex(fn, (unsigned)(5 + i),
+                                    LLVMCreateEnumAttribute(c, noalias, 0));
+            continue;
+        }
         LLVMValueRef idx = LLVMConstInt(i64, (unsigned long long)i, 0);
         LLVMValueRef raw = gep_load(E, i64, LLVMGetParam(fn, 0), idx);
-        if (p->kind != KIR_PARAM_SCALAR) {
-            E->params[i] = LLVMBuildIntToPtr(E->b, raw, E->ptr, p->name);
-        } else if (kir_type_is_float(p->type)) {
+        if (kir_type_is_float(p->type)) {
             LLVMTypeRef it = LLVMIntTypeInContext(c, (unsigned)kir_type_bits(p->type));
             E->params[i] = LLVMBuildBitCast(E->b, LLVMBuildTrunc(E->b, raw, it, ""),
                                             ltype(E, p->type), p->name);
@@ -363,6 +379,13 @@ static void emit_entry(emitter_t *E, const char *symbol, LLVMValueRef lane_fn)
     LLVMBasicBlockRef gnext = LLVMAppendBasicBlockInContext(c, fn, "next_group");
     LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(c, fn, "exit");
     LLVMPositionBuilderAtEnd(B, entry);
+    LLVMValueRef bufs[64];
+    int np = E->k->n_params < 64 ? E->k->n_params : 64;
+    for (int i = 0; i < np; i++) {
+        LLVMValueRef idx = LLVMConstInt(i64, (unsigned long long)i, 0);
+        LLVMValueRef raw = gep_load(E, i64, LLVMGetParam(fn, 0), idx);
+        bufs[i] = LLVMBuildIntToPtr(B, raw, E->ptr, "");
+    }
     LLVMValueRef g0 = LLVMGetParam(fn, 1), g1 = LLVMGetParam(fn, 2);
     LLVMBuildCondBr(B, LLVMBuildICmp(B, LLVMIntSLT, g0, g1, ""), ghead, exit);
     /* group loop */
@@ -372,10 +395,10 @@ static void emit_entry(emitter_t *E, const char *symbol, LLVMValueRef lane_fn)
     /* lane loop */
     LLVMPositionBuilderAtEnd(B, lhead);
     LLVMValueRef lane = LLVMBuildPhi(B, i32, "lane");
-    LLVMValueRef args[4] = {LLVMGetParam(fn, 0), g, lane, LLVMGetParam(fn, 3)};
-    LLVMTypeRef lps[4] = {E->ptr, i64, i32, i64};
-    LLVMBuildCall2(B, LLVMFunctionType(LLVMVoidTypeInContext(c), lps, 4, 0),
-                   lane_fn, args, 4, "");
+    LLVMValueRef args[4 + 64] = {LLVMGetParam(fn, 0), g, lane, LLVMGetParam(fn, 3)};
+    for (int i = 0; i < np; i++)
+        args[4 + i] = bufs[i];
+    LLVMBuildCall2(B, lane_fn_type(E), lane_fn, args, (unsigned)(4 + np), "");
     LLVMValueRef lane1 = LLVMBuildAdd(B, lane, LLVMConstInt(i32, 1, 0), "");
     LLVMValueRef more = LLVMBuildICmp(B, LLVMIntSLT, lane1,
                                       LLVMConstInt(i32, (unsigned)E->k->lanes, 0), "");
@@ -397,6 +420,9 @@ static void emit_entry(emitter_t *E, const char *symbol, LLVMValueRef lane_fn)
 wna16_status_t w16_emit_llvm(const kir_kernel_t *k, LLVMModuleRef m,
                              const char *symbol, wna16_error_t *err)
 {
+    if (k->n_params > 64)
+        return w16_err(err, WNA16_EUNSUPPORTED, "kernel %s: more than 64 "
+                       "parameters", k->name);
     emitter_t E = {.k = k, .m = m, .c = LLVMGetModuleContext(m)};
     E.b = LLVMCreateBuilderInContext(E.c);
     E.ptr = LLVMPointerTypeInContext(E.c, 0);

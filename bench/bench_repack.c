@@ -1,0 +1,202 @@
+/*
+ * bench_repack.c - CPU repack throughput of the generated kernels against
+ * memcpy of the same bytes, measured in the same run, and the cold JIT
+ * compile time of a repack kernel. A program, not a test: it prints a
+ * table and ratios.
+ *
+ *   bench_repack [EXPERTS [HIDDEN [INTERMEDIATE]]]   (default 32 2048 768)
+ */
+#define _GNU_SOURCE
+#include "wna16.h"
+#include "gen/build_repack.h"
+#include "runtime/cpu/cpu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+static size_t set_bytes(const wna16_tensor_set_t *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < wna16_tensor_set_count(s); i++)
+        n += wna16_tensor_set_at(s, i)->nbytes;
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    int E = argc > 1 ? atoi(argv[1]) : 32;
+    int H = argc > 2 ? atoi(argv[2]) : 2048;
+    int I = argc > 3 ? atoi(argv[3]) : 768;
+    wna16_context_t *ctx;
+    wna16_error_t err;
+    if (wna16_context_create(NULL, &ctx, &err)) {
+        fprintf(stderr, "%s\n", err.message);
+        return 1;
+    }
+    w16_cpu_t *cpu;
+    if (w16_cpu_get(ctx, &cpu, &err)) {
+        printf("SKIP: %s\n", err.message);
+        return 0;
+    }
+    /* A random int4 group-128 GPTQ layer, written as checkpoint tensors. */
+    wna16_qlayer_t L = {.E = E, .H = H, .I = I};
+    wna16_qweight_alloc(&L.w13, E, 2 * I, H, 4, 128, false, false, false, &err);
+    wna16_qweight_alloc(&L.w2, E, H, I, 4, 128, false, false, false, &err);
+    uint64_t s = 88172645463325252ull;
+    wna16_qweight_t *q[2] = {&L.w13, &L.w2};
+    for (int i = 0; i < 2; i++) {
+        for (size_t j = 0; j < (size_t)q[i]->E * q[i]->N * q[i]->K; j++) {
+            s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+            q[i]->codes[j] = (uint8_t)(s & 15);
+        }
+        for (size_t j = 0; j < (size_t)q[i]->E * q[i]->G * q[i]->N; j++)
+            q[i]->scales[j] = 0.01f;
+    }
+    const wna16_spec_t *gptq = wna16_spec_find(ctx, WNA16_SPEC_FORMAT, "gptq");
+    wna16_tensor_set_t *src;
+    wna16_tensor_set_create(ctx, &src, &err);
+    if (wna16_ref_encode(ctx, gptq, &L, "m", src, &err)) {
+        fprintf(stderr, "%s\n", err.message);
+        return 1;
+    }
+    size_t src_bytes = set_bytes(src);
+    wna16_quant_desc_t qd = {4, 128, false, false, false};
+    printf("wna16 bench_repack: GPTQ int4 g128, E=%d H=%d I=%d, %.1f MB of "
+           "checkpoint tensors, %d threads, CPU %s\n", E, H, I, src_bytes / 1e6,
+           w16_cpu_threads(cpu), w16_cpu_name(cpu));
+
+    /* Baseline: memcpy of the same bytes into a fresh buffer (both cores). */
+    char *a = malloc(src_bytes), *b = malloc(src_bytes);
+    memset(a, 1, src_bytes);
+    memset(b, 2, src_bytes);
+    double t[9];
+    for (int r = 0; r < 9; r++) {
+        double t0 = now();
+        memcpy(b, a, src_bytes);
+        t[r] = now() - t0;
+    }
+    double mc = median(t, 9);
+    printf("  %-22s %8.2f ms  %6.2f GB/s (read+write %.2f GB/s)\n", "memcpy (1 thread)",
+           mc * 1e3, src_bytes / mc / 1e9, 2 * src_bytes / mc / 1e9);
+
+    static const char *const dsts[] = {"triton", "xpu", "humming", "marlin", "cpu",
+                                       "moe_wna16", "emulation"};
+    printf("  %-22s %8s  %10s  %12s  %s\n", "destination", "time", "GB/s(src)",
+           "vs memcpy", "first call (compile+run)");
+    for (size_t d = 0; d < sizeof dsts / sizeof dsts[0]; d++) {
+        const wna16_spec_t *dst = wna16_spec_find(ctx, 0, dsts[d]);
+        double first = 0;
+        for (int r = 0; r < 6; r++) {
+            wna16_tensor_set_t *out;
+            wna16_tensor_set_create(ctx, &out, &err);
+            double t0 = now();
+            wna16_status_t st = wna16_repack_layer(ctx, gptq, src, "m", E, H, I,
+                                                   &qd, dst, WNA16_TARGET_CPU,
+                                                   out, &err);
+            double dt = now() - t0;
+            wna16_tensor_set_destroy(out);
+            if (st) {
+                printf("  %-22s %s\n", dsts[d], err.message);
+                break;
+            }
+            if (r == 0)
+                first = dt;
+            else
+                t[r - 1] = dt;
+            if (r == 5) {
+                double m = median(t, 5);
+                printf("  %-22s %8.2f ms  %10.2f  %11.0f%%  %.1f ms\n", dsts[d],
+                       m * 1e3, src_bytes / m / 1e9, 100 * mc / m, first * 1e3);
+            }
+        }
+    }
+    printf("  (every call compiles its kernels again: the kernel cache is not "
+           "wired into repack yet)\n");
+
+    /* Cold compile of one kernel. */
+    w16_repack_request_t req = {.src = gptq,
+                                .dst = wna16_spec_find(ctx, 0, "marlin"),
+                                .problem = {E, H, I, 4, 128, false, false, false},
+                                .gemm = WNA16_GEMM_W13, .role = W16_ROLE_QWEIGHT,
+                                .dst_dtype = WNA16_DTYPE_I32};
+    req.src_dtype[W16_ROLE_QWEIGHT] = WNA16_DTYPE_I32;
+    for (int r = 0; r < 7; r++) {
+        double t0 = now();
+        w16_repack_kernel_t rk;
+        w16_cpu_fn fn;
+        if (w16_build_repack(ctx, &req, &rk, &err) ||
+            w16_cpu_compile(cpu, rk.kernel, &fn, &err)) {
+            printf("compile: %s\n", err.message);
+            break;
+        }
+        t[r] = now() - t0;
+        w16_repack_kernel_free(&rk);
+    }
+    printf("  cold compile (build IR + O3 + codegen + JIT link) of %s: %.1f ms median of 7\n",
+           "marlin w13_qweight", median(t, 7) * 1e3);
+    /* The kernel alone: launch the compiled marlin w13_qweight kernel. */
+    {
+        w16_repack_kernel_t rk;
+        w16_cpu_fn fn;
+        if (!w16_build_repack(ctx, &req, &rk, &err) &&
+            !w16_cpu_compile(cpu, rk.kernel, &fn, &err)) {
+            size_t bytes = (size_t)rk.elems * 4;
+            char *dstb = malloc(bytes);
+            const char *names[2] = {"m.0.gate_proj.qweight", "m.0.up_proj.qweight"};
+            uint64_t *table = malloc(sizeof(uint64_t) * 2 * (size_t)E);
+            for (int e = 0; e < E; e++)
+                for (int p = 0; p < 2; p++) {
+                    char nm[64];
+                    snprintf(nm, sizeof nm, "m.%d.%s", e, p ? "up_proj.qweight" : "gate_proj.qweight");
+                    table[2 * e + p] = (uint64_t)(uintptr_t)wna16_tensor_set_find(src, nm)->data;
+                }
+            (void)names;
+            uint64_t args[2] = {(uint64_t)(uintptr_t)dstb, (uint64_t)(uintptr_t)table};
+            for (int r = 0; r < 9; r++) {
+                double t0 = now();
+                w16_cpu_launch(cpu, fn, args, rk.num_groups);
+                t[r] = now() - t0;
+            }
+            double m = median(t, 9);
+            for (int r = 0; r < 9; r++) {
+                double t0 = now();
+                memcpy(dstb, a, bytes);
+                t[r] = now() - t0;
+            }
+            double mm = median(t, 9);
+            printf("  kernel alone, marlin w13_qweight (%.1f MB): %.2f ms, %.2f GB/s; "
+                   "memcpy of those bytes %.2f ms: %.0f%%\n", bytes / 1e6, m * 1e3,
+                   bytes / m / 1e9, mm * 1e3, 100 * mm / m);
+            free(dstb);
+            free(table);
+            w16_repack_kernel_free(&rk);
+        }
+    }
+    free(a);
+    free(b);
+    wna16_tensor_set_destroy(src);
+    wna16_qlayer_free(&L);
+    wna16_context_destroy(ctx);
+    return 0;
+}
