@@ -10,6 +10,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "gen/spec.h"
+#include "runtime/cache.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -1266,6 +1267,12 @@ static wna16_status_t parse_spec(wna16_context_t *ctx, const char *origin,
     s->ctx = ctx;
     w16_arena_init(&s->arena, ctx);
     s->origin = w16_arena_strdup(&s->arena, origin);
+    w16_keyer_t kr;
+    w16_keyer_init(&kr);
+    w16_keyer_bytes(&kr, text, len);
+    w16_key_t ck = w16_keyer_done(&kr);
+    s->content_hash[0] = ck.lo;
+    s->content_hash[1] = ck.hi;
     loader_t L = {.spec = s, .err = err, .origin = origin, .status = WNA16_OK};
     if (!s->origin)
         lfail(&L, "$", "out of memory");

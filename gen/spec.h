@@ -139,6 +139,8 @@ struct wna16_spec {
     wna16_spec_kind_t kind;
     const char *name, *title, *description, *origin;
     int version;
+    /* Hash of the spec's JSON text (every kernel cache key includes it). */
+    uint64_t content_hash[2];
 
     w16_table_t *tables; int n_tables;
     w16_capabilities_t caps;

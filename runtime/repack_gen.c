@@ -203,6 +203,36 @@ typedef struct job {
     src_role_t roles[2][W16_ROLE_COUNT]; /* per operand */
 } job_t;
 
+/* Bump when the generator's output changes for the same inputs: it is part
+ * of every cache key. */
+#define W16_REPACK_GENERATOR_VERSION 1
+
+/* Everything that determines a repack kernel's code. */
+static w16_key_t request_key(job_t *J, const w16_repack_request_t *r,
+                             bool sums)
+{
+    w16_keyer_t kr;
+    w16_keyer_init(&kr);
+    w16_keyer_str(&kr, "wna16 repack kernel");
+    w16_keyer_str(&kr, WNA16_VERSION_STRING);
+    w16_keyer_u64(&kr, W16_REPACK_GENERATOR_VERSION);
+    w16_cpu_key(&kr, J->cpu);
+    const wna16_spec_t *specs[2] = {r->src, r->dst};
+    for (int i = 0; i < 2; i++) {
+        w16_keyer_u64(&kr, specs[i]->content_hash[0]);
+        w16_keyer_u64(&kr, specs[i]->content_hash[1]);
+    }
+    const w16_problem_t *p = &r->problem;
+    int64_t fields[] = {p->E, p->H, p->I, p->BITS, p->GS, p->zp, p->act_order,
+                        p->bias, r->gemm, r->role, r->dst_dtype, r->lanes,
+                        sums};
+    for (size_t i = 0; i < W16_ARRAY_LEN(fields); i++)
+        w16_keyer_u64(&kr, (uint64_t)fields[i]);
+    for (int i = 0; i < W16_ROLE_COUNT; i++)
+        w16_keyer_u64(&kr, (uint64_t)r->src_dtype[i]);
+    return w16_keyer_done(&kr);
+}
+
 static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
                                  bool sums, wna16_tensor_t *t,
                                  wna16_error_t *err)
@@ -213,7 +243,7 @@ static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
     if (st != WNA16_OK)
         return st;
     w16_cpu_fn fn = NULL;
-    st = w16_cpu_compile(J->cpu, rk.kernel, &fn, err);
+    st = w16_cpu_kernel(J->ctx, request_key(J, req, sums), rk.kernel, &fn, err);
     if (st == WNA16_OK) {
         uint64_t args[1 + W16_ROLE_COUNT] = {(uint64_t)(uintptr_t)t->data};
         for (int r = 0; r < W16_ROLE_COUNT; r++)

@@ -5,6 +5,9 @@
 #include "runtime/base/base.h"
 #include "gen/spec.h"
 #include "runtime/cpu/cpu.h"
+#include "runtime/cache.h"
+
+#include <pthread.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +68,8 @@ void wna16_context_destroy(wna16_context_t *ctx)
 {
     if (!ctx)
         return;
+    /* the cache holds handles into the CPU target's JIT: it goes first */
+    w16_cache_destroy(ctx->cache);
     w16_cpu_destroy(ctx->cpu);
     w16_specs_fini(ctx);
     struct w16_once_key *k = ctx->once;
@@ -119,4 +124,30 @@ void w16_log_once(wna16_context_t *ctx, wna16_log_level_t level,
     va_start(ap, fmt);
     vlog(ctx, level, fmt, ap);
     va_end(ap);
+}
+
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The context's kernel cache: $WNA16_CACHE_DIR and friends, or memory only
+ * when no directory can be named (w16_cache_create warns about unusable
+ * ones itself). */
+wna16_status_t w16_context_cache(wna16_context_t *ctx, struct w16_cache **out,
+                                 wna16_error_t *err);
+
+wna16_status_t w16_context_cache(wna16_context_t *ctx, struct w16_cache **out,
+                                 wna16_error_t *err)
+{
+    pthread_mutex_lock(&cache_mu);
+    if (!ctx->cache) {
+        char dir[4096];
+        w16_cache_options_t o = {0};
+        if (w16_cache_default_dir(dir, sizeof dir) == WNA16_OK)
+            o.dir = dir;
+        else
+            o.memory_only = true;
+        ctx->cache = w16_cache_create(ctx, &o, err);
+    }
+    pthread_mutex_unlock(&cache_mu);
+    *out = ctx->cache;
+    return ctx->cache ? WNA16_OK : (err ? err->status : WNA16_ENOMEM);
 }

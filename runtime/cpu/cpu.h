@@ -8,6 +8,7 @@
 #define W16_CPU_H
 
 #include "gen/kir.h"
+#include "runtime/cache.h"
 
 typedef struct w16_cpu w16_cpu_t;
 
@@ -37,6 +38,18 @@ wna16_status_t w16_cpu_compile(w16_cpu_t *cpu, const kir_kernel_t *k,
 /* Runs workgroups [0, num_groups) over the thread pool and waits. */
 void w16_cpu_launch(w16_cpu_t *cpu, w16_cpu_fn fn, const uint64_t *args,
                     int64_t num_groups);
+
+/* The compiled kernel for `k`, whose identity (everything that determines
+ * its code) is `key`: from the context's kernel cache, in memory or on
+ * disk, or compiled and published. */
+wna16_status_t w16_cpu_kernel(wna16_context_t *ctx, w16_key_t key,
+                              const kir_kernel_t *k, w16_cpu_fn *fn,
+                              wna16_error_t *err);
+/* Adds the CPU target's identity to a key: CPU name and features, LLVM
+ * version. */
+void w16_cpu_key(w16_keyer_t *kr, w16_cpu_t *cpu);
+/* "LLVM 19.1.7" (or "none"). */
+const char *w16_cpu_compiler_version(void);
 
 /* "znver4" and the feature string: part of every cache key. */
 const char *w16_cpu_name(const w16_cpu_t *cpu);

@@ -125,6 +125,15 @@ void w16_cpu_destroy(w16_cpu_t *c)
     free(c);
 }
 
+const char *w16_cpu_compiler_version(void)
+{
+    static char v[32];
+    unsigned a, b, c;
+    LLVMGetVersion(&a, &b, &c);
+    snprintf(v, sizeof v, "LLVM %u.%u.%u", a, b, c);
+    return v;
+}
+
 const char *w16_cpu_name(const w16_cpu_t *c) { return c->cpu_name; }
 const char *w16_cpu_features(const w16_cpu_t *c) { return c->features; }
 int w16_cpu_threads(const w16_cpu_t *c) { return w16_pool_threads(c->pool); }
@@ -278,6 +287,7 @@ void w16_cpu_launch(w16_cpu_t *c, w16_cpu_fn fn, const uint64_t *a, int64_t n)
 {
     (void)c; (void)fn; (void)a; (void)n;
 }
+const char *w16_cpu_compiler_version(void) { return "none"; }
 const char *w16_cpu_name(const w16_cpu_t *c) { (void)c; return ""; }
 const char *w16_cpu_features(const w16_cpu_t *c) { (void)c; return ""; }
 int w16_cpu_threads(const w16_cpu_t *c) { (void)c; return 0; }

@@ -1,0 +1,118 @@
+/*
+ * cmd_cache.c - `wna16 cache stats | clear`: how many compiled kernels the
+ * on-disk kernel cache holds and how much space they take, or remove them.
+ * The directory is --dir, else the one the library would use
+ * ($WNA16_CACHE_DIR, $XDG_CACHE_HOME/wna16, ~/.cache/wna16). Only the
+ * cache's own files are counted or removed (runtime/cache.c decides which
+ * those are), so pointing --dir at the wrong place is harmless.
+ */
+#include "cli.h"
+#include "runtime/cache.h"
+
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: wna16 cache stats [--dir DIR]\n"
+        "       wna16 cache clear [--dir DIR]\n\n"
+        "stats  the cache directory, its number of entries and their size\n"
+        "clear  remove every entry (and temporary files left by writers that\n"
+        "       died); other files and the directories stay\n\n"
+        "--dir DIR  the cache directory; default $WNA16_CACHE_DIR, else\n"
+        "           $XDG_CACHE_HOME/wna16, else $HOME/.cache/wna16\n");
+}
+
+/* Parses [--dir DIR] after the subcommand; the directory goes to dir[n]. */
+static int parse_dir(const char *cmd, int argc, char **argv, char *dir,
+                     size_t n)
+{
+    const char *given = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (!cli_opt_value(argc, argv, &i, "--dir", &v))
+            return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
+        if (!v || !*v)
+            return cli_usage_error(cmd, "--dir needs a value");
+        given = v;
+    }
+    if (given) {
+        if ((size_t)snprintf(dir, n, "%s", given) >= n)
+            return cli_usage_error(cmd, "--dir: path too long");
+        return CLI_OK;
+    }
+    if (w16_cache_default_dir(dir, n) != WNA16_OK) {
+        fprintf(stderr, "wna16: no cache directory: set WNA16_CACHE_DIR or "
+                        "HOME, or pass --dir\n");
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
+
+/* "512 bytes", or "1.5 KiB (1536 bytes)": readable, and exact for scripts. */
+static void human_size(uint64_t bytes, char *out, size_t n)
+{
+    static const char *units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    size_t u = 0;
+    while (v >= 1024 && u + 1 < sizeof units / sizeof units[0]) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(out, n, "%llu bytes", (unsigned long long)bytes);
+    else
+        snprintf(out, n, "%.1f %s (%llu bytes)", v, units[u],
+                 (unsigned long long)bytes);
+}
+
+static int cache_stats(int argc, char **argv)
+{
+    char dir[4096];
+    int rc = parse_dir("cache stats", argc, argv, dir, sizeof dir);
+    if (rc != CLI_OK)
+        return rc;
+    size_t files = 0;
+    uint64_t bytes = 0;
+    wna16_error_t err;
+    if (w16_cache_dir_stats(dir, &files, &bytes, &err) != WNA16_OK)
+        return cli_fail(&err);
+    char size[64];
+    human_size(bytes, size, sizeof size);
+    printf("directory: %s\nentries:   %zu\nsize:      %s\n", dir, files, size);
+    return CLI_OK;
+}
+
+static int cache_clear(int argc, char **argv)
+{
+    char dir[4096];
+    int rc = parse_dir("cache clear", argc, argv, dir, sizeof dir);
+    if (rc != CLI_OK)
+        return rc;
+    size_t removed = 0;
+    wna16_error_t err;
+    wna16_status_t st = w16_cache_clear(dir, &removed, &err);
+    /* Report what went before a failure: those files are gone. */
+    printf("removed %zu %s from %s\n", removed,
+           removed == 1 ? "entry" : "entries", dir);
+    return st == WNA16_OK ? CLI_OK : cli_fail(&err);
+}
+
+int cmd_cache(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return CLI_OK;
+        }
+    if (strcmp(argv[1], "stats") == 0)
+        return cache_stats(argc - 1, argv + 1);
+    if (strcmp(argv[1], "clear") == 0)
+        return cache_clear(argc - 1, argv + 1);
+    return cli_usage_error("cache", "unknown subcommand '%s' (stats, clear)",
+                           argv[1]);
+}
