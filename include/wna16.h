@@ -599,6 +599,134 @@ wna16_status_t wna16_repack_layer(wna16_context_t *ctx,
                                   wna16_target_t target,
                                   wna16_tensor_set_t *out, wna16_error_t *err);
 
+/* The MoE layers of a checkpoint, as the prefixes their expert tensors sit
+ * under ("model.layers.3.mlp.experts"), in natural order (layer 2 before
+ * layer 10). A layer is found by its expert 0 gate projection's codes,
+ * "{prefix}.0.{gate}.{qweight}" for per-expert formats (every spelling the
+ * format spec's "projections" lists: gate_proj, w1, ...; the qweight layout's
+ * tensor name: qweight, weight_packed, ...), or "{prefix}.w13_{qweight}" for
+ * stacked formats. Names come from the spec, never from wna16 itself. */
+typedef struct wna16_moe_layers {
+    size_t count;
+    char **prefixes;
+    wna16_context_t *ctx_; /* internal: how to free the list */
+    size_t cap_;
+} wna16_moe_layers_t;
+
+/* Fills `out` (count 0 when there is none; that is not an error). Free it
+ * with wna16_moe_layers_free. */
+wna16_status_t wna16_checkpoint_moe_layers(wna16_context_t *ctx,
+                                           const wna16_checkpoint_t *ck,
+                                           const wna16_spec_t *format,
+                                           wna16_moe_layers_t *out,
+                                           wna16_error_t *err);
+void wna16_moe_layers_free(wna16_moe_layers_t *layers);
+
+/* Does the layer carry expert biases? Told from the tensors, not the config
+ * (configs do not say): expert 0's gate projection has a tensor named as
+ * the format's bias layout ("{prefix}.w13_{bias}" when stacked). */
+bool wna16_checkpoint_layer_has_bias(const wna16_checkpoint_t *ck,
+                                     const wna16_spec_t *format,
+                                     const char *prefix);
+
+/* One output tensor of a repack, before its data exists. */
+#define WNA16_TENSOR_NAME_MAX 512
+typedef struct wna16_tensor_decl {
+    char name[WNA16_TENSOR_NAME_MAX];
+    wna16_dtype_t dtype;
+    int ndim;
+    int64_t shape[WNA16_MAX_DIMS];
+    size_t nbytes;
+} wna16_tensor_decl_t;
+
+/* Most tensors one layer can repack into (w13 and w2, every role). */
+#define WNA16_LAYER_MAX_TENSORS 16
+
+/* The tensors wna16_repack_layer will add to `out` for one layer, in the
+ * same order, computed from the backend spec alone (no data is touched):
+ * for w13 then w2, every layout present for the problem, its shape from
+ * the spec and the padded intermediate size. Float roles keep the source's
+ * dtype when the layout accepts it: `scale_dtype` and `bias_dtype` are the
+ * checkpoint's (WNA16_DTYPE_INVALID: the layout's first dtype). Fills
+ * decls[0 .. *count). Fails on a destination that is not a stacked backend
+ * or shapes the spec cannot bind; capability refusals (bits, zero points,
+ * ...) are wna16_repack_layer's. */
+wna16_status_t wna16_repack_layer_shapes(
+    wna16_context_t *ctx, const wna16_spec_t *dst_backend, const char *prefix,
+    int32_t E, int32_t H, int32_t I, const wna16_quant_desc_t *quant,
+    wna16_dtype_t scale_dtype, wna16_dtype_t bias_dtype,
+    wna16_tensor_decl_t decls[WNA16_LAYER_MAX_TENSORS], size_t *count,
+    wna16_error_t *err);
+
+/* Progress of wna16_repack_checkpoint, reported before and after each
+ * layer and after each copied tensor. */
+typedef struct wna16_repack_progress {
+    size_t layer;        /* 1-based layer being repacked; 0 while copying */
+    size_t n_layers;
+    const char *name;    /* the layer prefix, or the tensor just copied */
+    bool done;           /* false: the layer starts; true: it is written */
+    uint64_t bytes_written, bytes_total; /* tensor data of the output */
+} wna16_repack_progress_t;
+
+/* What to repack into and how to read the checkpoint. Zero-initialize and
+ * set `backend`. The quantization and dimensions come from config.json;
+ * the fields below override it, and are required when there is none
+ * (a lone .safetensors file): format, bits, group_size, hidden,
+ * intermediate, experts. Zero points and act-order then take the format's
+ * defaults as wna16_model_config_quant reads them (AWQ: zero points; the
+ * others: none) unless set. Bias is never configured: it is read from the
+ * tensors (wna16_checkpoint_layer_has_bias). */
+typedef struct wna16_repack_options {
+    const char *backend;    /* destination backend spec name (required) */
+    wna16_target_t target;  /* where the work runs; default the reference */
+    const char *format;     /* format spec name; NULL: config.json's */
+    int32_t bits;           /* 0: config.json's */
+    int32_t group_size;     /* 0: config.json's; -1 = channelwise */
+    bool zero_point_set, zero_point; /* override explicit zero points */
+    bool act_order_set, act_order;   /* override act-order (desc_act) */
+    int32_t hidden, intermediate, experts; /* 0: config.json's */
+    bool all_tensors;       /* also copy every non-expert tensor unchanged */
+    const char *layer;      /* only this layer prefix; NULL: every MoE layer */
+    void (*progress)(void *user, const wna16_repack_progress_t *p);
+    void *progress_user;
+} wna16_repack_options_t;
+
+/* What a finished repack did (for reports). */
+typedef struct wna16_repack_summary {
+    const wna16_spec_t *format, *backend;
+    wna16_quant_desc_t quant; /* bias: whether any layer had it */
+    int32_t E, H, I, IP;      /* IP: I after the backend's padding */
+    size_t n_layers, n_tensors, n_copied;
+    uint64_t bytes;           /* tensor data written */
+} wna16_repack_summary_t;
+
+/* Repacks a whole checkpoint (a Hugging Face directory, sharded or not, or
+ * a .safetensors file) into one .safetensors file at `out_path` in the
+ * layout of opts->backend: every MoE layer's expert tensors are stacked
+ * into w13 (gate first, up second) and w2 through wna16_repack_layer and
+ * written under the layer's prefix with the backend's names
+ * ("{prefix}.w13_qweight", ...). Source tensors the backend does not use
+ * are left out; non-expert tensors are copied unchanged (after the layers,
+ * in the checkpoint's order) only with opts->all_tensors. __metadata__
+ * records the backend, target, source format, bits, group size, sizes
+ * (padded too) and wna16_version.
+ *
+ * It streams: every output tensor is declared from the spec first
+ * (wna16_repack_layer_shapes), then one layer at a time is repacked,
+ * written and freed, and the source pages it read are handed back to the
+ * kernel, so memory stays about one layer. The first layer is repacked
+ * before the output is created: a backend that cannot hold what the
+ * checkpoint's tensors contain is refused with the reason and nothing is
+ * written. Any failure leaves no file at `out_path` (the writer's
+ * temporary is removed). `out_path` may not be one of the checkpoint's
+ * files. `summary` may be NULL. */
+wna16_status_t wna16_repack_checkpoint(wna16_context_t *ctx,
+                                       const char *checkpoint,
+                                       const char *out_path,
+                                       const wna16_repack_options_t *opts,
+                                       wna16_repack_summary_t *summary,
+                                       wna16_error_t *err);
+
 /* ------------------------------------------------------------------------ */
 /* Devices                                                                   */
 /* ------------------------------------------------------------------------ */

@@ -147,45 +147,20 @@ static int write_default(wna16_context_t *ctx, const char *dir,
 
 /* ---- reading a checkpoint's layer ---------------------------------------- */
 
-/* Finds the first "<prefix>.0.<gate name>.<qweight name>" of the format. */
-static bool find_layer(const wna16_checkpoint_t *ck, const wna16_spec_t *fmt,
-                       char *prefix, size_t n)
+/* The first MoE layer of the checkpoint (natural order), found through the
+ * format spec's names by the library. */
+static bool find_layer(wna16_context_t *ctx, const wna16_checkpoint_t *ck,
+                       const wna16_spec_t *fmt, char *prefix, size_t n)
 {
-    const w16_layout_t *qw = fmt->layouts[W16_ROLE_QWEIGHT];
-    if (!qw || fmt->stacked)
-        return false;
-    for (size_t i = 0; i < wna16_checkpoint_tensor_count(ck); i++) {
-        const char *name = wna16_checkpoint_tensor_at(ck, i)->name;
-        for (int a = 0; a < fmt->proj_gate.n_names; a++) {
-            char tail[160];
-            snprintf(tail, sizeof tail, ".0.%s.%s", fmt->proj_gate.names[a],
-                     qw->name);
-            size_t ln = strlen(name), lt = strlen(tail);
-            if (ln > lt && strcmp(name + ln - lt, tail) == 0 && ln - lt < n) {
-                memcpy(prefix, name, ln - lt);
-                prefix[ln - lt] = '\0';
-                return true;
-            }
-        }
-    }
-    return false;
-}
-
-/* Does expert 0's gate projection carry a bias tensor? */
-static bool has_bias(const wna16_checkpoint_t *ck, const wna16_spec_t *fmt,
-                     const char *prefix)
-{
-    const w16_layout_t *b = fmt->layouts[W16_ROLE_BIAS];
-    if (!b || fmt->stacked)
-        return false;
-    for (int a = 0; a < fmt->proj_gate.n_names; a++) {
-        char name[512];
-        snprintf(name, sizeof name, "%s.0.%s.%s", prefix,
-                 fmt->proj_gate.names[a], b->name);
-        if (wna16_checkpoint_find(ck, name))
-            return true;
-    }
-    return false;
+    wna16_moe_layers_t layers;
+    wna16_error_t err;
+    bool found = wna16_checkpoint_moe_layers(ctx, ck, fmt, &layers, &err) ==
+                     WNA16_OK && layers.count > 0 &&
+                 strlen(layers.prefixes[0]) < n;
+    if (found)
+        snprintf(prefix, n, "%s", layers.prefixes[0]);
+    wna16_moe_layers_free(&layers);
+    return found;
 }
 
 /* ---- selection and the reference repack check ---------------------------- */
@@ -400,13 +375,13 @@ int cmd_run(int argc, char **argv)
     if (st == WNA16_OK) {
         if (o.layer)
             snprintf(prefix, sizeof prefix, "%s", o.layer);
-        else if (!find_layer(ck, fmt, prefix, sizeof prefix))
+        else if (!find_layer(ctx, ck, fmt, prefix, sizeof prefix))
             st = w16_err(&err, WNA16_ENOTFOUND, "%s: no MoE expert tensors "
                          "(<prefix>.0.gate_proj.%s) found", dir,
                          fmt->layouts[W16_ROLE_QWEIGHT]->name);
     }
     if (st == WNA16_OK) {
-        q.bias = has_bias(ck, fmt, prefix);
+        q.bias = wna16_checkpoint_layer_has_bias(ck, fmt, prefix);
         st = wna16_tensor_set_create(ctx, &set, &err);
     }
     for (size_t i = 0; st == WNA16_OK && i < wna16_checkpoint_tensor_count(ck);

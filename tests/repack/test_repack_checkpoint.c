@@ -1,0 +1,726 @@
+/*
+ * test_repack_checkpoint.c - wna16_repack_checkpoint on checkpoints built
+ * here from random layers encoded through the format specs: a sharded
+ * GPTQ model of three layers (split across two shards, numbered 1, 2, 10
+ * so natural order matters, with non-expert tensors) to Triton and Marlin
+ * with and without --all-tensors and --layer; a configless AWQ file; a
+ * Mixtral-named (w1/w3/w2) and a compressed-tensors checkpoint; refusals
+ * (act-order, zero points, bias, 8-bit) that must leave neither output nor
+ * temporary files; errors (missing checkpoint, no MoE tensors, a missing
+ * expert tensor, an expert beyond E, an unwritable directory, the output
+ * being an input); and the spec-only output shapes against real encodes.
+ * Every repacked layer must equal wna16_ref_encode of that layer.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "repack_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static wna16_context_t *ctx;
+static char *root;
+
+enum { E = 4, H = 128, I = 96, GS = 32 };
+
+static const char *const GPTQ_SYM =
+    "{\"quant_method\": \"gptq\", \"bits\": 4, \"group_size\": 32, "
+    "\"desc_act\": false, \"sym\": true}";
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static wna16_status_t repack(const char *ck, const char *out,
+                             const wna16_repack_options_t *o,
+                             wna16_repack_summary_t *sum, wna16_error_t *err)
+{
+    unlink(out);
+    return wna16_repack_checkpoint(ctx, ck, out, o, sum, err);
+}
+
+static wna16_safetensors_t *open_out(const char *path)
+{
+    wna16_error_t err;
+    wna16_safetensors_t *st = NULL;
+    TU_OK(wna16_safetensors_open(ctx, path, &st, &err), &err);
+    return st;
+}
+
+/* The file holds exactly `want`'s tensors, from position *pos on, in order
+ * and byte for byte. */
+static void expect_in_order(const char *what, const wna16_safetensors_t *st,
+                            const wna16_tensor_set_t *want, size_t *pos)
+{
+    for (size_t i = 0; i < wna16_tensor_set_count(want); i++, ++*pos) {
+        const wna16_tensor_t *w = wna16_tensor_set_at(want, i);
+        const wna16_tensor_t *g = wna16_safetensors_at(st, *pos);
+        TU_CHECK_MSG(g && strcmp(g->name, w->name) == 0, "%s: tensor %zu is "
+                     "%s, want %s", what, *pos, g ? g->name : "(none)",
+                     w->name);
+        rt_same_tensor(what, w, wna16_safetensors_find(st, w->name));
+    }
+}
+
+static const char *meta(const wna16_safetensors_t *st, const char *key)
+{
+    const char *v = wna16_safetensors_metadata_get(st, key);
+    return v ? v : "(none)";
+}
+
+/* A refusal or failure: the status and reason, and nothing left behind. */
+static void expect_nothing_written(const char *out, const char *dir)
+{
+    TU_CHECK_MSG(!tu_exists(out), "%s exists after a failure", out);
+    TU_CHECK_MSG(rt_count_tmp(dir) == 0, "temporary files left in %s", dir);
+}
+
+/* ---- the sharded GPTQ model ---------------------------------------------- */
+
+static const char *const prefixes[3] = {"model.layers.1.mlp.experts",
+                                        "model.layers.2.mlp.experts",
+                                        "model.layers.10.mlp.experts"};
+
+typedef struct model {
+    char *dir;
+    wna16_qlayer_t L[3];
+    wna16_tensor_set_t *src[3];
+    rt_ckpt_t ck;
+    const wna16_tensor_t *extra[4]; /* in checkpoint order */
+} model_t;
+
+/* Shard 1: embed_tokens, layer 10, half of layer 1, a q_proj; shard 2: the
+ * other half of layer 1, layer 2, the final norm and lm_head. */
+static void build_model(model_t *m)
+{
+    m->dir = rt_tempdir("repack-sharded");
+    rt_ckpt_init(&m->ck, ctx, 2);
+    for (int l = 0; l < 3; l++) {
+        rt_make_layer(&m->L[l], E, H, I, 4, GS, false, false, false,
+                      100 + (uint64_t)l);
+        m->src[l] = rt_encode(ctx, "gptq", &m->L[l], prefixes[l]);
+    }
+    m->extra[0] = rt_ckpt_add_random(&m->ck, 0, "model.embed_tokens.weight",
+                                     WNA16_DTYPE_F16, 64, H, 1);
+    rt_ckpt_add_set(&m->ck, 0, m->src[2], NULL, NULL, 0, NULL);
+    rt_ckpt_add_set(&m->ck, -1, m->src[0], NULL, NULL, 0, NULL);
+    m->extra[1] = rt_ckpt_add_random(&m->ck, 0,
+                                      "model.layers.1.self_attn.q_proj.weight",
+                                      WNA16_DTYPE_BF16, H, H, 2);
+    rt_ckpt_add_set(&m->ck, 1, m->src[1], NULL, NULL, 0, NULL);
+    m->extra[2] = rt_ckpt_add_random(&m->ck, 1, "model.norm.weight",
+                                     WNA16_DTYPE_F32, H, 0, 3);
+    m->extra[3] = rt_ckpt_add_random(&m->ck, 1, "lm_head.weight",
+                                     WNA16_DTYPE_F16, 64, H, 4);
+    rt_ckpt_write(&m->ck, m->dir);
+    rt_write_config(m->dir, E, H, I, 11, GPTQ_SYM);
+}
+
+static void free_model(model_t *m)
+{
+    for (int l = 0; l < 3; l++) {
+        wna16_qlayer_free(&m->L[l]);
+        wna16_tensor_set_destroy(m->src[l]);
+    }
+    rt_ckpt_free(&m->ck);
+    rt_rmtree(m->dir);
+    free(m->dir);
+}
+
+/* Records every progress report. */
+typedef struct prog {
+    int calls, starts, dones, copies;
+    size_t last_layer;
+    bool in_order;
+    uint64_t written, total;
+} prog_t;
+
+static void on_progress(void *user, const wna16_repack_progress_t *p)
+{
+    prog_t *g = user;
+    g->calls++;
+    if (p->layer) {
+        g->starts += !p->done;
+        g->dones += p->done;
+        if (p->layer < g->last_layer ||
+            strcmp(p->name, prefixes[p->layer - 1]) != 0 || p->n_layers != 3)
+            g->in_order = false;
+        g->last_layer = p->layer;
+    } else {
+        g->copies++;
+    }
+    g->written = p->bytes_written;
+    g->total = p->bytes_total;
+}
+
+static void test_layers_api(const model_t *m)
+{
+    wna16_error_t err;
+    wna16_checkpoint_t *ck = NULL;
+    TU_OK(wna16_checkpoint_open(ctx, m->dir, &ck, &err), &err);
+    wna16_moe_layers_t layers;
+    const wna16_spec_t *gptq = wna16_spec_find(ctx, WNA16_SPEC_FORMAT, "gptq");
+    TU_OK(wna16_checkpoint_moe_layers(ctx, ck, gptq, &layers, &err), &err);
+    TU_CHECK(layers.count == 3);
+    for (size_t i = 0; i < layers.count && i < 3; i++)
+        TU_CHECK_MSG(strcmp(layers.prefixes[i], prefixes[i]) == 0,
+                     "layer %zu: %s", i, layers.prefixes[i]);
+    TU_CHECK(!wna16_checkpoint_layer_has_bias(ck, gptq, prefixes[0]));
+    wna16_moe_layers_free(&layers);
+    /* Another format's names find nothing here. */
+    const wna16_spec_t *ct = wna16_spec_find(ctx, WNA16_SPEC_FORMAT,
+                                             "compressed_tensors");
+    TU_OK(wna16_checkpoint_moe_layers(ctx, ck, ct, &layers, &err), &err);
+    TU_CHECK(layers.count == 0);
+    wna16_moe_layers_free(&layers);
+    wna16_checkpoint_close(ck);
+}
+
+/* Triton: the three layers in natural order, nothing else. */
+static void test_sharded_triton(const model_t *m)
+{
+    wna16_error_t err;
+    char *out = rt_path(root, "sharded.triton.safetensors");
+    prog_t pg = {.in_order = true};
+    wna16_repack_options_t o = {.backend = "triton", .progress = on_progress,
+                                .progress_user = &pg};
+    wna16_repack_summary_t sum;
+    TU_OK(repack(m->dir, out, &o, &sum, &err), &err);
+    wna16_safetensors_t *st = open_out(out);
+    if (st) {
+        TU_CHECK(wna16_safetensors_count(st) == 12);
+        size_t pos = 0;
+        for (int l = 0; l < 3; l++) {
+            wna16_tensor_set_t *want = rt_encode(ctx, "triton", &m->L[l],
+                                                 prefixes[l]);
+            if (want)
+                expect_in_order("sharded -> triton", st, want, &pos);
+            wna16_tensor_set_destroy(want);
+        }
+        TU_CHECK(!wna16_safetensors_find(st, "model.embed_tokens.weight"));
+        TU_CHECK(strcmp(meta(st, "num_layers"), "3") == 0);
+        TU_CHECK(strcmp(meta(st, "source_format"), "gptq") == 0);
+        TU_CHECK(strcmp(meta(st, "intermediate_size_padded"), "96") == 0);
+        TU_CHECK(strcmp(meta(st, "num_bits"), "4") == 0);
+        TU_CHECK(strcmp(meta(st, "group_size"), "32") == 0);
+        TU_CHECK(strcmp(meta(st, "bias"), "false") == 0);
+        wna16_safetensors_close(st);
+    }
+    TU_CHECK(sum.n_layers == 3 && sum.n_tensors == 12 && sum.n_copied == 0);
+    TU_CHECK(sum.E == E && sum.H == H && sum.I == I && sum.IP == I);
+    TU_CHECK(pg.starts == 3 && pg.dones == 3 && pg.copies == 0 && pg.in_order);
+    TU_CHECK(pg.written == pg.total && pg.total == sum.bytes && sum.bytes > 0);
+    TU_CHECK(rt_count_tmp(root) == 0);
+    free(out);
+}
+
+/* Marlin with --all-tensors: padded layers, then every non-expert tensor
+ * unchanged in the checkpoint's order; the expert tensors are consumed. */
+static void test_sharded_marlin_all(const model_t *m)
+{
+    wna16_error_t err;
+    char *out = rt_path(root, "sharded.marlin.safetensors");
+    prog_t pg = {.in_order = true};
+    wna16_repack_options_t o = {.backend = "marlin", .all_tensors = true,
+                                .progress = on_progress, .progress_user = &pg};
+    wna16_repack_summary_t sum;
+    TU_OK(repack(m->dir, out, &o, &sum, &err), &err);
+    wna16_safetensors_t *st = open_out(out);
+    if (st) {
+        size_t pos = 0;
+        for (int l = 0; l < 3; l++) {
+            wna16_tensor_set_t *want = rt_encode(ctx, "marlin", &m->L[l],
+                                                 prefixes[l]);
+            if (want)
+                expect_in_order("sharded -> marlin", st, want, &pos);
+            wna16_tensor_set_destroy(want);
+        }
+        for (int x = 0; x < 4; x++, pos++) {
+            const wna16_tensor_t *g = wna16_safetensors_at(st, pos);
+            TU_CHECK_MSG(g && strcmp(g->name, m->extra[x]->name) == 0,
+                         "copy %d is %s", x, g ? g->name : "(none)");
+            rt_same_tensor("copied", m->extra[x],
+                           wna16_safetensors_find(st, m->extra[x]->name));
+        }
+        TU_CHECK(wna16_safetensors_count(st) == pos);
+        TU_CHECK(!wna16_safetensors_find(
+            st, "model.layers.1.mlp.experts.0.gate_proj.qweight"));
+        TU_CHECK(!wna16_safetensors_find(
+            st, "model.layers.2.mlp.experts.3.down_proj.qzeros"));
+        TU_CHECK(strcmp(meta(st, "intermediate_size_padded"), "128") == 0);
+        TU_CHECK(strcmp(meta(st, "backend"), "marlin") == 0);
+        TU_CHECK(strcmp(meta(st, "vllm_backend"), "MARLIN") == 0);
+        wna16_safetensors_close(st);
+    }
+    TU_CHECK(sum.n_copied == 4 && sum.IP == 128);
+    TU_CHECK(pg.copies == 4 && pg.written == pg.total);
+    free(out);
+}
+
+/* --layer: that layer only; the CPU target (when built) gives the same
+ * bytes as the reference. */
+static void test_one_layer_and_targets(const model_t *m)
+{
+    wna16_error_t err;
+    char *out = rt_path(root, "one.safetensors");
+    wna16_repack_options_t o = {.backend = "triton", .layer = prefixes[1]};
+    TU_OK(repack(m->dir, out, &o, NULL, &err), &err);
+    wna16_safetensors_t *st = open_out(out);
+    wna16_tensor_set_t *want = rt_encode(ctx, "triton", &m->L[1], prefixes[1]);
+    if (st && want) {
+        size_t pos = 0;
+        expect_in_order("--layer", st, want, &pos);
+        TU_CHECK(wna16_safetensors_count(st) == pos);
+    }
+    wna16_safetensors_close(st);
+    o.target = WNA16_TARGET_CPU;
+    wna16_status_t s = repack(m->dir, out, &o, NULL, &err);
+    if (s == WNA16_EUNAVAILABLE) {
+        RT_EXPECT_ERR(s, &err, WNA16_EUNAVAILABLE, "unavailable");
+        expect_nothing_written(out, root);
+    } else {
+        TU_CHECK_MSG(s == WNA16_OK, "cpu target: %s", err.message);
+        st = s == WNA16_OK ? open_out(out) : NULL;
+        if (st && want)
+            TU_CHECK(rt_compare_set("cpu target", want, st) == 4);
+        wna16_safetensors_close(st);
+    }
+    o.target = WNA16_TARGET_CUDA;
+    s = repack(m->dir, out, &o, NULL, &err);
+    if (s != WNA16_OK) {
+        RT_EXPECT_ERR(s, &err, WNA16_EUNAVAILABLE, "cuda target unavailable");
+        expect_nothing_written(out, root);
+    }
+    o.layer = "model.layers.7.mlp.experts";
+    RT_EXPECT_ERR(repack(m->dir, out, &o, NULL, &err), &err, WNA16_ENOTFOUND,
+                  "model.layers.7.mlp.experts.0.gate_proj.qweight");
+    wna16_tensor_set_destroy(want);
+    free(out);
+}
+
+/* The output may not replace a file of the checkpoint; inputs stay. */
+static void test_output_is_input(const model_t *m)
+{
+    wna16_error_t err;
+    wna16_repack_options_t o = {.backend = "triton"};
+    static const char *const files[] = {"model-00002-of-00002.safetensors",
+                                        "model.safetensors.index.json",
+                                        "config.json"};
+    for (int i = 0; i < 3; i++) {
+        char *in = rt_path(m->dir, files[i]);
+        size_t n0 = 0, n1 = 0;
+        void *before = tu_read_file(in, &n0);
+        RT_EXPECT_ERR(wna16_repack_checkpoint(ctx, m->dir, in, &o, NULL, &err),
+                      &err, WNA16_EINVAL, "is a file of the checkpoint");
+        void *after = tu_read_file(in, &n1);
+        TU_CHECK(before && after && n0 == n1 && !memcmp(before, after, n0));
+        free(before);
+        free(after);
+        free(in);
+    }
+    /* A new model.safetensors beside the shards would shadow them. */
+    char *shadow = rt_path(m->dir, "model.safetensors");
+    RT_EXPECT_ERR(wna16_repack_checkpoint(ctx, m->dir, shadow, &o, NULL, &err),
+                  &err, WNA16_EINVAL, "would shadow its shards");
+    TU_CHECK(!tu_exists(shadow));
+    free(shadow);
+    TU_CHECK(rt_count_tmp(m->dir) == 0);
+    RT_EXPECT_ERR(wna16_repack_checkpoint(ctx, m->dir, root, &o, NULL, &err),
+                  &err, WNA16_EINVAL, "is a directory");
+}
+
+/* An output directory that cannot exist: a path under a regular file, so
+ * the test means the same as root. */
+static void test_unwritable(const model_t *m)
+{
+    wna16_error_t err;
+    char *file = rt_path(root, "plain-file");
+    TU_CHECK(tu_write_file(file, "x", 1) == 0);
+    char *out = rt_path(file, "out.safetensors");
+    wna16_repack_options_t o = {.backend = "triton"};
+    wna16_status_t s = wna16_repack_checkpoint(ctx, m->dir, out, &o, NULL,
+                                               &err);
+    RT_EXPECT_ERR(s, &err, WNA16_EIO, out);
+    TU_CHECK(!tu_exists(out));
+    TU_CHECK(rt_count_tmp(root) == 0);
+    unlink(file);
+    free(out);
+    free(file);
+}
+
+/* ---- other checkpoints ------------------------------------------------------ */
+
+/* One layer of format `fmt` in a fresh directory (config when cfg != NULL),
+ * renamed / with one tensor skipped as rt_ckpt_add_set does. */
+static char *one_layer_ckpt(const char *tag, const char *fmt,
+                            const wna16_qlayer_t *L, const char *prefix,
+                            const char *cfg, const char *const *from,
+                            const char *const *to, int nren, const char *skip)
+{
+    char *dir = rt_tempdir(tag);
+    rt_ckpt_t c;
+    rt_ckpt_init(&c, ctx, 1);
+    wna16_tensor_set_t *set = rt_encode(ctx, fmt, L, prefix);
+    if (set)
+        rt_ckpt_add_set(&c, 0, set, from, to, nren, skip);
+    rt_ckpt_add_random(&c, 0, "model.embed_tokens.weight", WNA16_DTYPE_F16, 8,
+                       L->H, 9);
+    rt_ckpt_write(&c, dir);
+    if (cfg)
+        rt_write_config(dir, L->E, L->H, L->I, 1, cfg);
+    rt_ckpt_free(&c);
+    wna16_tensor_set_destroy(set);
+    return dir;
+}
+
+/* Repacks `ck` to `backend` and compares with the reference encode. */
+static void expect_repack(const char *what, const char *ck,
+                          const wna16_repack_options_t *o,
+                          const wna16_qlayer_t *L, const char *prefix)
+{
+    wna16_error_t err;
+    char *out = rt_path(root, "check.safetensors");
+    wna16_status_t s = repack(ck, out, o, NULL, &err);
+    TU_CHECK_MSG(s == WNA16_OK, "%s: %s", what, err.message);
+    wna16_safetensors_t *st = s == WNA16_OK ? open_out(out) : NULL;
+    wna16_tensor_set_t *want = rt_encode(ctx, o->backend, L, prefix);
+    if (st && want) {
+        size_t pos = 0;
+        expect_in_order(what, st, want, &pos);
+        TU_CHECK_MSG(wna16_safetensors_count(st) == pos, "%s: extra tensors",
+                     what);
+    }
+    wna16_tensor_set_destroy(want);
+    wna16_safetensors_close(st);
+    free(out);
+}
+
+static void expect_refusal(const char *what, const char *ck,
+                           const wna16_repack_options_t *o, const char *needle)
+{
+    wna16_error_t err;
+    char *out = rt_path(root, "refused.safetensors");
+    wna16_status_t s = repack(ck, out, o, NULL, &err);
+    TU_CHECK_MSG(s == WNA16_EUNSUPPORTED, "%s: %s", what,
+                 s == WNA16_OK ? "accepted" : err.message);
+    RT_EXPECT_ERR(s, &err, WNA16_EUNSUPPORTED, needle);
+    expect_nothing_written(out, root);
+    free(out);
+}
+
+static void test_mixtral(void)
+{
+    wna16_qlayer_t L;
+    rt_make_layer(&L, E, H, I, 4, GS, false, false, false, 7);
+    const char *prefix = "model.layers.0.block_sparse_moe.experts";
+    static const char *const from[] = {".gate_proj.", ".up_proj.",
+                                       ".down_proj."};
+    static const char *const to[] = {".w1.", ".w3.", ".w2."};
+    char *dir = one_layer_ckpt("repack-mixtral", "gptq", &L, prefix, GPTQ_SYM,
+                               from, to, 3, NULL);
+    wna16_repack_options_t o = {.backend = "triton"};
+    expect_repack("mixtral -> triton", dir, &o, &L, prefix);
+    o.backend = "marlin";
+    expect_repack("mixtral -> marlin", dir, &o, &L, prefix);
+    wna16_qlayer_free(&L);
+    rt_rmtree(dir);
+    free(dir);
+}
+
+static void test_compressed_tensors(void)
+{
+    static const char *const asym =
+        "{\"quant_method\": \"compressed-tensors\", \"format\": "
+        "\"pack-quantized\", \"config_groups\": {\"group_0\": {\"targets\": "
+        "[\"Linear\"], \"weights\": {\"num_bits\": 4, \"type\": \"int\", "
+        "\"strategy\": \"group\", \"group_size\": 32, \"symmetric\": false, "
+        "\"actorder\": null}}}, \"ignore\": [\"lm_head\"]}";
+    static const char *const sym =
+        "{\"quant_method\": \"compressed-tensors\", \"format\": "
+        "\"pack-quantized\", \"config_groups\": {\"group_0\": {\"targets\": "
+        "[\"Linear\"], \"weights\": {\"num_bits\": 4, \"type\": \"int\", "
+        "\"strategy\": \"group\", \"group_size\": 32, \"symmetric\": true}}}}";
+    const char *prefix = "model.layers.0.mlp.experts";
+    wna16_qlayer_t L;
+    rt_make_layer(&L, E, H, I, 4, GS, true, false, false, 11);
+    char *dir = one_layer_ckpt("repack-ct", "compressed_tensors", &L, prefix,
+                               asym, NULL, NULL, 0, NULL);
+    wna16_repack_options_t o = {.backend = "marlin"};
+    expect_repack("compressed-tensors asym -> marlin", dir, &o, &L, prefix);
+    o.backend = "humming";
+    expect_repack("compressed-tensors asym -> humming", dir, &o, &L, prefix);
+    o.backend = "xpu";
+    expect_refusal("compressed-tensors asym -> xpu", dir, &o, "zero points");
+    wna16_qlayer_free(&L);
+    rt_rmtree(dir);
+    free(dir);
+    rt_make_layer(&L, E, H, I, 4, GS, false, false, false, 12);
+    dir = one_layer_ckpt("repack-ct-sym", "compressed_tensors", &L, prefix,
+                         sym, NULL, NULL, 0, NULL);
+    o.backend = "triton";
+    expect_repack("compressed-tensors sym -> triton", dir, &o, &L, prefix);
+    o.backend = "emulation";
+    expect_repack("compressed-tensors sym -> emulation", dir, &o, &L, prefix);
+    wna16_qlayer_free(&L);
+    rt_rmtree(dir);
+    free(dir);
+}
+
+/* A lone AWQ .safetensors file: the options stand in for config.json. */
+static void test_configless_awq(void)
+{
+    wna16_error_t err;
+    const char *prefix = "model.layers.0.mlp.experts";
+    wna16_qlayer_t L;
+    rt_make_layer(&L, E, H, I, 4, GS, true, false, false, 21);
+    char *dir = one_layer_ckpt("repack-awq", "awq", &L, prefix, NULL, NULL,
+                               NULL, 0, NULL);
+    char *file = rt_path(dir, "model.safetensors");
+    /* AWQ has zero points unless told otherwise, as its configs do. */
+    wna16_repack_options_t o = {.backend = "marlin", .format = "awq",
+                                .bits = 4, .group_size = GS, .hidden = H,
+                                .intermediate = I, .experts = E};
+    expect_repack("awq file -> marlin", file, &o, &L, prefix);
+    o.zero_point_set = o.zero_point = true;
+    expect_repack("awq file --zero-point -> marlin", file, &o, &L, prefix);
+    o.zero_point_set = false;
+    o.bits = 5;
+    char *bad = rt_path(root, "b5.safetensors");
+    RT_EXPECT_ERR(repack(file, bad, &o, NULL, &err), &err,
+                  WNA16_EUNSUPPORTED, "5-bit");
+    expect_nothing_written(bad, root);
+    free(bad);
+    o.bits = 4;
+    o.backend = "xpu";
+    expect_refusal("awq -> xpu", file, &o, "zero points");
+    /* Output onto the input file itself. */
+    o.backend = "marlin";
+    RT_EXPECT_ERR(wna16_repack_checkpoint(ctx, file, file, &o, NULL, &err),
+                  &err, WNA16_EINVAL, "is a file of the checkpoint");
+    /* Without the options, nothing says what the file holds. */
+    wna16_repack_options_t bare = {.backend = "marlin"};
+    char *out = rt_path(root, "bare.safetensors");
+    RT_EXPECT_ERR(repack(file, out, &bare, NULL, &err), &err, WNA16_EINVAL,
+                  "format (--format), bits (--bits)");
+    expect_nothing_written(out, root);
+    free(out);
+    wna16_qlayer_free(&L);
+    free(file);
+    rt_rmtree(dir);
+    free(dir);
+}
+
+/* Act-order, bias and 8-bit checkpoints where the backend cannot hold
+ * them; bias does go to Marlin, found from the tensors. */
+static void test_refusals(void)
+{
+    const char *prefix = "model.layers.0.mlp.experts";
+    wna16_qlayer_t L;
+    rt_make_layer(&L, E, H, 128, 4, GS, false, true, false, 31);
+    char *dir = one_layer_ckpt("repack-act", "gptq", &L, prefix,
+                               "{\"quant_method\": \"gptq\", \"bits\": 4, "
+                               "\"group_size\": 32, \"desc_act\": true, "
+                               "\"sym\": true}", NULL, NULL, 0, NULL);
+    wna16_repack_options_t o = {.backend = "triton"};
+    expect_refusal("act-order -> triton", dir, &o, "act-order");
+    o.backend = "marlin";
+    expect_refusal("act-order -> marlin", dir, &o, "act-order");
+    wna16_qlayer_free(&L);
+    rt_rmtree(dir);
+    free(dir);
+
+    rt_make_layer(&L, E, H, I, 4, GS, false, false, true, 32);
+    dir = one_layer_ckpt("repack-bias", "gptq", &L, prefix, GPTQ_SYM, NULL,
+                         NULL, 0, NULL);
+    o.backend = "emulation";
+    expect_refusal("bias -> emulation", dir, &o, "bias");
+    o.backend = "triton";
+    expect_refusal("bias -> triton", dir, &o, "bias");
+    o.backend = "marlin";
+    expect_repack("bias -> marlin", dir, &o, &L, prefix);
+    wna16_qlayer_free(&L);
+    rt_rmtree(dir);
+    free(dir);
+
+    rt_make_layer(&L, E, H, I, 8, GS, false, false, false, 33);
+    dir = one_layer_ckpt("repack-b8", "gptq", &L, prefix,
+                         "{\"quant_method\": \"gptq\", \"bits\": 8, "
+                         "\"group_size\": 32, \"desc_act\": false, "
+                         "\"sym\": true}", NULL, NULL, 0, NULL);
+    o.backend = "emulation";
+    expect_refusal("8-bit -> emulation", dir, &o, "8-bit");
+    o.backend = "triton";
+    expect_repack("8-bit -> triton", dir, &o, &L, prefix);
+    wna16_qlayer_free(&L);
+    rt_rmtree(dir);
+    free(dir);
+}
+
+static void test_errors(void)
+{
+    wna16_error_t err;
+    char *out = rt_path(root, "err.safetensors");
+    char *missing = rt_path(root, "no-such-checkpoint");
+    wna16_repack_options_t o = {.backend = "triton"};
+    RT_EXPECT_ERR(repack(missing, out, &o, NULL, &err), &err, WNA16_ENOTFOUND,
+                  "no-such-checkpoint");
+    expect_nothing_written(out, root);
+    free(missing);
+
+    /* A model with no MoE layer. */
+    char *dir = rt_tempdir("repack-dense");
+    rt_ckpt_t c;
+    rt_ckpt_init(&c, ctx, 1);
+    rt_ckpt_add_random(&c, 0, "model.embed_tokens.weight", WNA16_DTYPE_F16, 8,
+                       H, 1);
+    rt_ckpt_write(&c, dir);
+    rt_ckpt_free(&c);
+    rt_write_config(dir, E, H, I, 1, GPTQ_SYM);
+    RT_EXPECT_ERR(repack(dir, out, &o, NULL, &err), &err, WNA16_ENOTFOUND,
+                  "no MoE expert tensors");
+    expect_nothing_written(out, root);
+    wna16_repack_options_t bad = {.backend = "nope"};
+    RT_EXPECT_ERR(repack(dir, out, &bad, NULL, &err), &err, WNA16_ENOTFOUND,
+                  "no backend spec named 'nope'");
+    rt_rmtree(dir);
+    free(dir);
+
+    /* One expert's tensor missing: the message names it. */
+    const char *prefix = "model.layers.0.mlp.experts";
+    const char *gone = "model.layers.0.mlp.experts.3.up_proj.scales";
+    wna16_qlayer_t L;
+    rt_make_layer(&L, E, H, I, 4, GS, false, false, false, 41);
+    dir = one_layer_ckpt("repack-gap", "gptq", &L, prefix, GPTQ_SYM, NULL,
+                         NULL, 0, gone);
+    RT_EXPECT_ERR(repack(dir, out, &o, NULL, &err), &err, WNA16_ENOTFOUND,
+                  gone);
+    expect_nothing_written(out, root);
+    rt_rmtree(dir);
+    free(dir);
+
+    /* An expert beyond num_experts would be dropped silently: refused. */
+    static const char *const from[] = {".3."};
+    static const char *const to[] = {".4."};
+    dir = rt_tempdir("repack-extra");
+    rt_ckpt_init(&c, ctx, 1);
+    wna16_tensor_set_t *set = rt_encode(ctx, "gptq", &L, prefix);
+    rt_ckpt_add_set(&c, 0, set, NULL, NULL, 0, NULL);
+    wna16_tensor_set_t *one = NULL;
+    TU_OK(wna16_tensor_set_create(ctx, &one, &err), &err);
+    const wna16_tensor_t *t = wna16_tensor_set_find(
+        set, "model.layers.0.mlp.experts.3.gate_proj.qweight");
+    if (t && one) {
+        TU_OK(wna16_tensor_set_add_view(one, t, &err), &err);
+        rt_ckpt_add_set(&c, 0, one, from, to, 1, NULL);
+    }
+    rt_ckpt_write(&c, dir);
+    rt_write_config(dir, E, H, I, 1, GPTQ_SYM);
+    RT_EXPECT_ERR(repack(dir, out, &o, NULL, &err), &err, WNA16_EFORMAT,
+                  "model.layers.0.mlp.experts.4.gate_proj.qweight");
+    expect_nothing_written(out, root);
+    rt_ckpt_free(&c);
+    wna16_tensor_set_destroy(one);
+    wna16_tensor_set_destroy(set);
+    wna16_qlayer_free(&L);
+    rt_rmtree(dir);
+    free(dir);
+    free(out);
+}
+
+/* ---- the spec-only output shapes ------------------------------------------ */
+
+/* wna16_repack_layer_shapes must list exactly what the encoder makes, for
+ * every backend that can hold the layer. */
+static void expect_shapes(const wna16_qlayer_t *L, const char *what)
+{
+    wna16_error_t err;
+    const char *prefix = "model.layers.5.mlp.experts";
+    wna16_quant_desc_t q = {L->w13.bits, L->w13.group_size,
+                            L->w13.zeros != NULL, L->w13.g_idx != NULL,
+                            L->w13.bias != NULL};
+    int checked = 0;
+    for (size_t i = 0; i < wna16_spec_count(ctx); i++) {
+        const wna16_spec_t *b = wna16_spec_at(ctx, i);
+        if (wna16_spec_kind(b) != WNA16_SPEC_BACKEND)
+            continue;
+        wna16_tensor_set_t *set = NULL;
+        TU_OK(wna16_tensor_set_create(ctx, &set, &err), &err);
+        if (wna16_ref_encode(ctx, b, L, prefix, set, &err) != WNA16_OK) {
+            wna16_tensor_set_destroy(set);
+            continue;
+        }
+        wna16_tensor_decl_t d[WNA16_LAYER_MAX_TENSORS];
+        size_t n = 0;
+        TU_OK(wna16_repack_layer_shapes(ctx, b, prefix, L->E, L->H, L->I, &q,
+                                        L->w13.scale_dtype, L->w13.bias_dtype,
+                                        d, &n, &err), &err);
+        TU_CHECK_MSG(n == wna16_tensor_set_count(set), "%s %s: %zu declared, "
+                     "%zu encoded", what, wna16_spec_name(b), n,
+                     wna16_tensor_set_count(set));
+        for (size_t k = 0; k < n && k < wna16_tensor_set_count(set); k++) {
+            const wna16_tensor_t *t = wna16_tensor_set_at(set, k);
+            bool same = !strcmp(t->name, d[k].name) && t->dtype == d[k].dtype &&
+                        t->ndim == d[k].ndim && t->nbytes == d[k].nbytes;
+            for (int x = 0; same && x < t->ndim; x++)
+                same = t->shape[x] == d[k].shape[x];
+            TU_CHECK_MSG(same, "%s %s: %s declared as %s %s", what,
+                         wna16_spec_name(b), t->name, d[k].name,
+                         wna16_dtype_name(d[k].dtype));
+        }
+        checked++;
+        wna16_tensor_set_destroy(set);
+    }
+    TU_CHECK_MSG(checked >= 2, "%s: only %d backends could hold it", what,
+                 checked);
+}
+
+static void test_shapes(void)
+{
+    wna16_qlayer_t L;
+    rt_make_layer(&L, E, H, I, 4, GS, false, false, false, 51);
+    expect_shapes(&L, "gptq sym");
+    L.w13.scale_dtype = L.w2.scale_dtype = WNA16_DTYPE_BF16;
+    expect_shapes(&L, "bf16 scales");
+    wna16_qlayer_free(&L);
+    rt_make_layer(&L, E, 256, 128, 4, 32, true, false, true, 52);
+    expect_shapes(&L, "zero points + bias");
+    wna16_qlayer_free(&L);
+    rt_make_layer(&L, 2, 256, 128, 8, -1, false, false, false, 53);
+    expect_shapes(&L, "8-bit channelwise");
+    wna16_qlayer_free(&L);
+    /* A format spec is not a destination. */
+    wna16_error_t err;
+    wna16_tensor_decl_t d[WNA16_LAYER_MAX_TENSORS];
+    size_t n;
+    wna16_quant_desc_t q = {4, 32, false, false, false};
+    RT_EXPECT_ERR(wna16_repack_layer_shapes(
+                      ctx, wna16_spec_find(ctx, WNA16_SPEC_FORMAT, "gptq"),
+                      "p", 2, 128, 64, &q, WNA16_DTYPE_INVALID,
+                      WNA16_DTYPE_INVALID, d, &n, &err),
+                  &err, WNA16_EINVAL, "not a backend");
+}
+
+int main(void)
+{
+    ctx = tu_context();
+    root = rt_tempdir("repack-out");
+    model_t m;
+    memset(&m, 0, sizeof m);
+    build_model(&m);
+    test_layers_api(&m);
+    test_sharded_triton(&m);
+    test_sharded_marlin_all(&m);
+    test_one_layer_and_targets(&m);
+    test_output_is_input(&m);
+    test_unwritable(&m);
+    free_model(&m);
+    test_mixtral();
+    test_compressed_tensors();
+    test_configless_awq();
+    test_refusals();
+    test_errors();
+    test_shapes();
+    TU_CHECK(rt_count_tmp(root) == 0);
+    rt_rmtree(root);
+    free(root);
+    wna16_context_destroy(ctx);
+    return tu_finish("test_repack_checkpoint");
+}

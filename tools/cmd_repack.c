@@ -1,0 +1,368 @@
+/*
+ * cmd_repack.c - `wna16 repack`: a quantized MoE checkpoint (a Hugging Face
+ * directory, sharded or not, or a .safetensors file) into one .safetensors
+ * file in a backend's layout, named as vLLM's FusedMoE parameters
+ * ("{layer}.w13_qweight", ...). The work is wna16_repack_checkpoint's; this
+ * file parses flags (which override config.json, and stand in for it when
+ * there is none), shows progress on a terminal and reports the result.
+ * Exit codes follow cli.h: 0 written, 1 refused or failed (nothing is left
+ * at the output path), 2 usage error.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CMD "repack"
+
+typedef struct repack_cli {
+    const char *checkpoint, *out, *to, *target, *format, *layer;
+    long bits, group_size, hidden, inter, experts;
+    bool bits_set, group_size_set, hidden_set, inter_set, experts_set;
+    bool zero_point, sym, desc_act, all_tensors, quiet;
+} repack_cli_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: wna16 repack CHECKPOINT --to BACKEND -o OUT.safetensors [options]\n"
+"\n"
+"Repacks every MoE layer of CHECKPOINT (a Hugging Face directory with\n"
+"config.json and model.safetensors or an indexed set of shards, or a single\n"
+".safetensors file) into the layout of BACKEND, as one .safetensors file\n"
+"holding vLLM's FusedMoE parameters under each layer's prefix\n"
+"({layer}.w13_qweight, {layer}.w2_scales, ...; emulation: w13_weight and\n"
+"w2_weight in bf16). Expert tensors are found by the names of the format\n"
+"spec (gate_proj/up_proj/down_proj or w1/w3/w2, qweight or weight_packed,\n"
+"...), gate and up stacked into w13. Bias is read from the tensors. The\n"
+"output is streamed layer by layer; a backend that cannot hold what the\n"
+"tensors contain is refused with the reason, and a failure never leaves a\n"
+"file at OUT.\n"
+"\n"
+"required:\n"
+"  --to BACKEND           destination backend spec: triton, marlin, xpu,\n"
+"                         humming, emulation, cpu, flashinfer_trtllm, ...\n"
+"  -o, --output FILE      the .safetensors file to write\n"
+"options:\n"
+"  --target T             where the repack runs: reference (default; the\n"
+"                         scalar oracle), cpu or cuda (generated kernels)\n"
+"  --all-tensors          also copy every non-expert tensor unchanged\n"
+"  --layer PREFIX         only this layer (e.g. model.layers.3.mlp.experts)\n"
+"  -q, --quiet            no progress line on the terminal\n"
+"quantization (override config.json; required without one):\n"
+"  --format NAME          format spec: gptq, awq, compressed_tensors, ...\n"
+"  --bits N               4 or 8\n"
+"  --group-size N         -1 (channelwise) or the group size\n"
+"  --zero-point           explicit zero points (asymmetric; without a\n"
+"                         config, AWQ has them and the others do not)\n"
+"  --sym                  no zero points (symmetric)\n"
+"  --desc-act             act-order (g_idx permutation)\n"
+"shape (override config.json; required without one):\n"
+"  --hidden N             hidden size\n"
+"  --intermediate N       MoE intermediate size\n"
+"  --experts N            number of experts\n"
+"  -h, --help             this help\n"
+"\n"
+"Exit status: 0 written, 1 refused or failed, 2 usage error.\n");
+}
+
+/* ---- parsing ------------------------------------------------------------- */
+
+static bool set_switch(repack_cli_t *o, const char *a)
+{
+    const struct { const char *name; bool *dst; } sw[] = {
+        {"--zero-point", &o->zero_point}, {"--sym", &o->sym},
+        {"--desc-act", &o->desc_act},     {"--all-tensors", &o->all_tensors},
+        {"--quiet", &o->quiet},           {"-q", &o->quiet},
+    };
+    for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++)
+        if (strcmp(a, sw[i].name) == 0) {
+            *sw[i].dst = true;
+            return true;
+        }
+    return false;
+}
+
+/* Tries every flag that takes a value at argv[*i]; *matched says whether
+ * one did. */
+static int value_flag(repack_cli_t *o, int argc, char **argv, int *i,
+                      bool *matched)
+{
+    const struct {
+        const char *name;
+        const char **s;
+        long *n;
+        bool *set;
+        long lo;
+    } fl[] = {
+        {"--to", &o->to, NULL, NULL, 0},
+        {"-o", &o->out, NULL, NULL, 0},
+        {"--output", &o->out, NULL, NULL, 0},
+        {"--target", &o->target, NULL, NULL, 0},
+        {"--format", &o->format, NULL, NULL, 0},
+        {"--layer", &o->layer, NULL, NULL, 0},
+        {"--bits", NULL, &o->bits, &o->bits_set, 1},
+        {"--group-size", NULL, &o->group_size, &o->group_size_set, -1},
+        {"--hidden", NULL, &o->hidden, &o->hidden_set, 1},
+        {"--intermediate", NULL, &o->inter, &o->inter_set, 1},
+        {"--experts", NULL, &o->experts, &o->experts_set, 1},
+    };
+    const char *val;
+    *matched = false;
+    for (size_t k = 0; k < sizeof fl / sizeof fl[0]; k++) {
+        if (!cli_opt_value(argc, argv, i, fl[k].name, &val))
+            continue;
+        *matched = true;
+        if (!val)
+            return cli_usage_error(CMD, "%s needs a value", fl[k].name);
+        if (fl[k].s) {
+            *fl[k].s = val;
+            return CLI_OK;
+        }
+        if (!cli_parse_int(val, fl[k].lo, INT32_MAX, fl[k].n) ||
+            (fl[k].n == &o->group_size && *fl[k].n == 0))
+            return cli_usage_error(CMD, "%s: '%s' is not %s", fl[k].name, val,
+                                   fl[k].lo < 0 ? "-1 or a positive integer"
+                                                : "a positive integer");
+        *fl[k].set = true;
+        return CLI_OK;
+    }
+    return CLI_OK;
+}
+
+static int parse_args(int argc, char **argv, repack_cli_t *o)
+{
+    memset(o, 0, sizeof *o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool matched;
+        if (set_switch(o, a))
+            continue;
+        int rc = value_flag(o, argc, argv, &i, &matched);
+        if (rc != CLI_OK)
+            return rc;
+        if (matched)
+            continue;
+        if (a[0] == '-' && a[1] != '\0')
+            return cli_usage_error(CMD, "unknown option '%s'", a);
+        if (o->checkpoint)
+            return cli_usage_error(CMD, "more than one checkpoint given ('%s' "
+                                   "and '%s')", o->checkpoint, a);
+        o->checkpoint = a;
+    }
+    if (!o->checkpoint)
+        return cli_usage_error(CMD, "no CHECKPOINT given");
+    if (!o->to)
+        return cli_usage_error(CMD, "no destination: pass --to BACKEND");
+    if (!o->out)
+        return cli_usage_error(CMD, "no output: pass -o OUT.safetensors");
+    if (o->sym && o->zero_point)
+        return cli_usage_error(CMD, "--sym and --zero-point contradict");
+    return CLI_OK;
+}
+
+/* A lone .safetensors file has no config.json: the flags must say it all. */
+static int check_configless(const repack_cli_t *o)
+{
+    struct stat st;
+    if (stat(o->checkpoint, &st) != 0 || S_ISDIR(st.st_mode))
+        return CLI_OK; /* the library reports what is wrong */
+    const struct { bool set; const char *flag; } req[] = {
+        {o->format != NULL, "--format"}, {o->bits_set, "--bits"},
+        {o->group_size_set, "--group-size"}, {o->hidden_set, "--hidden"},
+        {o->inter_set, "--intermediate"}, {o->experts_set, "--experts"},
+    };
+    char list[160] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
+        if (!req[i].set && len < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+                                    len ? ", " : "", req[i].flag);
+    if (!len)
+        return CLI_OK;
+    return cli_usage_error(CMD, "'%s' is a file without config.json; pass %s",
+                           o->checkpoint, list);
+}
+
+/* Names the specs of `kind` into buf, comma-separated. */
+static void spec_names(wna16_context_t *ctx, wna16_spec_kind_t kind,
+                       char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < wna16_spec_count(ctx) && len < n; i++) {
+        const wna16_spec_t *s = wna16_spec_at(ctx, i);
+        if (wna16_spec_kind(s) == kind)
+            len += (size_t)snprintf(buf + len, n - len, "%s%s",
+                                    len ? ", " : "", wna16_spec_name(s));
+    }
+}
+
+/* Names the context must know: the backend, the format, the target. */
+static int check_names(wna16_context_t *ctx, const repack_cli_t *o,
+                       wna16_target_t *target)
+{
+    char names[512];
+    if (!wna16_spec_find(ctx, WNA16_SPEC_BACKEND, o->to)) {
+        spec_names(ctx, WNA16_SPEC_BACKEND, names, sizeof names);
+        return cli_usage_error(CMD, "--to: no backend spec named '%s' (%s)",
+                               o->to, names);
+    }
+    if (o->format && !wna16_spec_find(ctx, WNA16_SPEC_FORMAT, o->format)) {
+        spec_names(ctx, WNA16_SPEC_FORMAT, names, sizeof names);
+        return cli_usage_error(CMD, "--format: no format spec named '%s' (%s)",
+                               o->format, names);
+    }
+    *target = WNA16_TARGET_REFERENCE;
+    if (!o->target)
+        return CLI_OK;
+    for (int t = WNA16_TARGET_REFERENCE; t <= WNA16_TARGET_CUDA; t++)
+        if (strcmp(o->target, wna16_target_name((wna16_target_t)t)) == 0) {
+            *target = (wna16_target_t)t;
+            return CLI_OK;
+        }
+    return cli_usage_error(CMD, "--target: '%s' is not reference, cpu or cuda",
+                           o->target);
+}
+
+/* ---- progress ------------------------------------------------------------ */
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* "1.2 GB" (decimal units, as disk sizes are quoted). */
+static const char *human_bytes(uint64_t b, char *buf, size_t n)
+{
+    static const char *const unit[] = {"B", "kB", "MB", "GB", "TB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1000.0 && u < 4) {
+        v /= 1000.0;
+        u++;
+    }
+    snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+    return buf;
+}
+
+typedef struct progress {
+    double last;  /* when the line was last drawn */
+    bool drawn;   /* a line is on the terminal: end it before other output */
+} progress_t;
+
+/* One line, redrawn in place on stderr; copies (thousands of small
+ * tensors) are throttled to ten redraws a second. */
+static void on_progress(void *user, const wna16_repack_progress_t *p)
+{
+    progress_t *pr = user;
+    double t = now_s();
+    if (p->layer == 0 && pr->drawn && t - pr->last < 0.1)
+        return;
+    char w[32], tot[32];
+    human_bytes(p->bytes_written, w, sizeof w);
+    human_bytes(p->bytes_total, tot, sizeof tot);
+    if (p->layer)
+        fprintf(stderr, "\r\033[Klayer %zu/%zu %s %s %s of %s written",
+                p->layer, p->n_layers, p->name, p->done ? "done," : "...", w,
+                tot);
+    else
+        fprintf(stderr, "\r\033[Kcopying %s ... %s of %s written", p->name, w,
+                tot);
+    fflush(stderr);
+    pr->last = t;
+    pr->drawn = true;
+}
+
+/* ---- the command --------------------------------------------------------- */
+
+static void print_summary(const repack_cli_t *o,
+                          const wna16_repack_summary_t *s, double secs)
+{
+    char b[32];
+    printf("wrote %s: %zu layer%s, %zu tensors, %s (%s, target %s) in %.2f s\n",
+           o->out, s->n_layers, s->n_layers == 1 ? "" : "s", s->n_tensors,
+           human_bytes(s->bytes, b, sizeof b), wna16_spec_name(s->backend),
+           o->target ? o->target : "reference", secs);
+    printf("  from %s: %d experts, hidden %d, intermediate %d", 
+           wna16_spec_name(s->format), s->E, s->H, s->I);
+    if (s->IP != s->I)
+        printf(" (padded to %d)", s->IP);
+    printf(", %d-bit, group %d%s%s%s", s->quant.bits, s->quant.group_size,
+           s->quant.zero_point ? ", zero points" : "",
+           s->quant.act_order ? ", act-order" : "",
+           s->quant.bias ? ", bias" : "");
+    if (s->n_copied)
+        printf("; %zu non-expert tensors copied", s->n_copied);
+    printf("\n");
+}
+
+static void fill_options(const repack_cli_t *o, wna16_target_t target,
+                         wna16_repack_options_t *ro)
+{
+    memset(ro, 0, sizeof *ro);
+    ro->backend = o->to;
+    ro->target = target;
+    ro->format = o->format;
+    ro->bits = o->bits_set ? (int32_t)o->bits : 0;
+    ro->group_size = o->group_size_set ? (int32_t)o->group_size : 0;
+    ro->zero_point_set = o->zero_point || o->sym;
+    ro->zero_point = o->zero_point;
+    ro->act_order_set = o->desc_act;
+    ro->act_order = o->desc_act;
+    ro->hidden = o->hidden_set ? (int32_t)o->hidden : 0;
+    ro->intermediate = o->inter_set ? (int32_t)o->inter : 0;
+    ro->experts = o->experts_set ? (int32_t)o->experts : 0;
+    ro->all_tensors = o->all_tensors;
+    ro->layer = o->layer;
+}
+
+int cmd_repack(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return CLI_OK;
+        }
+    repack_cli_t o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc == CLI_OK)
+        rc = check_configless(&o);
+    if (rc != CLI_OK)
+        return rc;
+    wna16_context_t *ctx = cli_context();
+    if (!ctx)
+        return CLI_FAIL;
+    wna16_target_t target;
+    if ((rc = check_names(ctx, &o, &target)) != CLI_OK) {
+        wna16_context_destroy(ctx);
+        return rc;
+    }
+    wna16_repack_options_t ro;
+    fill_options(&o, target, &ro);
+    progress_t pr = {0};
+    if (!o.quiet && isatty(STDERR_FILENO)) {
+        ro.progress = on_progress;
+        ro.progress_user = &pr;
+    }
+    wna16_repack_summary_t sum;
+    wna16_error_t err;
+    double t0 = now_s();
+    wna16_status_t st = wna16_repack_checkpoint(ctx, o.checkpoint, o.out, &ro,
+                                                &sum, &err);
+    if (pr.drawn)
+        fputc('\n', stderr);
+    if (st == WNA16_OK)
+        print_summary(&o, &sum, now_s() - t0);
+    else
+        rc = cli_fail(&err);
+    wna16_context_destroy(ctx);
+    return rc;
+}
