@@ -12,11 +12,41 @@ typedef struct entry {
     bool owned;  /* t.data owned by the set */
 } entry_t;
 
+/* Entries in insertion order, plus an open-addressing index of names
+ * (power-of-two table of entry index + 1, 0 = empty) so lookups stay O(1)
+ * for checkpoints with hundreds of thousands of tensors. */
 struct wna16_tensor_set {
     wna16_context_t *ctx;
-    entry_t *items;
+    entry_t **items; /* each entry allocated alone: pointers to it stay valid */
     size_t count, cap;
+    uint32_t *index;
+    size_t index_cap;
 };
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static bool index_rebuild(wna16_tensor_set_t *set, size_t cap)
+{
+    uint32_t *ix = w16_calloc(set->ctx, cap, sizeof *ix);
+    if (!ix)
+        return false;
+    for (size_t i = 0; i < set->count; i++) {
+        size_t h = (size_t)name_hash(set->items[i]->name) & (cap - 1);
+        while (ix[h])
+            h = (h + 1) & (cap - 1);
+        ix[h] = (uint32_t)(i + 1);
+    }
+    w16_free(set->ctx, set->index, set->index_cap * sizeof *set->index);
+    set->index = ix;
+    set->index_cap = cap;
+    return true;
+}
 
 wna16_status_t wna16_tensor_set_create(wna16_context_t *ctx,
                                        wna16_tensor_set_t **out,
@@ -36,12 +66,14 @@ void wna16_tensor_set_destroy(wna16_tensor_set_t *set)
     if (!set)
         return;
     for (size_t i = 0; i < set->count; i++) {
-        entry_t *e = &set->items[i];
+        entry_t *e = set->items[i];
         if (e->owned)
             w16_free(set->ctx, e->t.data, e->t.nbytes);
         w16_strfree(set->ctx, e->name);
+        w16_free(set->ctx, e, sizeof *e);
     }
-    w16_free(set->ctx, set->items, set->cap * sizeof(entry_t));
+    w16_free(set->ctx, set->items, set->cap * sizeof(entry_t *));
+    w16_free(set->ctx, set->index, set->index_cap * sizeof *set->index);
     w16_free(set->ctx, set, sizeof *set);
 }
 
@@ -54,23 +86,38 @@ static wna16_status_t push(wna16_tensor_set_t *set, const wna16_tensor_t *t,
     if (wna16_tensor_set_find(set, t->name))
         return w16_err(err, WNA16_EINVAL, "tensor set: duplicate tensor '%s'",
                        t->name);
+    if (set->count >= UINT32_MAX - 1)
+        return w16_err(err, WNA16_ELIMIT, "tensor set: too many tensors");
+    /* keep the index at most half full */
+    if ((set->count + 1) * 2 > set->index_cap &&
+        !index_rebuild(set, set->index_cap ? set->index_cap * 2 : 64))
+        return w16_err_nomem(err, "growing a tensor set");
     if (set->count == set->cap) {
         size_t cap = set->cap ? set->cap * 2 : 16;
-        entry_t *n = w16_realloc(set->ctx, set->items,
-                                 set->cap * sizeof(entry_t),
-                                 cap * sizeof(entry_t));
+        entry_t **n = w16_realloc(set->ctx, set->items,
+                                  set->cap * sizeof(entry_t *),
+                                  cap * sizeof(entry_t *));
         if (!n)
             return w16_err_nomem(err, "growing a tensor set");
         set->items = n;
         set->cap = cap;
     }
-    entry_t *e = &set->items[set->count];
-    e->name = w16_strdup(set->ctx, t->name);
-    if (!e->name)
+    entry_t *e = w16_calloc(set->ctx, 1, sizeof *e);
+    if (!e)
         return w16_err_nomem(err, "growing a tensor set");
+    e->name = w16_strdup(set->ctx, t->name);
+    if (!e->name) {
+        w16_free(set->ctx, e, sizeof *e);
+        return w16_err_nomem(err, "growing a tensor set");
+    }
+    set->items[set->count] = e;
     e->t = *t;
     e->t.name = e->name;
     e->owned = owned;
+    size_t h = (size_t)name_hash(e->name) & (set->index_cap - 1);
+    while (set->index[h])
+        h = (h + 1) & (set->index_cap - 1);
+    set->index[h] = (uint32_t)(set->count + 1);
     set->count++;
     if (out)
         *out = &e->t;
@@ -121,9 +168,12 @@ wna16_status_t wna16_tensor_set_add_new(wna16_tensor_set_t *set,
 const wna16_tensor_t *wna16_tensor_set_find(const wna16_tensor_set_t *set,
                                             const char *name)
 {
-    for (size_t i = 0; i < set->count; i++)
-        if (strcmp(set->items[i].name, name) == 0)
-            return &set->items[i].t;
+    if (!set->index_cap)
+        return NULL;
+    size_t h = (size_t)name_hash(name) & (set->index_cap - 1);
+    for (uint32_t i; (i = set->index[h]) != 0; h = (h + 1) & (set->index_cap - 1))
+        if (strcmp(set->items[i - 1]->name, name) == 0)
+            return &set->items[i - 1]->t;
     return NULL;
 }
 
@@ -132,5 +182,5 @@ size_t wna16_tensor_set_count(const wna16_tensor_set_t *set) { return set->count
 const wna16_tensor_t *wna16_tensor_set_at(const wna16_tensor_set_t *set,
                                           size_t index)
 {
-    return index < set->count ? &set->items[index].t : NULL;
+    return index < set->count ? &set->items[index]->t : NULL;
 }
