@@ -698,6 +698,7 @@ typedef struct wna16_repack_summary {
     int32_t E, H, I, IP;      /* IP: I after the backend's padding */
     size_t n_layers, n_tensors, n_copied;
     uint64_t bytes;           /* tensor data written */
+    wna16_target_t target;    /* where the repack ran */
 } wna16_repack_summary_t;
 
 /* Repacks a whole checkpoint (a Hugging Face directory, sharded or not, or

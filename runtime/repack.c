@@ -980,6 +980,7 @@ static void fill_summary(const rp_job_t *j, wna16_repack_summary_t *s)
     s->n_tensors = j->n_tensors;
     s->n_copied = j->n_copy;
     s->bytes = j->written;
+    s->target = j->o->target;
 }
 
 static void job_free(rp_job_t *j)

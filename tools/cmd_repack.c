@@ -49,8 +49,10 @@ static void usage(FILE *f)
 "                         humming, emulation, cpu, flashinfer_trtllm, ...\n"
 "  -o, --output FILE      the .safetensors file to write\n"
 "options:\n"
-"  --target T             where the repack runs: reference (default; the\n"
-"                         scalar oracle), cpu or cuda (generated kernels)\n"
+"  --target T             where the repack runs: cpu (default: generated\n"
+"                         kernels, JIT-compiled with LLVM), cuda, or\n"
+"                         reference (the scalar oracle; the default when\n"
+"                         this build has no LLVM)\n"
 "  --all-tensors          also copy every non-expert tensor unchanged\n"
 "  --layer PREFIX         only this layer (e.g. model.layers.3.mlp.experts)\n"
 "  -q, --quiet            no progress line on the terminal\n"
@@ -218,9 +220,19 @@ static int check_names(wna16_context_t *ctx, const repack_cli_t *o,
         return cli_usage_error(CMD, "--format: no format spec named '%s' (%s)",
                                o->format, names);
     }
-    *target = WNA16_TARGET_REFERENCE;
-    if (!o->target)
+    if (!o->target) {
+        /* generated kernels when this build has the CPU target */
+        if (wna16_build_kernel_platforms() & (1u << WNA16_PLATFORM_CPU)) {
+            *target = WNA16_TARGET_CPU;
+        } else {
+            *target = WNA16_TARGET_REFERENCE;
+            fprintf(stderr, "wna16 repack: this build has no LLVM, so the "
+                    "generated CPU kernels are unavailable; using the "
+                    "reference repack\n");
+        }
         return CLI_OK;
+    }
+    *target = WNA16_TARGET_REFERENCE;
     for (int t = WNA16_TARGET_REFERENCE; t <= WNA16_TARGET_CUDA; t++)
         if (strcmp(o->target, wna16_target_name((wna16_target_t)t)) == 0) {
             *target = (wna16_target_t)t;
@@ -290,7 +302,7 @@ static void print_summary(const repack_cli_t *o,
     printf("wrote %s: %zu layer%s, %zu tensors, %s (%s, target %s) in %.2f s\n",
            o->out, s->n_layers, s->n_layers == 1 ? "" : "s", s->n_tensors,
            human_bytes(s->bytes, b, sizeof b), wna16_spec_name(s->backend),
-           o->target ? o->target : "reference", secs);
+           wna16_target_name(s->target), secs);
     printf("  from %s: %d experts, hidden %d, intermediate %d", 
            wna16_spec_name(s->format), s->E, s->H, s->I);
     if (s->IP != s->I)
