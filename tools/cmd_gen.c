@@ -5,13 +5,14 @@
 #include "cli.h"
 #include "gen/build_repack.h"
 #include "gen/emit_llvm.h"
+#include "gen/emit_cuda.h"
 
 #include <string.h>
 
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: wna16 gen --kind repack --from FORMAT --to BACKEND [--target ir|llvm]\n"
+        "usage: wna16 gen --kind repack --from FORMAT --to BACKEND [--target ir|llvm|cuda]\n"
         "                 --bits 4|8 --group-size G [--zero-point] [--act-order]\n"
         "                 [--bias] [--hidden H] [--intermediate I] [--experts E]\n"
         "                 [--scale-dtype F16|BF16] [--tensor NAME]\n\n"
@@ -20,7 +21,8 @@ static void usage(FILE *f)
         "or only --tensor NAME. Every dimension is a constant in the kernel, so\n"
         "the shape matters: --hidden, --intermediate and --experts default to\n"
         "256, 128 and 2. --target ir (default) prints the kernel IR, --target\n"
-        "llvm the LLVM IR before optimization (needs LLVM 19).\n");
+        "llvm the LLVM IR before optimization (needs LLVM 19), --target cuda\n"
+        "the CUDA C translation unit NVRTC compiles (nvcc compiles it too).\n");
 }
 
 typedef struct gen_opts {
@@ -77,8 +79,9 @@ static int parse(int argc, char **argv, gen_opts_t *o)
     if (!o->from || !o->to || !o->bits || !o->gs_set)
         return cli_usage_error("gen", "--from, --to, --bits and --group-size "
                                "are required");
-    if (strcmp(o->target, "ir") && strcmp(o->target, "llvm"))
-        return cli_usage_error("gen", "--target: ir or llvm");
+    if (strcmp(o->target, "ir") && strcmp(o->target, "llvm") &&
+        strcmp(o->target, "cuda"))
+        return cli_usage_error("gen", "--target: ir, llvm or cuda");
     return CLI_OK;
 }
 
@@ -131,7 +134,8 @@ int cmd_gen(int argc, char **argv)
                 ? src->layouts[W16_ROLE_QWEIGHT]->dtypes[0] : 0;
             if (r == W16_ROLE_SCALES || r == W16_ROLE_WEIGHT)
                 req.src_dtype[W16_ROLE_SCALES] = o.scale_dtype;
-            if ((r == W16_ROLE_QZEROS || r == W16_ROLE_WEIGHT) && o.zp &&
+            if ((r == W16_ROLE_QZEROS || r == W16_ROLE_WEIGHT ||
+                 (r == W16_ROLE_QWEIGHT && l->sums_block_k)) && o.zp &&
                 src->layouts[W16_ROLE_QZEROS])
                 req.src_dtype[W16_ROLE_QZEROS] = src->layouts[W16_ROLE_QZEROS]->dtypes[0];
             if (r == W16_ROLE_G_IDX && o.act_order && src->layouts[W16_ROLE_G_IDX])
@@ -157,10 +161,14 @@ int cmd_gen(int argc, char **argv)
                 w16_buf_init(&b, ctx);
                 if (strcmp(o.target, "ir") == 0)
                     kir_print(&b, rk.kernel);
-                else if (w16_emit_llvm_text(rk.kernel, &b, &err) != WNA16_OK)
+                else if (strcmp(o.target, "cuda") == 0) {
+                    if (w16_emit_cuda(rk.kernel, printed == 0, &b, &err) != WNA16_OK)
+                        rc = cli_fail(&err);
+                } else if (w16_emit_llvm_text(rk.kernel, &b, &err) != WNA16_OK)
                     rc = cli_fail(&err);
                 if (rc == CLI_OK) {
-                    printf("%s; %s: %lld workgroups of %d lanes\n%s\n",
+                    printf(strcmp(o.target, "cuda") == 0 ? "%s// %s: %lld blocks of %d threads\n%s\n"
+                                                         : "%s; %s: %lld workgroups of %d lanes\n%s\n",
                            printed ? "\n" : "", tname, (long long)rk.num_groups,
                            rk.kernel->lanes, b.data ? b.data : "");
                     printed++;
