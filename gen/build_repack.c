@@ -33,6 +33,7 @@ typedef struct builder {
     int64_t sshape[W16_ROLE_COUNT][W16_MAX_STORE_DIMS];
     const kir_param_t *dst;
     const kir_param_t *table[W16_ROLE_COUNT];
+    const kir_param_t *perm; /* act-order permutation [E][K], or NULL */
     const kir_expr_t *idx[W16_MAX_STORE_DIMS]; /* storage index of the lane */
     w16_lower_t L;
     wna16_error_t *err;
@@ -136,8 +137,27 @@ typedef struct lcoord {
 /* Loads the raw storage element holding the source value of `role` at `at`
  * and extracts it: a code (after the source's decode transform) for codes,
  * the element's bits otherwise. Result: i64. */
+static const kir_expr_t *src_value_raw(builder_t *B, w16_role_t role,
+                                       const lcoord_t *at, bool raw);
+
 static const kir_expr_t *src_value(builder_t *B, w16_role_t role,
                                    const lcoord_t *at)
+{
+    return src_value_raw(B, role, at, false);
+}
+
+/* The k a sorted destination reads: perm[e][k]. */
+static const kir_expr_t *permuted_k(builder_t *B, const lcoord_t *at,
+                                    const kir_expr_t *k)
+{
+    kir_kernel_t *kk = B->k;
+    const kir_expr_t *idx = w16_ir_add(kk, w16_ir_mul(kk, at->c[0],
+                                                      ik(B, B->dv[W16_VAR_K])), k);
+    return kir_int_cast(kk, KIR_I64, kir_load(kk, B->perm, idx), false);
+}
+
+static const kir_expr_t *src_value_raw(builder_t *B, w16_role_t role,
+                                       const lcoord_t *at, bool raw)
 {
     kir_kernel_t *k = B->k;
     const w16_layout_t *l = &B->sl[role];
@@ -151,11 +171,19 @@ static const kir_expr_t *src_value(builder_t *B, w16_role_t role,
         const kir_expr_t *c = at->c[i];
         int64_t ext = at->ext[i];
         if (cv[i] == W16_VAR_e && per_expert) {
-            /* the expert picks the tensor; the layout sees e = 0 */
-            slot = c;
+            /* the expert picks the tensor; the layout sees e = 0. w13 has
+             * two tensors per expert (gate, up); roles without an output
+             * channel (g_idx) read the gate's, as vLLM keeps one row */
+            bool has_n = false;
+            for (int j = 0; j < nc; j++)
+                has_n = has_n || cv[j] == W16_VAR_n;
+            slot = r->gemm == WNA16_GEMM_W13 && !has_n
+                       ? w16_ir_mul(k, c, ik(B, 2)) : c;
             w16_lower_bind(&B->L, W16_VAR_e, ik(B, 0), 0, 0);
             continue;
         }
+        if (cv[i] == W16_VAR_k && B->perm)
+            c = bind_let(B, "pk", permuted_k(B, at, c));
         if (cv[i] == W16_VAR_n && r->gemm == WNA16_GEMM_W13 &&
             B->sv[W16_VAR_IP] != r->problem.I) {
             /* a padded source (e.g. Marlin): each shard of I sits at a
@@ -185,8 +213,8 @@ static const kir_expr_t *src_value(builder_t *B, w16_role_t role,
             return NULL;
         flat = w16_ir_add(k, w16_ir_mul(k, flat, ik(B, B->sshape[role][d])), ix);
     }
-    const kir_expr_t *raw = kir_tload(k, B->table[role], slot, flat);
-    const kir_expr_t *v = kir_int_cast(k, KIR_I64, raw, false);
+    const kir_expr_t *elem = kir_tload(k, B->table[role], slot, flat);
+    const kir_expr_t *v = kir_int_cast(k, KIR_I64, elem, false);
     if (role != W16_ROLE_QWEIGHT && role != W16_ROLE_QZEROS)
         return v;
     int cb = w16_layout_code_bits(l, r->src_dtype[role], B->sv);
@@ -201,7 +229,7 @@ static const kir_expr_t *src_value(builder_t *B, w16_role_t role,
     }
     if (cb < 64)
         v = kir_bin(k, KIR_OP_AND, v, ik(B, (INT64_C(1) << cb) - 1));
-    if (l->decode) {
+    if (l->decode && !raw) {
         w16_lower_bind(&B->L, W16_VAR_c, v, 0, (INT64_C(1) << cb) - 1);
         v = lower(B, l->decode, NULL);
     }
@@ -341,12 +369,20 @@ static const kir_expr_t *dst_slot(builder_t *B, int slot, lcoord_t *at)
     return valid;
 }
 
-/* The value a code slot holds: source code, or implicit zero. i64. */
-static const kir_expr_t *code_for(builder_t *B, const lcoord_t *at)
+/* The value a code slot holds: source code, or implicit zero. i64. Sets
+ * *raw when the value is a stored code to pass through untransformed. */
+static const kir_expr_t *code_for(builder_t *B, const lcoord_t *at, bool *raw)
 {
     w16_role_t role = B->dl.role;
-    if (role == W16_ROLE_QZEROS && !B->req->problem.zp)
+    *raw = false;
+    if (role == W16_ROLE_QZEROS && !B->req->problem.zp) {
+        if (B->req->problem.zeros_stored) {
+            /* unused zero words travel as the checkpoint stored them */
+            *raw = true;
+            return src_value_raw(B, role, at, true);
+        }
         return ik(B, INT64_C(1) << (B->req->problem.BITS - 1));
+    }
     return src_value(B, role, at);
 }
 
@@ -391,8 +427,9 @@ static const kir_expr_t *slot_bits(builder_t *B, int slot)
     switch (B->dl.role) {
     case W16_ROLE_QWEIGHT:
     case W16_ROLE_QZEROS: {
-        v = code_for(B, &at);
-        if (v && B->dl.encode) {
+        bool raw;
+        v = code_for(B, &at, &raw);
+        if (v && B->dl.encode && !raw) {
             w16_lower_clear_vars(&B->L);
             w16_lower_bind(&B->L, W16_VAR_c, v, 0,
                            (INT64_C(1) << r->problem.BITS) - 1);
@@ -420,6 +457,11 @@ static const kir_expr_t *slot_bits(builder_t *B, int slot)
         break;
     case W16_ROLE_WEIGHT:
         v = dequant_bits(B, &at);
+        break;
+    case W16_ROLE_SORT_IDX:
+        if (!B->perm)
+            return bfail(B, "sort indices need the act-order permutation");
+        v = permuted_k(B, &at, at.c[1]);
         break;
     default:
         return bfail(B, "this destination role is not generated yet");
@@ -505,6 +547,13 @@ static wna16_status_t setup(builder_t *B, wna16_context_t *ctx,
     }
     if (!B->dst)
         return w16_err_nomem(err, "declaring parameters");
+    out->perm_param = -1;
+    if (req->sort_k) {
+        B->perm = kir_param(B->k, "perm", KIR_PARAM_BUFFER, KIR_I32, false);
+        if (!B->perm)
+            return w16_err_nomem(err, "declaring parameters");
+        out->perm_param = B->perm->index;
+    }
     return WNA16_OK;
 }
 

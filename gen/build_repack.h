@@ -29,6 +29,12 @@ typedef struct w16_repack_request {
     wna16_dtype_t src_dtype[W16_ROLE_COUNT];
     wna16_dtype_t dst_dtype; /* one of the destination layout's dtypes */
     int lanes;               /* workgroup size (0 = 256) */
+    /* act-order sorted destination: the source's K is read through a map
+     * [E][K] (i32, parameter perm_param), and the g_idx_sort_indices
+     * kernel writes the permutation given as parameter perm_param too (the
+     * runtime passes the destination's permutation there; the two differ
+     * only when the source is itself sorted) */
+    bool sort_k;
 } w16_repack_request_t;
 
 typedef struct w16_repack_kernel {
@@ -41,6 +47,7 @@ typedef struct w16_repack_kernel {
     /* kernel parameter 0 is the destination buffer; src_param[role] is the
      * parameter index of the source table of that role, or -1 */
     int src_param[W16_ROLE_COUNT];
+    int perm_param; /* -1 unless sort_k */
     /* entries of every source table: E * projections (per-expert source)
      * or 1 (stacked) */
     int table_slots;

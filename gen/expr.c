@@ -491,9 +491,9 @@ const w16_expr_t *w16_expr_fold(w16_arena_t *arena, const w16_expr_t *x,
 {
     if (!x)
         return NULL;
-    /* The free variables are the contiguous run e .. c (ORDER VAR). */
+    /* The free variables are the contiguous run e .. z (ORDER VAR). */
     bool is_free = x->op == W16_OP_VAR && x->var >= W16_VAR_e &&
-                   x->var <= W16_VAR_c;
+                   x->var <= W16_VAR_z;
     if (x->op == W16_OP_VAR && !is_free) {
         w16_expr_t *c = w16_arena_alloc(arena, sizeof *c);
         if (c) {

@@ -59,6 +59,12 @@
     X(ACT_ORDER, W16_VW_LAYOUT | W16_VW_SELECT, "1 if act-order (g_idx)")    \
     X(HAS_BIAS, W16_VW_LAYOUT | W16_VW_SELECT, "1 if expert biases")         \
     X(W13, W16_VW_LAYOUT, "1 for the gate/up operand, 0 for down")          \
+    X(ZEROS_STORED, W16_VW_LAYOUT,                                           \
+      "1 if the checkpoint carries zero-point tensors (even unused ones)")    \
+    X(G_IDX_STORED, W16_VW_LAYOUT,                                           \
+      "1 if the checkpoint carries g_idx tensors (even without act-order)")  \
+    X(A8, W16_VW_LAYOUT,                                                     \
+      "8-bit activations: 0 none (16-bit), 1 int8, 2 fp8 e4m3")              \
     X(e, W16_VW_COORD, "expert index")                                       \
     X(n, W16_VW_COORD, "output channel")                                     \
     X(k, W16_VW_COORD, "input channel")                                      \
@@ -71,6 +77,7 @@
     X(i4, W16_VW_STORE, "storage index, dimension 4")                        \
     X(i5, W16_VW_STORE, "storage index, dimension 5")                        \
     X(c, W16_VW_VALUE, "the value being encoded or decoded")                 \
+    X(z, W16_VW_VALUE, "weight codes: the zero point of the code's group")   \
     X(PLATFORM, W16_VW_SELECT, "CUDA, ROCM, CPU or XPU")                     \
     X(CC, W16_VW_SELECT, "compute capability as 10*major + minor")           \
     X(TOPK, W16_VW_SELECT, "experts per token")                              \

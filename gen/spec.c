@@ -829,6 +829,9 @@ static bool load_layouts(loader_t *L, const cJSON *j, const char *path)
         return lfail(L, path, "a spec needs a \"qweight\" or \"weight\" layout");
     if (ls[W16_ROLE_QWEIGHT] && !ls[W16_ROLE_SCALES])
         return lfail(L, path, "quantized weights need a \"scales\" layout");
+    if (ls[W16_ROLE_SORT_IDX] && !ls[W16_ROLE_G_IDX])
+        return lfail(L, path, "\"g_idx_sort_indices\" comes with a \"g_idx\" "
+                     "layout");
     /* Two layouts may not write one tensor. */
     for (int a = 0; a < W16_ROLE_COUNT; a++)
         for (int b = a + 1; b < W16_ROLE_COUNT; b++)
@@ -1060,7 +1063,8 @@ static bool load_backend_select(loader_t *L, const cJSON *j, const char *path)
 static bool load_samples(loader_t *L, const cJSON *j, const char *path)
 {
     static const char *const keys[] = {"E", "H", "I", "BITS", "GS", "ZP",
-                                       "ACT_ORDER", "HAS_BIAS", NULL};
+                                       "ACT_ORDER", "HAS_BIAS", "ZEROS_STORED",
+                                       "G_IDX_STORED", "A8", NULL};
     if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) < 1 ||
         cJSON_GetArraySize(j) > 16)
         return lfail(L, path, "expected an array of 1 to 16 sample problems");
@@ -1078,10 +1082,11 @@ static bool load_samples(loader_t *L, const cJSON *j, const char *path)
         int64_t *dst[] = {&s->samples[i].E, &s->samples[i].H, &s->samples[i].I,
                           &s->samples[i].BITS, &s->samples[i].GS,
                           &s->samples[i].ZP, &s->samples[i].ACT_ORDER,
-                          &s->samples[i].HAS_BIAS};
-        static const int64_t lo[] = {1, 1, 1, 4, -1, 0, 0, 0};
-        static const int64_t hi[] = {16, 4096, 4096, 8, 4096, 1, 1, 1};
-        for (int k = 0; k < 8; k++) {
+                          &s->samples[i].HAS_BIAS, &s->samples[i].ZEROS_STORED,
+                          &s->samples[i].G_IDX_STORED, &s->samples[i].A8};
+        static const int64_t lo[] = {1, 1, 1, 4, -1, 0, 0, 0, 0, 0, 0};
+        static const int64_t hi[] = {16, 4096, 4096, 8, 4096, 1, 1, 1, 1, 1, 2};
+        for (int k = 0; k < 11; k++) {
             char pk[PATH_MAX_LEN];
             path_key(pk, p, keys[k]);
             const cJSON *v = get(c, keys[k]);
@@ -1105,7 +1110,8 @@ static bool load_doc(loader_t *L, const cJSON *root)
     static const char *const keys[] = {
         "wna16_spec", "kind", "name", "title", "description", "config",
         "projections", "stacked", "tables", "capabilities", "zero_point",
-        "pad", "layouts", "rules", "selection", "samples", NULL};
+        "pad", "act_order_sort", "layouts", "rules", "selection", "samples",
+        NULL};
     if (!check_keys(L, root, "$", keys))
         return false;
     wna16_spec_t *s = L->spec;
@@ -1188,6 +1194,10 @@ static bool load_doc(loader_t *L, const cJSON *root)
             return false;
     }
     if (get(root, "pad") && !load_pad(L, get(root, "pad"), "$.pad"))
+        return false;
+    if (get(root, "act_order_sort") &&
+        !get_bool(L, get(root, "act_order_sort"), "$.act_order_sort",
+                  &s->act_order_sort))
         return false;
     if (!get(root, "layouts"))
         return lfail(L, "$", "\"layouts\" is required");

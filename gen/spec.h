@@ -145,6 +145,10 @@ struct wna16_spec {
     w16_table_t *tables; int n_tables;
     w16_capabilities_t caps;
 
+    /* Act-order layouts store K in the order of the stable per-expert
+     * argsort of g_idx: codes read through the permutation, g_idx sorted,
+     * the permutation in the g_idx_sort_indices layout (Marlin). */
+    bool act_order_sort;
     /* Dims: padded intermediate size (NULL = I). */
     const w16_expr_t *pad_intermediate;
     const char *pad_forbidden_with_act_order; /* reason, NULL = allowed */
@@ -165,8 +169,10 @@ struct wna16_spec {
     w16_backend_select_t bsel;
 
     /* Sample problems for the layout consistency check. */
-    struct w16_sample { int64_t E, H, I, BITS, GS, ZP, ACT_ORDER, HAS_BIAS; }
-        *samples;
+    struct w16_sample {
+        int64_t E, H, I, BITS, GS, ZP, ACT_ORDER, HAS_BIAS, ZEROS_STORED,
+            G_IDX_STORED, A8;
+    } *samples;
     int n_samples;
 };
 
@@ -203,6 +209,9 @@ wna16_status_t w16_spec_check_layouts(const wna16_spec_t *spec, bool full,
 typedef struct w16_problem {
     int64_t E, H, I, BITS, GS;
     bool zp, act_order, bias;
+    /* what the source checkpoint carries besides what the math uses */
+    bool zeros_stored, g_idx_stored;
+    int a8; /* 8-bit activations: 0 none, 1 int8, 2 fp8 */
 } w16_problem_t;
 
 /* Fills vars[] (dims only) for the given operand; computes IP from the

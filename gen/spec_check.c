@@ -51,6 +51,9 @@ static wna16_status_t check_layout(const wna16_spec_t *spec,
                        wna16_dtype_name(dt));
     int slots = eb / cb;
     int64_t elems = 1;
+    for (int d = 0; d < l->ndim; d++)
+        if (shape[d] == 0)
+            return WNA16_OK; /* an empty tensor (e.g. (E, 0) g_idx) holds nothing */
     for (int d = 0; d < l->ndim; d++) {
         if (shape[d] && elems > CHECK_MAX_PLACES / shape[d])
             return w16_err(err, WNA16_ESPEC, "%s (%s): sample too large to "
@@ -220,7 +223,9 @@ wna16_status_t w16_spec_check_layouts(const wna16_spec_t *spec, bool full,
     for (int s = 0; s < n; s++) {
         const struct w16_sample *sm = &spec->samples[s];
         w16_problem_t p = {sm->E, sm->H, sm->I, sm->BITS, sm->GS, sm->ZP != 0,
-                           sm->ACT_ORDER != 0, sm->HAS_BIAS != 0};
+                           sm->ACT_ORDER != 0, sm->HAS_BIAS != 0,
+                           sm->ZEROS_STORED != 0, sm->G_IDX_STORED != 0,
+                           (int)sm->A8};
         for (int g = 0; g < 2; g++) {
             int64_t vars[W16_VAR_COUNT];
             wna16_status_t st = w16_spec_bind(spec, &p, (wna16_gemm_t)g, vars,

@@ -34,6 +34,9 @@ wna16_status_t w16_spec_bind(const wna16_spec_t *spec,
     v[W16_VAR_ACT_ORDER] = p->act_order;
     v[W16_VAR_HAS_BIAS] = p->bias;
     v[W16_VAR_W13] = gemm == WNA16_GEMM_W13;
+    v[W16_VAR_ZEROS_STORED] = p->zeros_stored || p->zp;
+    v[W16_VAR_G_IDX_STORED] = p->g_idx_stored || p->act_order;
+    v[W16_VAR_A8] = p->a8;
     v[W16_VAR_CUDA] = WNA16_PLATFORM_CUDA;
     v[W16_VAR_ROCM] = WNA16_PLATFORM_ROCM;
     v[W16_VAR_CPU] = WNA16_PLATFORM_CPU;

@@ -263,6 +263,14 @@ typedef struct wna16_qweight {
     uint8_t *zeros;
     int32_t *g_idx;
     float *bias;
+    /* Zero-point codes a symmetric checkpoint carries but does not use
+     * (AutoGPTQ's z-1 words), [E][G][N], kept as stored without the
+     * format's decode, for layouts that pass them through as vLLM does
+     * (Marlin). NULL when the checkpoint has none or when `zeros` is set. */
+    uint8_t *stored_zeros;
+    /* The checkpoint carries g_idx tensors (GPTQ, compressed-tensors)
+     * even without act-order (vLLM then keeps empty (E, 0) tensors). */
+    bool g_idx_stored;
 } wna16_qweight_t;
 
 /* Allocates the arrays for the given shape; has_* select optional arrays.
@@ -323,6 +331,12 @@ typedef struct wna16_quant_desc {
     bool zero_point;    /* asymmetric (explicit zero points) */
     bool act_order;     /* g_idx permutation (desc_act / actorder=group) */
     bool bias;          /* the checkpoint carries expert biases */
+    /* What the checkpoint carries without the quantization using it:
+     * zero-point tensors of a symmetric checkpoint (AutoGPTQ) and g_idx
+     * tensors without act-order. Layouts that keep them as vLLM does
+     * (Marlin) write them; decoding finds them from the tensors. */
+    bool zeros_stored;
+    bool g_idx_stored;
 } wna16_quant_desc_t;
 
 /* Reference decode of a layer stored in `spec`'s layout.
@@ -727,6 +741,239 @@ wna16_status_t wna16_repack_checkpoint(wna16_context_t *ctx,
                                        const wna16_repack_options_t *opts,
                                        wna16_repack_summary_t *summary,
                                        wna16_error_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Fused MoE                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The reference fused MoE (the oracle every generated MoE kernel is checked
+ * against) and the routing that sorts and aligns tokens per expert for block
+ * kernels. Plain scalar C, slow and obviously correct.
+ *
+ * Shapes: M tokens, top-k experts per token, hidden size H, intermediate
+ * size I, E local experts (the layer's). Expert weights are a
+ * wna16_qlayer_t in logical form, read only through wna16_ref_dequant, so
+ * every layout works once it is decoded. w13 rows [0, I) are the gate
+ * projection and rows [I, 2I) the up projection (logical form, whatever
+ * the storage does: gpt-oss interleaves gate/up rows on disk and vLLM's
+ * swigluoai_and_mul reads the pairs interleaved; de-interleaving is the
+ * layout's business, the math is the same). Non-gated activations (the
+ * *_no_mul ones) use a w13 of N = I. */
+
+/* X(NAME, vLLM name, gated). ORDER ACTIVATION: values are part of the ABI.
+ * With g = gate = h[i], u = up = h[I + i] (gated) or x = h[i] (not gated),
+ * i < I, computed in double:
+ *   silu          silu(g) * u,           silu(x) = x / (1 + exp(-x))
+ *   gelu          gelu(g) * u,           gelu(x) = x/2 (1 + erf(x / sqrt 2))
+ *   gelu_tanh     gelu_tanh(g) * u,      gelu_tanh(x) =
+ *                 x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+ *   swigluoai     g' = min(g, limit), u' = min(max(u, -limit), limit),
+ *                 (u' + beta) * g' * sigmoid(alpha * g')   (gpt-oss; vLLM's
+ *                 swigluoai_and_mul with beta fixed to 1, FlashInfer's
+ *                 TRT-LLM kernels take beta)
+ *   swiglustep    min(silu(g), limit) * min(max(u, -limit), limit)
+ *                 (vLLM's swiglustep_and_mul_triton)
+ *   silu_no_mul   silu(x)
+ *   gelu_no_mul   gelu(x) (exact, erf)
+ *   relu2_no_mul  max(x, 0)^2
+ * "gelu_tanh" is vLLM's GeluAndMul(approximate="tanh") (gelu_tanh_and_mul);
+ * vLLM's MoEActivation enum has no member for it. Clamps propagate NaN. */
+#define WNA16_ACTIVATION_LIST(X)                                             \
+    X(SILU, "silu", 1)                                                       \
+    X(GELU, "gelu", 1)                                                       \
+    X(GELU_TANH, "gelu_tanh", 1)                                             \
+    X(SWIGLUOAI, "swigluoai", 1)                                             \
+    X(SWIGLUSTEP, "swiglustep", 1)                                           \
+    X(SILU_NO_MUL, "silu_no_mul", 0)                                         \
+    X(GELU_NO_MUL, "gelu_no_mul", 0)                                         \
+    X(RELU2_NO_MUL, "relu2_no_mul", 0)
+
+typedef enum wna16_activation {
+    WNA16_ACT_INVALID = -1,
+#define WNA16_X_(name, str, gated) WNA16_ACT_##name,
+    WNA16_ACTIVATION_LIST(WNA16_X_)
+#undef WNA16_X_
+    WNA16_ACT_COUNT_
+} wna16_activation_t;
+
+/* "silu" etc. (vLLM's spelling); NULL for an invalid value. */
+const char *wna16_activation_name(wna16_activation_t act);
+/* Parses a name (exact, case-sensitive); WNA16_ACT_INVALID if unknown or
+ * NULL. */
+wna16_activation_t wna16_activation_from_name(const char *name);
+/* Gated (act(gate) * up over w13 of N = 2I) or not (*_no_mul, N = I).
+ * False for an invalid value. */
+bool wna16_activation_is_gated(wna16_activation_t act);
+
+/* Defaults of the gpt-oss swiglu (vLLM's SwigluOAIAndMul). */
+#define WNA16_SWIGLU_LIMIT_DEFAULT 7.0f
+#define WNA16_SWIGLU_ALPHA_DEFAULT 1.702f
+#define WNA16_SWIGLU_BETA_DEFAULT 1.0f
+
+/* How the reference runs a MoE layer. Start from wna16_moe_params_init. */
+typedef struct wna16_moe_params {
+    wna16_activation_t activation;
+    /* swigluoai and swiglustep: the clamp limit, > 0 (INFINITY: no clamp).
+     * swigluoai: alpha (sigmoid slope) and beta (added to the clamped up),
+     * finite. Ignored by the other activations. */
+    float swiglu_limit, swiglu_alpha, swiglu_beta;
+    /* false (default): out += w * y (the weight scales the expert's output).
+     * true: the expert's input is scaled, x = round(x * round(w)) in the
+     * activation dtype as vLLM's prepare step does, and out += y. vLLM only
+     * allows this with top-k 1 (Llama 4); the reference allows any top-k. */
+    bool apply_router_weight_on_input;
+    /* Expert parallelism: expert_map[g] is the local expert of global
+     * expert g, or -1 when g is not on this rank (its slots contribute
+     * nothing). Entries must be -1 or in [0, E). NULL: ids are local ids
+     * in [0, E). Not used by the batched format (its experts are local). */
+    const int32_t *expert_map;
+    /* Length of expert_map (the number of global experts); with no map,
+     * 0 or E. */
+    int32_t global_num_experts;
+    /* The hidden states' and the output's dtype: F16 or BF16. */
+    wna16_dtype_t act_dtype;
+    /* Also round the GEMM outputs h (after the w13 bias) and y (after the
+     * w2 bias) to act_dtype, as kernels that write them to activation-dtype
+     * buffers do (vLLM's Triton and Marlin paths and its torch reference).
+     * Default false: h and y stay float32. */
+    bool round_gemm_outputs;
+} wna16_moe_params_t;
+
+/* silu, limit 7, alpha 1.702, beta 1, router weights on the output, no
+ * expert map, BF16, GEMM outputs kept in float32. */
+void wna16_moe_params_init(wna16_moe_params_t *p);
+
+/* The activation as the reference computes it: act(gate, up) in double
+ * from float inputs, returned as float32 (before the rounding to act_dtype);
+ * `up` is ignored by non-gated activations. NaN for an invalid activation. */
+float wna16_ref_activation(const wna16_moe_params_t *p, float gate, float up);
+
+/* The reference fused MoE, standard activation format.
+ *   hidden       [M][H] act_dtype (uint16_t bits)
+ *   topk_ids     [M][topk] int32: global expert ids in
+ *                [0, global_num_experts) (no map: local ids in [0, E))
+ *   topk_weights [M][topk] float32 router weights
+ *   out          [M][H] act_dtype; fully written; must not overlap hidden
+ * For each token m, with R() = round to act_dtype (nearest even), F() =
+ * round to float32, and every dot product summed in double in increasing
+ * index order (exact products; the oracle is more accurate than kernels):
+ *   for j < topk: g = topk_ids[m][j], e = expert_map ? expert_map[g] : g;
+ *     e = -1: slot j contributes nothing;
+ *     x = hidden[m] (on-input weighting: x_k = R(x_k * R(w[m][j])));
+ *     h_n = F(sum_k x_k W13[e][n][k] + b13[e][n])        (n < 2I, or I)
+ *           (round_gemm_outputs: h_n = R(h_n));
+ *     a_i = R(F(act(h_i, h_{I+i})))                     (i < I)
+ *           vLLM's kernels round the activation to the activation dtype
+ *           before the second GEMM; so does the reference;
+ *     y_n = F(sum_i a_i W2[e][n][i] + b2[e][n])          (n < H)
+ *           (round_gemm_outputs: y_n = R(y_n));
+ *   out[m][n] = R(F(sum_j c_j y_{j,n})), summed in double in order j = 0..,
+ *     c_j = w[m][j] (weights on the output) or 1 (on the input).
+ * A token whose slots are all absent gets 0. W = wna16_ref_dequant; biases
+ * are the qweights' `bias` arrays when not NULL. M = 0 does nothing.
+ * Errors (WNA16_EINVAL, message naming the argument): NULL pointers,
+ * M < 0, topk < 1, topk > the number of (global) experts, an id out of
+ * range (naming the token and position), a bad expert_map entry, act_dtype
+ * not F16/BF16, an invalid activation or swiglu parameter, a layer whose
+ * shapes, group sizes or g_idx do not fit (w13 E x 2I x H, or E x I x H
+ * when not gated; w2 E x H x I). WNA16_ENOMEM when scratch allocation
+ * fails. `out` is untouched on error. */
+wna16_status_t wna16_ref_moe(const wna16_qlayer_t *layer,
+                             const wna16_moe_params_t *p, const void *hidden,
+                             int32_t M, const int32_t *topk_ids,
+                             const float *topk_weights, int32_t topk,
+                             void *out, wna16_error_t *err);
+
+/* The reference MoE, batched activation format (as expert-parallel
+ * all-to-all dispatch produces; vLLM's BatchedExperts):
+ *   hidden             [E][max_tokens][H] act_dtype
+ *   expert_num_tokens  [E]: rows [0, count) of expert e are its tokens,
+ *                      0 <= count <= max_tokens
+ *   weights            [E][max_tokens] float32 router weights, or NULL
+ *   out                [E][max_tokens][H] act_dtype; fully written
+ * Row r < count of expert e goes through expert e's MLP exactly as in
+ * wna16_ref_moe (same rounding points) and out[e][r][n] = R(F(c * y_n)):
+ *   weights NULL: c = 1 and the input is not scaled. This is vLLM's
+ *     BatchedExperts contract: the router weights are applied outside, in
+ *     the finalize step that combines the rows back into tokens (or, on
+ *     the input, by the prepare step before dispatch);
+ *   weights given: apply_router_weight_on_input scales the input as in
+ *     wna16_ref_moe (c = 1), else c = weights[e][r] (a kernel that fuses
+ *     the weighting into its second GEMM).
+ * Rows [count, max_tokens) of out are set to 0. expert_map and
+ * global_num_experts are ignored. Errors as wna16_ref_moe, plus counts out
+ * of [0, max_tokens] and max_tokens < 0. */
+wna16_status_t wna16_ref_moe_batched(const wna16_qlayer_t *layer,
+                                     const wna16_moe_params_t *p,
+                                     const void *hidden, int32_t max_tokens,
+                                     const int32_t *expert_num_tokens,
+                                     const float *weights, void *out,
+                                     wna16_error_t *err);
+
+/* Tokens sorted and aligned per expert for a block kernel (vLLM's
+ * moe_align_block_size). Owns its arrays; free with
+ * wna16_moe_alignment_free. */
+typedef struct wna16_moe_alignment {
+    int32_t block_size;
+    int32_t num_experts;
+    /* The padding value in sorted_token_ids: M * topk (the number of
+     * routed slots), or E * max_tokens in the batched form. */
+    int32_t sentinel;
+    /* Slots actually used: sum over experts of count rounded up to a
+     * multiple of block_size; a multiple of block_size. */
+    int32_t num_tokens_post_padded;
+    /* Length of sorted_token_ids: vLLM's max_num_tokens_padded, the bound
+     * over all routings: M*topk + num_experts*(block_size - 1), or
+     * M*topk*block_size when that is smaller (M*topk < num_experts);
+     * batched: E * round_up(max_tokens, block_size). */
+    int32_t max_num_tokens_padded;
+    /* Length of expert_ids: ceil(max_num_tokens_padded / block_size). */
+    int32_t max_num_blocks;
+    /* [max_num_tokens_padded]: flattened slot indices t = m*topk + j
+     * (batched: e*max_tokens + r), grouped by expert in increasing expert
+     * order, slot order kept inside an expert, each expert's run padded
+     * with `sentinel` to a multiple of block_size; `sentinel` from
+     * num_tokens_post_padded on. */
+    int32_t *sorted_token_ids;
+    /* [max_num_blocks]: the (local) expert of each block of block_size
+     * slots; -1 from num_tokens_post_padded / block_size on. */
+    int32_t *expert_ids;
+} wna16_moe_alignment_t;
+
+/* Sorts the M x topk routed slots by expert and pads each expert's run to
+ * block_size. Deterministic (a stable counting sort; vLLM's CUDA kernel
+ * orders slots inside an expert by atomics, its torch reference stably).
+ * topk_ids are global ids in [0, num_experts); with expert_map (length
+ * num_experts, entries -1 or in [0, num_experts)) each slot goes to expert
+ * expert_map[g], slots of absent experts (-1) are dropped and expert_ids
+ * hold local ids: vLLM's ignore_invalid_experts=True (its torch reference,
+ * Marlin). vLLM's other mode (absent experts keep their blocks, marked -1)
+ * is this function without the map followed by expert_ids[b] =
+ * expert_map[expert_ids[b]] for the used blocks. Experts with no slots get
+ * no blocks. `out` is overwritten (free a previous result first); on error
+ * it is left zeroed. Errors: WNA16_EINVAL for NULL pointers (topk_ids may be
+ * NULL when M is 0), M < 0, topk < 1, topk > num_experts, block_size < 1,
+ * sizes past INT32_MAX, an id out of range (naming the token and position)
+ * or a bad expert_map entry; WNA16_ENOMEM. */
+wna16_status_t wna16_moe_align(const int32_t *topk_ids, int32_t M,
+                               int32_t topk, int32_t num_experts,
+                               const int32_t *expert_map, int32_t block_size,
+                               wna16_moe_alignment_t *out, wna16_error_t *err);
+
+/* The batched form (vLLM's batched_moe_align_block_size): expert e's rows
+ * e*max_tokens + r, r < expert_num_tokens[e], in order, each expert padded
+ * to block_size; sentinel E * max_tokens. Errors: NULL pointers,
+ * num_experts < 1, max_tokens < 0, block_size < 1, a count outside
+ * [0, max_tokens], sizes past INT32_MAX. */
+wna16_status_t wna16_moe_align_batched(const int32_t *expert_num_tokens,
+                                       int32_t num_experts, int32_t max_tokens,
+                                       int32_t block_size,
+                                       wna16_moe_alignment_t *out,
+                                       wna16_error_t *err);
+
+/* Frees the arrays and zeroes the struct; NULL and zeroed structs are
+ * fine. */
+void wna16_moe_alignment_free(wna16_moe_alignment_t *a);
 
 /* ------------------------------------------------------------------------ */
 /* Devices                                                                   */

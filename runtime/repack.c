@@ -334,7 +334,8 @@ wna16_status_t wna16_repack_layer_shapes(
         return w16_err(err, WNA16_EINVAL, "%s is not a backend spec with "
                        "stacked w13/w2 tensors", dst_backend->name);
     w16_problem_t p = {E, H, I, quant->bits, quant->group_size,
-                       quant->zero_point, quant->act_order, quant->bias};
+                       quant->zero_point, quant->act_order, quant->bias,
+                       quant->zeros_stored, quant->g_idx_stored};
     for (int g = 0; g < 2; g++) {
         int64_t vars[W16_VAR_COUNT];
         wna16_status_t st = w16_spec_bind(dst_backend, &p, (wna16_gemm_t)g,
@@ -664,6 +665,14 @@ static wna16_status_t plan_layers(rp_job_t *j, wna16_error_t *err)
         L->quant = j->quant;
         L->quant.bias = wna16_checkpoint_layer_has_bias(j->ck, j->fmt,
                                                         L->prefix);
+        /* tensors carried but unused: symmetric zeros, g_idx without
+         * act-order (Marlin keeps them, as vLLM does) */
+        L->quant.zeros_stored = !L->quant.zero_point &&
+            first_tensor(j->ck, j->fmt, L->prefix, WNA16_GEMM_W13,
+                         W16_ROLE_QZEROS) != NULL;
+        L->quant.g_idx_stored = L->quant.act_order ||
+            first_tensor(j->ck, j->fmt, L->prefix, WNA16_GEMM_W13,
+                         W16_ROLE_G_IDX) != NULL;
         wna16_dtype_t sd = dtype_of(first_tensor(j->ck, j->fmt, L->prefix,
                                                  WNA16_GEMM_W13,
                                                  W16_ROLE_SCALES));

@@ -165,9 +165,11 @@ static int needed_roles(w16_role_t dst, const w16_problem_t *p, w16_role_t *r)
             r[n++] = W16_ROLE_QZEROS;
         break;
     case W16_ROLE_QZEROS:
-        if (p->zp)
+        if (p->zp || p->zeros_stored)
             r[n++] = W16_ROLE_QZEROS;
         break;
+    case W16_ROLE_SORT_IDX:
+        break; /* the permutation itself: a parameter, not a source */
     case W16_ROLE_G_IDX:
         if (p->act_order)
             r[n++] = W16_ROLE_G_IDX;
@@ -201,36 +203,38 @@ typedef struct job {
     w16_problem_t p;
     wna16_tensor_set_t *out;
     src_role_t roles[2][W16_ROLE_COUNT]; /* per operand */
+    int32_t *perm[2]; /* act-order permutation per operand, or NULL */
+    int32_t *read[2]; /* source row of each sorted row (differs from perm
+                         when the source is itself sorted), or NULL */
+    int32_t *src_perm[2]; /* a sorted source's own permutation */
 } job_t;
 
-/* Bump when the generator's output changes for the same inputs: it is part
- * of every cache key. */
-#define W16_REPACK_GENERATOR_VERSION 1
+/* The identity of a compiled kernel: its IR, printed (so any change in
+ * what the builder generates changes the key by itself), plus the target
+ * and the emitter's version (bump W16_CPU_EMITTER_VERSION when the CPU
+ * lowering of the same IR changes). */
+#define W16_CPU_EMITTER_VERSION 3
 
-/* Everything that determines a repack kernel's code. */
-static w16_key_t request_key(job_t *J, const w16_repack_request_t *r,
-                             bool sums)
+static wna16_status_t kernel_key(job_t *J, const kir_kernel_t *k,
+                                 w16_key_t *key, wna16_error_t *err)
 {
+    w16_buf_t b;
+    w16_buf_init(&b, J->ctx);
+    kir_print(&b, k);
+    if (b.failed) {
+        w16_buf_free(&b);
+        return w16_err_nomem(err, "keying a kernel");
+    }
     w16_keyer_t kr;
     w16_keyer_init(&kr);
-    w16_keyer_str(&kr, "wna16 repack kernel");
+    w16_keyer_str(&kr, "wna16 kernel");
     w16_keyer_str(&kr, WNA16_VERSION_STRING);
-    w16_keyer_u64(&kr, W16_REPACK_GENERATOR_VERSION);
+    w16_keyer_u64(&kr, W16_CPU_EMITTER_VERSION);
     w16_cpu_key(&kr, J->cpu);
-    const wna16_spec_t *specs[2] = {r->src, r->dst};
-    for (int i = 0; i < 2; i++) {
-        w16_keyer_u64(&kr, specs[i]->content_hash[0]);
-        w16_keyer_u64(&kr, specs[i]->content_hash[1]);
-    }
-    const w16_problem_t *p = &r->problem;
-    int64_t fields[] = {p->E, p->H, p->I, p->BITS, p->GS, p->zp, p->act_order,
-                        p->bias, r->gemm, r->role, r->dst_dtype, r->lanes,
-                        sums};
-    for (size_t i = 0; i < W16_ARRAY_LEN(fields); i++)
-        w16_keyer_u64(&kr, (uint64_t)fields[i]);
-    for (int i = 0; i < W16_ROLE_COUNT; i++)
-        w16_keyer_u64(&kr, (uint64_t)r->src_dtype[i]);
-    return w16_keyer_done(&kr);
+    w16_keyer_bytes(&kr, b.data, b.len);
+    *key = w16_keyer_done(&kr);
+    w16_buf_free(&b);
+    return WNA16_OK;
 }
 
 static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
@@ -243,13 +247,20 @@ static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
     if (st != WNA16_OK)
         return st;
     w16_cpu_fn fn = NULL;
-    st = w16_cpu_kernel(J->ctx, request_key(J, req, sums), rk.kernel, &fn, err);
+    w16_key_t key;
+    st = kernel_key(J, rk.kernel, &key, err);
+    if (st == WNA16_OK)
+        st = w16_cpu_kernel(J->ctx, key, rk.kernel, &fn, err);
     if (st == WNA16_OK) {
-        uint64_t args[1 + W16_ROLE_COUNT] = {(uint64_t)(uintptr_t)t->data};
+        uint64_t args[2 + W16_ROLE_COUNT] = {(uint64_t)(uintptr_t)t->data};
         for (int r = 0; r < W16_ROLE_COUNT; r++)
             if (rk.src_param[r] >= 0)
                 args[rk.src_param[r]] =
                     (uint64_t)(uintptr_t)J->roles[req->gemm][r].table;
+        if (rk.perm_param >= 0)
+            args[rk.perm_param] = (uint64_t)(uintptr_t)(
+                req->role == W16_ROLE_SORT_IDX || !J->read[req->gemm]
+                    ? J->perm[req->gemm] : J->read[req->gemm]);
         w16_cpu_launch(J->cpu, fn, args, rk.num_groups);
     }
     w16_repack_kernel_free(&rk);
@@ -267,12 +278,10 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
         const w16_layout_t *l = J->dst->layouts[r];
         if (!w16_layout_present(l, dv))
             continue;
-        if (r == W16_ROLE_SORT_IDX)
-            return w16_err(err, WNA16_EUNSUPPORTED, "%s: act-order sort "
-                           "indices are not generated yet", J->dst->name);
         w16_repack_request_t req = {.src = J->src, .dst = J->dst,
                                     .problem = J->p, .gemm = g,
-                                    .role = (w16_role_t)r};
+                                    .role = (w16_role_t)r,
+                                    .sort_k = J->perm[g] != NULL};
         w16_role_t need[4];
         int nn = needed_roles((w16_role_t)r, &J->p, need);
         for (int i = 0; i < nn; i++) {
@@ -297,6 +306,8 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
         wna16_tensor_t *t;
         st = wna16_tensor_set_add_new(J->out, name, req.dst_dtype, l->ndim,
                                       shape, &t, err);
+        if (st == WNA16_OK && t->nbytes == 0)
+            continue; /* an empty tensor, e.g. g_idx without act-order */
         if (st == WNA16_OK)
             st = run_kernel(J, &req, false, t, err);
         if (st == WNA16_OK && l->sums_block_k)
@@ -305,6 +316,103 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
             return st;
     }
     return WNA16_OK;
+}
+
+/* Whether the checkpoint carries zero points it does not use and g_idx
+ * without act-order, from its tensors (as the reference decoder finds). */
+static void detect_stored(job_t *J)
+{
+    src_role_t probe = {0};
+    wna16_error_t e;
+    if (!J->p.zp && J->src->layouts[W16_ROLE_QZEROS] &&
+        gather_role(J->src, J->set, J->prefix, &J->p, WNA16_GEMM_W13,
+                    W16_ROLE_QZEROS, &probe, &e) == WNA16_OK)
+        J->p.zeros_stored = true;
+    free(probe.table);
+    probe = (src_role_t){0};
+    if (J->p.act_order ||
+        (J->src->layouts[W16_ROLE_G_IDX] &&
+         gather_role(J->src, J->set, J->prefix, &J->p, WNA16_GEMM_W13,
+                     W16_ROLE_G_IDX, &probe, &e) == WNA16_OK))
+        J->p.g_idx_stored = true;
+    free(probe.table);
+}
+
+/* A sorted source (Marlin) stores g_idx sorted with its permutation: read
+ * it and put q's g_idx back in checkpoint order. */
+static wna16_status_t unsort_source(job_t *J, wna16_gemm_t g,
+                                    wna16_qweight_t *q, wna16_error_t *err)
+{
+    size_t ek = (size_t)q->E * (size_t)q->K;
+    J->src_perm[g] = malloc(sizeof(int32_t) * ek);
+    int32_t *orig = malloc(sizeof(int32_t) * ek);
+    if (!J->src_perm[g] || !orig) {
+        free(orig);
+        return w16_err_nomem(err, "reading the source's sort indices");
+    }
+    for (size_t i = 0; i < ek; i++)
+        J->src_perm[g][i] = -1;
+    wna16_status_t st = w16_decode_sort_indices(J->src, J->set, J->prefix,
+                                                &J->p, g, J->src_perm[g], err);
+    for (size_t i = 0; st == WNA16_OK && i < ek; i++) {
+        int32_t k = J->src_perm[g][i];
+        if (k < 0 || k >= q->K)
+            st = w16_err(err, WNA16_EFORMAT, "%s: the source's act-order sort "
+                         "indices are not a permutation", J->src->name);
+        else
+            orig[(i / (size_t)q->K) * (size_t)q->K + (size_t)k] = q->g_idx[i];
+    }
+    if (st == WNA16_OK)
+        memcpy(q->g_idx, orig, sizeof(int32_t) * ek);
+    free(orig);
+    return st;
+}
+
+/* The act-order permutation of operand g: stable argsort of its g_idx. */
+static wna16_status_t make_perm(job_t *J, wna16_gemm_t g, wna16_error_t *err)
+{
+    int64_t v[W16_VAR_COUNT];
+    wna16_status_t st = w16_spec_bind(J->src, &J->p, g, v, err);
+    if (st != WNA16_OK)
+        return st;
+    int32_t E = (int32_t)J->p.E, K = (int32_t)v[W16_VAR_K];
+    wna16_qweight_t q = {.E = E, .N = (int32_t)(g == WNA16_GEMM_W13 ? 2 * J->p.I
+                                                                  : J->p.H),
+                         .K = K, .G = (int32_t)v[W16_VAR_G],
+                         .bits = (int32_t)J->p.BITS,
+                         .group_size = (int32_t)J->p.GS};
+    q.g_idx = malloc(sizeof(int32_t) * (size_t)E * (size_t)K);
+    J->perm[g] = malloc(sizeof(int32_t) * (size_t)E * (size_t)K);
+    if (!q.g_idx || !J->perm[g]) {
+        free(q.g_idx);
+        return w16_err_nomem(err, "computing the act-order permutation");
+    }
+    st = w16_decode_role(J->src, J->set, J->prefix, &J->p, g, W16_ROLE_G_IDX,
+                         false, &q, err);
+    if (st == WNA16_OK && J->src->act_order_sort)
+        st = unsort_source(J, g, &q, err);
+    if (st == WNA16_OK)
+        w16_sort_g_idx(q.g_idx, E, K, q.G, J->perm[g]);
+    if (st == WNA16_OK && J->src->act_order_sort) {
+        /* sorted row j reads source row inv(src_perm)[perm[j]] */
+        size_t ek = (size_t)E * (size_t)K;
+        int32_t *inv = malloc(sizeof(int32_t) * ek);
+        J->read[g] = malloc(sizeof(int32_t) * ek);
+        if (!inv || !J->read[g]) {
+            free(inv);
+            st = w16_err_nomem(err, "composing act-order permutations");
+        } else {
+            for (int32_t e = 0; e < E; e++)
+                for (int32_t i = 0; i < K; i++)
+                    inv[(size_t)e * K + J->src_perm[g][(size_t)e * K + i]] = i;
+            for (size_t i = 0; i < ek; i++)
+                J->read[g][i] = inv[(i / (size_t)K) * (size_t)K +
+                                    (size_t)J->perm[g][i]];
+            free(inv);
+        }
+    }
+    free(q.g_idx);
+    return st;
 }
 
 wna16_status_t w16_repack_layer_generated(wna16_context_t *ctx,
@@ -331,13 +439,22 @@ wna16_status_t w16_repack_layer_generated(wna16_context_t *ctx,
     if (st == WNA16_OK)
         st = w16_spec_bind(dst, &J.p, WNA16_GEMM_W13, v13, err);
     if (st == WNA16_OK)
+        detect_stored(&J);
+    if (st == WNA16_OK)
         st = w16_check_holds(dst, &J.p, (int32_t)v13[W16_VAR_IP], err);
+    for (int g = 0; g < 2 && st == WNA16_OK; g++)
+        if (dst->act_order_sort && J.p.act_order)
+            st = make_perm(&J, (wna16_gemm_t)g, err);
     if (st == WNA16_OK)
         st = repack_operand(&J, WNA16_GEMM_W13, err);
     if (st == WNA16_OK)
         st = repack_operand(&J, WNA16_GEMM_W2, err);
-    for (int g = 0; g < 2; g++)
+    for (int g = 0; g < 2; g++) {
         for (int r = 0; r < W16_ROLE_COUNT; r++)
             free(J.roles[g][r].table);
+        free(J.perm[g]);
+        free(J.read[g]);
+        free(J.src_perm[g]);
+    }
     return st;
 }

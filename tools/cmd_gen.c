@@ -128,7 +128,9 @@ int cmd_gen(int argc, char **argv)
                 continue;
             w16_repack_request_t req = {.src = src, .dst = dst, .problem = p,
                                         .gemm = (wna16_gemm_t)g,
-                                        .role = (w16_role_t)r};
+                                        .role = (w16_role_t)r,
+                                        .sort_k = o.act_order &&
+                                                  dst->act_order_sort};
             /* the roles the kernel reads, with checkpoint-like dtypes */
             req.src_dtype[W16_ROLE_QWEIGHT] = src->layouts[W16_ROLE_QWEIGHT]
                 ? src->layouts[W16_ROLE_QWEIGHT]->dtypes[0] : 0;
@@ -140,6 +142,8 @@ int cmd_gen(int argc, char **argv)
                 req.src_dtype[W16_ROLE_QZEROS] = src->layouts[W16_ROLE_QZEROS]->dtypes[0];
             if (r == W16_ROLE_G_IDX && o.act_order && src->layouts[W16_ROLE_G_IDX])
                 req.src_dtype[W16_ROLE_G_IDX] = WNA16_DTYPE_I32;
+            if (r == W16_ROLE_SORT_IDX || (r == W16_ROLE_G_IDX && !o.act_order))
+                continue; /* empty without act-order; no source otherwise */
             if (r == W16_ROLE_BIAS)
                 req.src_dtype[W16_ROLE_BIAS] = o.scale_dtype;
             if (r != W16_ROLE_QWEIGHT && r != W16_ROLE_WEIGHT)

@@ -93,6 +93,7 @@ void w16_arena_free(w16_arena_t *a);
 typedef struct w16_spec_registry w16_spec_registry_t;
 struct w16_cpu;
 struct w16_cache;
+struct w16_cuda;
 
 struct wna16_context {
     wna16_allocator_t allocator;
@@ -104,6 +105,7 @@ struct wna16_context {
     struct w16_once_key *once; /* keys already logged by w16_log_once */
     struct w16_cpu *cpu;       /* the CPU target, created on first use */
     struct w16_cache *cache;   /* the kernel cache, created on first use */
+    struct w16_cuda *cuda;     /* the CUDA target, created on first use */
 };
 
 /* Logs a message once per context and key (used for fallbacks). */

@@ -6,6 +6,7 @@
 #include "gen/spec.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/cache.h"
+#include "runtime/cuda/cuda.h"
 
 #include <pthread.h>
 
@@ -68,8 +69,10 @@ void wna16_context_destroy(wna16_context_t *ctx)
 {
     if (!ctx)
         return;
-    /* the cache holds handles into the CPU target's JIT: it goes first */
+    /* the cache holds handles into the CPU target's JIT and CUDA modules
+     * of the CUDA target: it goes first */
     w16_cache_destroy(ctx->cache);
+    w16_cuda_destroy(ctx->cuda);
     w16_cpu_destroy(ctx->cpu);
     w16_specs_fini(ctx);
     struct w16_once_key *k = ctx->once;

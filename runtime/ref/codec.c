@@ -59,7 +59,8 @@ static w16_problem_t problem_of(int32_t E, int32_t H, int32_t I,
                                 const wna16_quant_desc_t *q)
 {
     return (w16_problem_t){E, H, I, q->bits, q->group_size, q->zero_point,
-                           q->act_order, q->bias};
+                           q->act_order, q->bias, q->zeros_stored,
+                           q->g_idx_stored};
 }
 
 /* ---- decode -------------------------------------------------------------- */
@@ -74,6 +75,190 @@ static bool want_role(w16_role_t r, const wna16_quant_desc_t *q)
     case W16_ROLE_BIAS: return q->bias;
     default: return false;
     }
+}
+
+/* The tensor of layout l for expert e, projection i of operand g (or the
+ * stacked tensor); NULL with its expected name in `name` when absent. */
+static const wna16_tensor_t *find_tensor(const wna16_spec_t *spec,
+                                         const wna16_tensor_set_t *ts,
+                                         const char *prefix, wna16_gemm_t g,
+                                         const w16_layout_t *l, int64_t e,
+                                         const proj_ref_t *proj, char *name,
+                                         size_t n)
+{
+    if (spec->stacked) {
+        stacked_name(name, n, prefix, g, l);
+        return wna16_tensor_set_find(ts, name);
+    }
+    const wna16_tensor_t *t = NULL;
+    for (int a = 0; a < proj->proj->n_names && !t; a++) {
+        expert_name(name, n, prefix, e, proj->proj->names[a], l);
+        t = wna16_tensor_set_find(ts, name);
+    }
+    if (!t)
+        expert_name(name, n, prefix, e, proj->proj->names[0], l);
+    return t;
+}
+
+/* Decodes every tensor of role r into qw (`raw`: codes as stored). */
+wna16_status_t w16_decode_role(const wna16_spec_t *spec,
+                               const wna16_tensor_set_t *ts,
+                               const char *prefix, const w16_problem_t *p,
+                               wna16_gemm_t g, w16_role_t r, bool raw,
+                               wna16_qweight_t *qw, wna16_error_t *err);
+
+static wna16_status_t decode_role(const wna16_spec_t *spec,
+                                  const wna16_tensor_set_t *ts,
+                                  const char *prefix, const w16_problem_t *p,
+                                  wna16_gemm_t g, w16_role_t r, int64_t *vars,
+                                  bool raw, wna16_qweight_t *qw,
+                                  wna16_error_t *err)
+{
+    const w16_layout_t *l = spec->layouts[r];
+    proj_ref_t projs[2] = {{NULL, 0}, {NULL, 0}};
+    int np = spec->stacked ? 1 : operand_projs(spec, g, (int32_t)p->I, projs);
+    int64_t experts = spec->stacked ? 1 : p->E;
+    char name[512];
+    for (int64_t e = 0; e < experts; e++) {
+        for (int i = 0; i < np; i++) {
+            const wna16_tensor_t *t = find_tensor(spec, ts, prefix, g, l, e,
+                                                  &projs[i], name, sizeof name);
+            if (!t)
+                return w16_err(err, WNA16_ENOTFOUND, "tensor '%s' not found",
+                               name);
+            /* gate and up share one g_idx row per expert in vLLM: the up
+             * projection's must agree with the gate's */
+            int32_t *saved = NULL;
+            if (r == W16_ROLE_G_IDX && i == 1) {
+                saved = malloc(sizeof(int32_t) * (size_t)qw->K);
+                if (!saved)
+                    return w16_err_nomem(err, "decoding g_idx");
+                memcpy(saved, qw->g_idx + e * qw->K,
+                       sizeof(int32_t) * (size_t)qw->K);
+            }
+            wna16_status_t st = w16_layout_decode(
+                spec, l, vars, t, qw,
+                (w16_place_t){spec->stacked ? 0 : e, projs[i].n_off, raw}, err);
+            if (saved) {
+                bool same = st == WNA16_OK &&
+                            memcmp(saved, qw->g_idx + e * qw->K,
+                                   sizeof(int32_t) * (size_t)qw->K) == 0;
+                free(saved);
+                if (st == WNA16_OK && !same)
+                    return w16_err(err, WNA16_EFORMAT, "tensor '%s': the up "
+                                   "projection's g_idx differs from the "
+                                   "gate's; vLLM keeps one w13 g_idx row per "
+                                   "expert", name);
+            }
+            if (st != WNA16_OK)
+                return st;
+        }
+    }
+    return WNA16_OK;
+}
+
+wna16_status_t w16_decode_role(const wna16_spec_t *spec,
+                               const wna16_tensor_set_t *ts,
+                               const char *prefix, const w16_problem_t *p,
+                               wna16_gemm_t g, w16_role_t r, bool raw,
+                               wna16_qweight_t *qw, wna16_error_t *err)
+{
+    int64_t vars[W16_VAR_COUNT];
+    wna16_status_t st = w16_spec_bind(spec, p, g, vars, err);
+    if (st != WNA16_OK)
+        return st;
+    if (!w16_layout_present(spec->layouts[r], vars))
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s has no %s layout for this "
+                       "configuration", spec->name, w16_role_doc(r));
+    return decode_role(spec, ts, prefix, p, g, r, vars, raw, qw, err);
+}
+
+/* Does the checkpoint hold role r's tensor (for the first expert)? */
+static bool role_stored(const wna16_spec_t *spec, const wna16_tensor_set_t *ts,
+                        const char *prefix, const w16_problem_t *p,
+                        wna16_gemm_t g, w16_role_t r, const int64_t *vars)
+{
+    const w16_layout_t *l = spec->layouts[r];
+    if (!w16_layout_present(l, vars))
+        return false;
+    proj_ref_t projs[2] = {{NULL, 0}, {NULL, 0}};
+    if (!spec->stacked)
+        operand_projs(spec, g, (int32_t)p->I, projs);
+    char name[512];
+    return find_tensor(spec, ts, prefix, g, l, 0, &projs[0], name,
+                       sizeof name) != NULL;
+}
+
+wna16_status_t w16_decode_sort_indices(const wna16_spec_t *spec,
+                                       const wna16_tensor_set_t *ts,
+                                       const char *prefix,
+                                       const w16_problem_t *p, wna16_gemm_t g,
+                                       int32_t *perm, wna16_error_t *err)
+{
+    int64_t vars[W16_VAR_COUNT];
+    wna16_status_t st = w16_spec_bind(spec, p, g, vars, err);
+    const w16_layout_t *l = spec->layouts[W16_ROLE_SORT_IDX];
+    if (st != WNA16_OK)
+        return st;
+    if (!l || !spec->stacked)
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s stores no act-order sort "
+                       "indices", spec->name);
+    char name[512];
+    proj_ref_t none = {NULL, 0};
+    const wna16_tensor_t *t = find_tensor(spec, ts, prefix, g, l, 0, &none,
+                                          name, sizeof name);
+    if (!t)
+        return w16_err(err, WNA16_ENOTFOUND, "tensor '%s' not found", name);
+    wna16_qweight_t q = {.E = (int32_t)p->E, .N = (int32_t)vars[W16_VAR_N],
+                         .K = (int32_t)vars[W16_VAR_K],
+                         .G = (int32_t)vars[W16_VAR_G], .bits = (int32_t)p->BITS,
+                         .group_size = (int32_t)p->GS};
+    return w16_layout_decode(spec, l, vars, t, &q,
+                             (w16_place_t){.perm_out = perm}, err);
+}
+
+/* An act-order sorted layout: read the stored permutation, check it is
+ * one, and put codes and g_idx back in checkpoint order. */
+static wna16_status_t undo_sort(const wna16_spec_t *spec,
+                                const wna16_tensor_set_t *ts, const char *prefix,
+                                const w16_problem_t *p, wna16_gemm_t g,
+                                int64_t *vars, wna16_qweight_t *qw,
+                                wna16_error_t *err)
+{
+    const w16_layout_t *l = spec->layouts[W16_ROLE_SORT_IDX];
+    size_t ek = (size_t)qw->E * qw->K;
+    int32_t *perm = malloc(sizeof(int32_t) * (ek ? ek : 1));
+    uint8_t *seen = calloc(ek ? ek : 1, 1);
+    if (!perm || !seen) {
+        free(perm);
+        free(seen);
+        return w16_err_nomem(err, "reading act-order sort indices");
+    }
+    for (size_t i = 0; i < ek; i++)
+        perm[i] = -1;
+    char name[512];
+    proj_ref_t none = {NULL, 0};
+    const wna16_tensor_t *t = l ? find_tensor(spec, ts, prefix, g, l, 0, &none,
+                                              name, sizeof name) : NULL;
+    wna16_status_t st = t ? w16_layout_decode(spec, l, vars, t, qw,
+                                              (w16_place_t){.perm_out = perm}, err)
+                          : w16_err(err, WNA16_ENOTFOUND, "%s: no act-order "
+                                    "sort indices (tensor '%s')", spec->name,
+                                    l ? name : "g_idx_sort_indices");
+    for (size_t i = 0; st == WNA16_OK && i < ek; i++) {
+        int32_t k = perm[i];
+        size_t e = i / (size_t)qw->K;
+        if (k < 0 || k >= qw->K || seen[e * (size_t)qw->K + (size_t)k]++)
+            st = w16_err(err, WNA16_EFORMAT, "tensor '%s': expert %zu's sort "
+                         "indices are not a permutation of 0..%d", name, e,
+                         qw->K - 1);
+    }
+    if (st == WNA16_OK)
+        st = w16_qweight_unsort(qw, perm, err);
+    (void)p;
+    free(perm);
+    free(seen);
+    return st;
 }
 
 static wna16_status_t decode_operand(const wna16_spec_t *spec,
@@ -101,63 +286,32 @@ static wna16_status_t decode_operand(const wna16_spec_t *spec,
             return w16_err(err, WNA16_EUNSUPPORTED, "%s has no %s layout for "
                            "this configuration", spec->name,
                            w16_role_doc((w16_role_t)r));
-        char name[512];
-        if (spec->stacked) {
-            stacked_name(name, sizeof name, prefix, g, l);
-            const wna16_tensor_t *t = wna16_tensor_set_find(ts, name);
-            if (!t)
-                return w16_err(err, WNA16_ENOTFOUND, "tensor '%s' not found",
-                               name);
-            st = w16_layout_decode(spec, l, vars, t, qw, (w16_place_t){0, 0},
-                                   err);
-            if (st != WNA16_OK)
-                return st;
-            continue;
-        }
-        proj_ref_t projs[2];
-        int np = operand_projs(spec, g, p->I, projs);
-        for (int64_t e = 0; e < p->E; e++) {
-            for (int i = 0; i < np; i++) {
-                const wna16_tensor_t *t = NULL;
-                for (int a = 0; a < projs[i].proj->n_names && !t; a++) {
-                    expert_name(name, sizeof name, prefix, e,
-                                projs[i].proj->names[a], l);
-                    t = wna16_tensor_set_find(ts, name);
-                }
-                if (!t) {
-                    expert_name(name, sizeof name, prefix, e,
-                                projs[i].proj->names[0], l);
-                    return w16_err(err, WNA16_ENOTFOUND, "tensor '%s' not "
-                                   "found", name);
-                }
-                /* gate and up share one g_idx row per expert in vLLM: the
-                 * up projection's must agree with the gate's. */
-                int32_t *saved = NULL;
-                if (r == W16_ROLE_G_IDX && i == 1) {
-                    saved = malloc(sizeof(int32_t) * (size_t)qw->K);
-                    if (!saved)
-                        return w16_err_nomem(err, "decoding g_idx");
-                    memcpy(saved, qw->g_idx + e * qw->K,
-                           sizeof(int32_t) * (size_t)qw->K);
-                }
-                st = w16_layout_decode(spec, l, vars, t, qw,
-                                       (w16_place_t){e, projs[i].n_off}, err);
-                if (saved) {
-                    bool same = st == WNA16_OK &&
-                                memcmp(saved, qw->g_idx + e * qw->K,
-                                       sizeof(int32_t) * (size_t)qw->K) == 0;
-                    free(saved);
-                    if (st == WNA16_OK && !same)
-                        return w16_err(err, WNA16_EFORMAT, "tensor '%s': the "
-                                       "up projection's g_idx differs from the "
-                                       "gate's; vLLM keeps one w13 g_idx row "
-                                       "per expert", name);
-                }
-                if (st != WNA16_OK)
-                    return st;
-            }
-        }
+        st = decode_role(spec, ts, prefix, p, g, (w16_role_t)r, vars, false,
+                         qw, err);
+        if (st != WNA16_OK)
+            return st;
     }
+    /* What the checkpoint carries without using it: symmetric zero words
+     * (kept raw) and g_idx tensors without act-order. */
+    if (!q->zero_point &&
+        role_stored(spec, ts, prefix, p, g, W16_ROLE_QZEROS, vars)) {
+        qw->stored_zeros = calloc((size_t)qw->E * qw->G * qw->N, 1);
+        if (!qw->stored_zeros)
+            return w16_err_nomem(err, "decoding stored zero points");
+        qw->zeros = qw->stored_zeros; /* decode_role writes qw->zeros */
+        st = decode_role(spec, ts, prefix, p, g, W16_ROLE_QZEROS, vars, true,
+                         qw, err);
+        qw->zeros = NULL;
+        if (st != WNA16_OK)
+            return st;
+    }
+    if (!q->act_order &&
+        role_stored(spec, ts, prefix, p, g, W16_ROLE_G_IDX, vars))
+        qw->g_idx_stored = true;
+    if (q->act_order)
+        qw->g_idx_stored = true;
+    if (spec->act_order_sort && q->act_order)
+        return undo_sort(spec, ts, prefix, p, g, vars, qw, err);
     return WNA16_OK;
 }
 
@@ -319,6 +473,7 @@ static wna16_status_t encode_one(const wna16_spec_t *spec,
 
 static wna16_status_t encode_operand(const wna16_spec_t *spec,
                                      const wna16_qweight_t *qw,
+                                     const int32_t *perm,
                                      const w16_problem_t *p, wna16_gemm_t g,
                                      const char *prefix,
                                      wna16_tensor_set_t *out,
@@ -335,7 +490,8 @@ static wna16_status_t encode_operand(const wna16_spec_t *spec,
         char name[512];
         if (spec->stacked) {
             stacked_name(name, sizeof name, prefix, g, l);
-            st = encode_one(spec, l, vars, qw, name, (w16_place_t){0, 0}, out,
+            st = encode_one(spec, l, vars, qw, name,
+                            (w16_place_t){.perm = perm}, out,
                             err);
             if (st != WNA16_OK)
                 return st;
@@ -380,29 +536,37 @@ wna16_status_t wna16_ref_encode(wna16_context_t *ctx, const wna16_spec_t *spec,
                        layer->I);
     q.bias = a->bias != NULL || b->bias != NULL;
     w16_problem_t p = problem_of(layer->E, layer->H, layer->I, &q);
+    p.zeros_stored = a->stored_zeros != NULL;
+    p.g_idx_stored = a->g_idx_stored;
     int64_t v13[W16_VAR_COUNT];
     if ((st = w16_spec_bind(spec, &p, WNA16_GEMM_W13, v13, err)) != WNA16_OK)
         return st;
     int32_t IP = (int32_t)v13[W16_VAR_IP];
     if ((st = w16_check_holds(spec, &p, IP, err)) != WNA16_OK)
         return st;
-    if (IP == layer->I) {
-        st = encode_operand(spec, a, &p, WNA16_GEMM_W13, prefix, out, err);
+    /* vLLM's order: pad, then act-order (never both), then the layout */
+    wna16_qlayer_t work = {0};
+    int32_t *perm[2] = {NULL, NULL};
+    const wna16_qweight_t *ops[2] = {a, b};
+    if (IP != layer->I) {
+        st = w16_qweight_pad(ctx, a, WNA16_GEMM_W13, layer->I, IP, &work.w13, err);
         if (st == WNA16_OK)
-            st = encode_operand(spec, b, &p, WNA16_GEMM_W2, prefix, out, err);
-        return st;
+            st = w16_qweight_pad(ctx, b, WNA16_GEMM_W2, layer->I, IP, &work.w2,
+                                 err);
+        ops[0] = &work.w13;
+        ops[1] = &work.w2;
+    } else if (spec->act_order_sort && q.act_order) {
+        st = w16_qweight_sorted(a, &work.w13, &perm[0], err);
+        if (st == WNA16_OK)
+            st = w16_qweight_sorted(b, &work.w2, &perm[1], err);
+        ops[0] = &work.w13;
+        ops[1] = &work.w2;
     }
-    wna16_qlayer_t padded = {0};
-    st = w16_qweight_pad(ctx, a, WNA16_GEMM_W13, layer->I, IP, &padded.w13, err);
-    if (st == WNA16_OK)
-        st = w16_qweight_pad(ctx, b, WNA16_GEMM_W2, layer->I, IP, &padded.w2,
-                             err);
-    if (st == WNA16_OK)
-        st = encode_operand(spec, &padded.w13, &p, WNA16_GEMM_W13, prefix, out,
-                            err);
-    if (st == WNA16_OK)
-        st = encode_operand(spec, &padded.w2, &p, WNA16_GEMM_W2, prefix, out,
-                            err);
-    wna16_qlayer_free(&padded);
+    for (int g = 0; g < 2 && st == WNA16_OK; g++)
+        st = encode_operand(spec, ops[g], perm[g], &p, (wna16_gemm_t)g, prefix,
+                            out, err);
+    wna16_qlayer_free(&work);
+    free(perm[0]);
+    free(perm[1]);
     return st;
 }

@@ -252,12 +252,12 @@ static wna16_status_t decode_walk(walk_t *wp, const wna16_tensor_t *t,
             case W16_ROLE_QWEIGHT:
             case W16_ROLE_QZEROS: {
                 int64_t code = (int64_t)v;
-                if (l->decode) {
+                if (l->decode && !at.raw) {
                     vars[W16_VAR_c] = code;
                     if (!w16_expr_eval(l->decode, vars, &code, &e))
                         return eval_fail(&w, "decode", &e, err);
                 }
-                if (code < 0 || code > (1 << qw->bits) - 1)
+                if (!at.raw && (code < 0 || code > (1 << qw->bits) - 1))
                     return w16_err(err, WNA16_EFORMAT, "tensor '%s': code %lld "
                                    "outside [0, %d]", t->name, (long long)code,
                                    (1 << qw->bits) - 1);
@@ -284,8 +284,12 @@ static wna16_status_t decode_walk(walk_t *wp, const wna16_tensor_t *t,
                     qw->g_idx[li] = (int32_t)g;
                 break;
             }
+            case W16_ROLE_SORT_IDX:
+                if (at.perm_out)
+                    at.perm_out[li] = (int32_t)to_int(t->dtype, v);
+                break;
             default:
-                break; /* sort indices are derived; nothing to read */
+                break;
             }
         }
     }
@@ -317,6 +321,11 @@ static bool encode_value(const walk_t *w, const wna16_qweight_t *qw,
         code = qw->codes[li];
         break;
     case W16_ROLE_QZEROS:
+        if (!qw->zeros && qw->stored_zeros) {
+            /* unused zero words travel as the checkpoint stored them */
+            *out = (uint64_t)qw->stored_zeros[li] & ((1ull << w->code_bits) - 1);
+            return true;
+        }
         code = qw->zeros ? qw->zeros[li] : (1 << (qw->bits - 1));
         break;
     case W16_ROLE_SCALES:
@@ -332,7 +341,7 @@ static bool encode_value(const walk_t *w, const wna16_qweight_t *qw,
                                           : 0));
         return true;
     case W16_ROLE_SORT_IDX:
-        *out = (uint64_t)c[1];
+        *out = (uint64_t)(int64_t)(at.perm ? at.perm[li] : c[1]);
         return true;
     case W16_ROLE_WEIGHT:
         *out = from_float(w->dtype, dequant_rounded(l, qw, li, c[0] + at.e_off,

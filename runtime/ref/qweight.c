@@ -66,6 +66,7 @@ void wna16_qweight_free(wna16_qweight_t *qw)
     free(qw->zeros);
     free(qw->g_idx);
     free(qw->bias);
+    free(qw->stored_zeros);
     memset(qw, 0, sizeof *qw);
 }
 
@@ -125,6 +126,14 @@ static wna16_status_t pad_copy(wna16_context_t *ctx, const wna16_qweight_t *s,
                                             err);
     if (st != WNA16_OK)
         return st;
+    d->g_idx_stored = s->g_idx_stored;
+    if (s->stored_zeros) {
+        d->stored_zeros = calloc((size_t)d->E * d->G * d->N, 1);
+        if (!d->stored_zeros) {
+            wna16_qweight_free(d);
+            return w16_err(err, WNA16_ENOMEM, "out of memory padding zeros");
+        }
+    }
     d->scale_dtype = s->scale_dtype;
     d->bias_dtype = s->bias_dtype;
     memset(d->scales, 0, sizeof(float) * (size_t)d->E * d->G * d->N);
@@ -149,10 +158,14 @@ static wna16_status_t pad_copy(wna16_context_t *ctx, const wna16_qweight_t *s,
                     d->scales[pi] = s->scales[ui];
                     if (s->zeros)
                         d->zeros[pi] = s->zeros[ui];
+                    if (s->stored_zeros)
+                        d->stored_zeros[pi] = s->stored_zeros[ui];
                 } else {
                     d->scales[ui] = s->scales[pi];
                     if (s->zeros)
                         d->zeros[ui] = s->zeros[pi];
+                    if (s->stored_zeros)
+                        d->stored_zeros[ui] = s->stored_zeros[pi];
                 }
             }
             if (s->bias) {
@@ -188,4 +201,98 @@ wna16_status_t w16_qweight_unpad(wna16_context_t *ctx,
                                  wna16_error_t *err)
 {
     return pad_copy(ctx, src, gemm, I, IP, false, dst, err);
+}
+
+/* ---- act-order ----------------------------------------------------------- */
+
+void w16_sort_g_idx(const int32_t *g_idx, int32_t E, int32_t K, int32_t G,
+                    int32_t *perm)
+{
+    for (int32_t e = 0; e < E; e++) {
+        const int32_t *g = g_idx + (size_t)e * K;
+        int32_t *p = perm + (size_t)e * K;
+        int32_t n = 0;
+        /* counting sort by group: stable, and g_idx values are < G */
+        for (int32_t grp = 0; grp < G; grp++)
+            for (int32_t k = 0; k < K; k++)
+                if (g[k] == grp)
+                    p[n++] = k;
+        for (int32_t k = 0; k < K && n < K; k++) /* out-of-range groups last */
+            if (g[k] < 0 || g[k] >= G)
+                p[n++] = k;
+    }
+}
+
+wna16_status_t w16_qweight_sorted(const wna16_qweight_t *s, wna16_qweight_t *d,
+                                  int32_t **perm, wna16_error_t *err)
+{
+    *perm = NULL;
+    wna16_status_t st = wna16_qweight_alloc(d, s->E, s->N, s->K, s->bits,
+                                            s->group_size, s->zeros != NULL,
+                                            true, s->bias != NULL, err);
+    if (st != WNA16_OK)
+        return st;
+    size_t ek = (size_t)s->E * s->K, egn = (size_t)s->E * s->G * s->N;
+    int32_t *p = malloc(sizeof(int32_t) * (ek ? ek : 1));
+    if (s->stored_zeros)
+        d->stored_zeros = malloc(egn);
+    if (!p || (s->stored_zeros && !d->stored_zeros)) {
+        free(p);
+        wna16_qweight_free(d);
+        return w16_err(err, WNA16_ENOMEM, "out of memory sorting act-order");
+    }
+    d->scale_dtype = s->scale_dtype;
+    d->bias_dtype = s->bias_dtype;
+    d->g_idx_stored = s->g_idx_stored;
+    w16_sort_g_idx(s->g_idx, s->E, s->K, s->G, p);
+    for (int32_t e = 0; e < s->E; e++) {
+        const int32_t *pe = p + (size_t)e * s->K;
+        for (int32_t k = 0; k < s->K; k++)
+            d->g_idx[(size_t)e * s->K + k] = s->g_idx[(size_t)e * s->K + pe[k]];
+        for (int32_t n = 0; n < s->N; n++) {
+            const uint8_t *from = s->codes + ((size_t)e * s->N + n) * s->K;
+            uint8_t *to = d->codes + ((size_t)e * s->N + n) * s->K;
+            for (int32_t k = 0; k < s->K; k++)
+                to[k] = from[pe[k]];
+        }
+    }
+    memcpy(d->scales, s->scales, sizeof(float) * egn);
+    if (s->zeros)
+        memcpy(d->zeros, s->zeros, egn);
+    if (s->stored_zeros)
+        memcpy(d->stored_zeros, s->stored_zeros, egn);
+    if (s->bias)
+        memcpy(d->bias, s->bias, sizeof(float) * (size_t)s->E * s->N);
+    *perm = p;
+    return WNA16_OK;
+}
+
+wna16_status_t w16_qweight_unsort(wna16_qweight_t *qw, const int32_t *perm,
+                                  wna16_error_t *err)
+{
+    int32_t K = qw->K;
+    uint8_t *row = malloc((size_t)K ? (size_t)K : 1);
+    int32_t *g = malloc(sizeof(int32_t) * ((size_t)K ? (size_t)K : 1));
+    if (!row || !g) {
+        free(row);
+        free(g);
+        return w16_err(err, WNA16_ENOMEM, "out of memory undoing act-order");
+    }
+    for (int32_t e = 0; e < qw->E; e++) {
+        const int32_t *pe = perm + (size_t)e * K;
+        if (qw->g_idx) {
+            for (int32_t k = 0; k < K; k++)
+                g[pe[k]] = qw->g_idx[(size_t)e * K + k];
+            memcpy(qw->g_idx + (size_t)e * K, g, sizeof(int32_t) * (size_t)K);
+        }
+        for (int32_t n = 0; n < qw->N; n++) {
+            uint8_t *c = qw->codes + ((size_t)e * qw->N + n) * K;
+            for (int32_t k = 0; k < K; k++)
+                row[pe[k]] = c[k];
+            memcpy(c, row, (size_t)K);
+        }
+    }
+    free(row);
+    free(g);
+    return WNA16_OK;
 }

@@ -15,7 +15,28 @@
  * format). */
 typedef struct w16_place {
     int64_t e_off, n_off;
+    /* codes are read/written as stored, without the layout's value
+     * transforms (unused zero-point words passed through) */
+    bool raw;
+    /* act-order sorted layouts: the permutation [E][K] written to the
+     * g_idx_sort_indices layout, or filled from it when decoding */
+    const int32_t *perm;
+    int32_t *perm_out;
 } w16_place_t;
+
+/* Stable per-expert argsort of g_idx ([E][K], groups in [0, G)) into perm:
+ * ties keep ascending k, as CUDA torch's argsort does for rows longer than
+ * 32 (the golden files). */
+void w16_sort_g_idx(const int32_t *g_idx, int32_t E, int32_t K, int32_t G,
+                    int32_t *perm);
+/* A copy of src with K in act-order: codes and g_idx read through the
+ * per-expert permutation (returned in *perm, malloc'd [E][K]). */
+wna16_status_t w16_qweight_sorted(const wna16_qweight_t *src,
+                                  wna16_qweight_t *dst, int32_t **perm,
+                                  wna16_error_t *err);
+/* The inverse, in place: codes and g_idx back to checkpoint order. */
+wna16_status_t w16_qweight_unsort(wna16_qweight_t *qw, const int32_t *perm,
+                                  wna16_error_t *err);
 
 /* Decodes tensor t (in layout l, vars bound to the operand) into qw. */
 wna16_status_t w16_layout_decode(const wna16_spec_t *spec,
@@ -43,6 +64,21 @@ wna16_status_t w16_qweight_unpad(wna16_context_t *ctx,
                                  const wna16_qweight_t *src, wna16_gemm_t gemm,
                                  int32_t I, int32_t IP, wna16_qweight_t *dst,
                                  wna16_error_t *err);
+
+/* Decodes only role r of operand g into qw, whose arrays for that role
+ * (and dims E, N, K, G, bits, group_size) the caller set up. */
+wna16_status_t w16_decode_role(const wna16_spec_t *spec,
+                               const wna16_tensor_set_t *ts,
+                               const char *prefix, const w16_problem_t *p,
+                               wna16_gemm_t g, w16_role_t r, bool raw,
+                               wna16_qweight_t *qw, wna16_error_t *err);
+
+/* Reads the act-order permutation [E][K] a sorted stacked layout stores. */
+wna16_status_t w16_decode_sort_indices(const wna16_spec_t *spec,
+                                       const wna16_tensor_set_t *ts,
+                                       const char *prefix,
+                                       const w16_problem_t *p, wna16_gemm_t g,
+                                       int32_t *perm, wna16_error_t *err);
 
 /* Refuses, with the reason, what `spec`'s layouts cannot hold for problem
  * p (bits, group size, zero points, act-order, bias, layout rules, padding

@@ -3,9 +3,8 @@
  * in ../shared/golden is decoded from its checkpoint through the format
  * spec and encoded through the backend specs; the result must equal, byte
  * for byte, what vLLM's conversion produced (expected_triton,
- * expected_emulation, expected_marlin weights and scales). The Marlin
- * act-order case, g_idx tensors and symmetric GPTQ's passed-through zero
- * words belong to the Marlin work and are not compared here.
+ * expected_emulation, and every tensor of expected_marlin: codes, scales,
+ * zero words, sorted g_idx and sort indices, act-order included).
  */
 #include "ref_util.h"
 
@@ -166,14 +165,26 @@ static void check_case(const char *name)
         wna16_tensor_set_destroy(t);
     }
     snprintf(file, sizeof file, "%s/expected_marlin.safetensors", g.dir);
-    if (tu_exists(file) && !g.quant.act_order) {
+    if (tu_exists(file)) {
         wna16_tensor_set_t *t = encode(&g, "marlin");
-        static const char *const sym[] = {"w13_qweight", "w2_qweight",
-                                          "w13_scales", "w2_scales", NULL};
-        static const char *const asym[] = {"w13_qweight", "w2_qweight",
-                                           "w13_scales", "w2_scales",
-                                           "w13_qzeros", "w2_qzeros", NULL};
-        n += compare_file(name, file, t, g.quant.zero_point ? asym : sym);
+        int m = compare_file(name, file, t, NULL);
+        TU_CHECK_MSG((size_t)m == wna16_tensor_set_count(t), "%s: marlin: %d "
+                     "of %zu tensors compared", name, m,
+                     wna16_tensor_set_count(t));
+        n += m;
+        /* and Marlin decodes back to the checkpoint's layer */
+        wna16_qlayer_t back;
+        wna16_error_t err;
+        const wna16_spec_t *ms = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, "marlin");
+        wna16_quant_desc_t q = g.quant;
+        TU_OK(wna16_ref_decode(ctx, ms, t, prefix, g.layer.E, g.layer.H,
+                               g.layer.I, &q, &back, &err), &err);
+        TU_CHECK(memcmp(back.w13.codes, g.layer.w13.codes,
+                        (size_t)g.layer.E * g.layer.w13.N * g.layer.w13.K) == 0);
+        if (q.act_order)
+            TU_CHECK(memcmp(back.w2.g_idx, g.layer.w2.g_idx,
+                            sizeof(int32_t) * (size_t)g.layer.E * g.layer.w2.K) == 0);
+        wna16_qlayer_free(&back);
         wna16_tensor_set_destroy(t);
     }
     /* Encoding back into the checkpoint's own format gives the file back. */

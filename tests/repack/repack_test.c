@@ -94,6 +94,32 @@ wna16_tensor_set_t *rt_encode(wna16_context_t *ctx, const char *name,
     return set;
 }
 
+wna16_tensor_set_t *rt_encode_as_read(wna16_context_t *ctx, const char *format,
+                                      const char *backend,
+                                      const wna16_qlayer_t *L,
+                                      const char *prefix)
+{
+    wna16_error_t err;
+    wna16_tensor_set_t *ck = rt_encode(ctx, format, L, prefix);
+    if (!ck)
+        return NULL;
+    const wna16_spec_t *f = wna16_spec_find(ctx, 0, format);
+    wna16_quant_desc_t q = {L->w13.bits, L->w13.group_size,
+                            L->w13.zeros != NULL, L->w13.g_idx != NULL,
+                            L->w13.bias != NULL || L->w2.bias != NULL};
+    wna16_qlayer_t read;
+    wna16_tensor_set_t *out = NULL;
+    if (wna16_ref_decode(ctx, f, ck, prefix, L->E, L->H, L->I, &q, &read,
+                         &err) != WNA16_OK) {
+        TU_CHECK_MSG(false, "decode %s: %s", format, err.message);
+    } else {
+        out = rt_encode(ctx, backend, &read, prefix);
+        wna16_qlayer_free(&read);
+    }
+    wna16_tensor_set_destroy(ck);
+    return out;
+}
+
 /* ---- checkpoints ----------------------------------------------------------- */
 
 void rt_ckpt_init(rt_ckpt_t *c, wna16_context_t *ctx, int nshards)

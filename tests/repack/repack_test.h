@@ -15,6 +15,14 @@
 
 /* A random layer: codes, f16-exact scales, zeros when zp, a permuted
  * g_idx when act_order (else none), f16-exact biases when bias. */
+/* What the reference repack makes of L once written in `format` and read
+ * back (the checkpoint may carry tensors the math does not use, e.g.
+ * symmetric GPTQ's zero words, which Marlin keeps). */
+wna16_tensor_set_t *rt_encode_as_read(wna16_context_t *ctx, const char *format,
+                                      const char *backend,
+                                      const wna16_qlayer_t *L,
+                                      const char *prefix);
+
 void rt_make_layer(wna16_qlayer_t *L, int32_t E, int32_t H, int32_t I,
                    int32_t bits, int32_t gs, bool zp, bool act_order,
                    bool bias, uint64_t seed);

@@ -189,7 +189,7 @@ static void test_sharded_triton(const model_t *m)
         TU_CHECK(wna16_safetensors_count(st) == 12);
         size_t pos = 0;
         for (int l = 0; l < 3; l++) {
-            wna16_tensor_set_t *want = rt_encode(ctx, "triton", &m->L[l],
+            wna16_tensor_set_t *want = rt_encode_as_read(ctx, "gptq", "triton", &m->L[l],
                                                  prefixes[l]);
             if (want)
                 expect_in_order("sharded -> triton", st, want, &pos);
@@ -227,7 +227,7 @@ static void test_sharded_marlin_all(const model_t *m)
     if (st) {
         size_t pos = 0;
         for (int l = 0; l < 3; l++) {
-            wna16_tensor_set_t *want = rt_encode(ctx, "marlin", &m->L[l],
+            wna16_tensor_set_t *want = rt_encode_as_read(ctx, "gptq", "marlin", &m->L[l],
                                                  prefixes[l]);
             if (want)
                 expect_in_order("sharded -> marlin", st, want, &pos);
@@ -264,7 +264,8 @@ static void test_one_layer_and_targets(const model_t *m)
     wna16_repack_options_t o = {.backend = "triton", .layer = prefixes[1]};
     TU_OK(repack(m->dir, out, &o, NULL, &err), &err);
     wna16_safetensors_t *st = open_out(out);
-    wna16_tensor_set_t *want = rt_encode(ctx, "triton", &m->L[1], prefixes[1]);
+    wna16_tensor_set_t *want = rt_encode_as_read(ctx, "gptq", "triton", &m->L[1],
+                                                 prefixes[1]);
     if (st && want) {
         size_t pos = 0;
         expect_in_order("--layer", st, want, &pos);
@@ -372,7 +373,7 @@ static char *one_layer_ckpt(const char *tag, const char *fmt,
 }
 
 /* Repacks `ck` to `backend` and compares with the reference encode. */
-static void expect_repack(const char *what, const char *ck,
+static void expect_repack(const char *what, const char *ck, const char *fmt,
                           const wna16_repack_options_t *o,
                           const wna16_qlayer_t *L, const char *prefix)
 {
@@ -381,7 +382,7 @@ static void expect_repack(const char *what, const char *ck,
     wna16_status_t s = repack(ck, out, o, NULL, &err);
     TU_CHECK_MSG(s == WNA16_OK, "%s: %s", what, err.message);
     wna16_safetensors_t *st = s == WNA16_OK ? open_out(out) : NULL;
-    wna16_tensor_set_t *want = rt_encode(ctx, o->backend, L, prefix);
+    wna16_tensor_set_t *want = rt_encode_as_read(ctx, fmt, o->backend, L, prefix);
     if (st && want) {
         size_t pos = 0;
         expect_in_order(what, st, want, &pos);
@@ -417,9 +418,9 @@ static void test_mixtral(void)
     char *dir = one_layer_ckpt("repack-mixtral", "gptq", &L, prefix, GPTQ_SYM,
                                from, to, 3, NULL);
     wna16_repack_options_t o = {.backend = "triton"};
-    expect_repack("mixtral -> triton", dir, &o, &L, prefix);
+    expect_repack("mixtral -> triton", dir, "gptq", &o, &L, prefix);
     o.backend = "marlin";
-    expect_repack("mixtral -> marlin", dir, &o, &L, prefix);
+    expect_repack("mixtral -> marlin", dir, "gptq", &o, &L, prefix);
     wna16_qlayer_free(&L);
     rt_rmtree(dir);
     free(dir);
@@ -444,9 +445,9 @@ static void test_compressed_tensors(void)
     char *dir = one_layer_ckpt("repack-ct", "compressed_tensors", &L, prefix,
                                asym, NULL, NULL, 0, NULL);
     wna16_repack_options_t o = {.backend = "marlin"};
-    expect_repack("compressed-tensors asym -> marlin", dir, &o, &L, prefix);
+    expect_repack("compressed-tensors asym -> marlin", dir, "compressed_tensors", &o, &L, prefix);
     o.backend = "humming";
-    expect_repack("compressed-tensors asym -> humming", dir, &o, &L, prefix);
+    expect_repack("compressed-tensors asym -> humming", dir, "compressed_tensors", &o, &L, prefix);
     o.backend = "xpu";
     expect_refusal("compressed-tensors asym -> xpu", dir, &o, "zero points");
     wna16_qlayer_free(&L);
@@ -456,9 +457,9 @@ static void test_compressed_tensors(void)
     dir = one_layer_ckpt("repack-ct-sym", "compressed_tensors", &L, prefix,
                          sym, NULL, NULL, 0, NULL);
     o.backend = "triton";
-    expect_repack("compressed-tensors sym -> triton", dir, &o, &L, prefix);
+    expect_repack("compressed-tensors sym -> triton", dir, "compressed_tensors", &o, &L, prefix);
     o.backend = "emulation";
-    expect_repack("compressed-tensors sym -> emulation", dir, &o, &L, prefix);
+    expect_repack("compressed-tensors sym -> emulation", dir, "compressed_tensors", &o, &L, prefix);
     wna16_qlayer_free(&L);
     rt_rmtree(dir);
     free(dir);
@@ -478,9 +479,9 @@ static void test_configless_awq(void)
     wna16_repack_options_t o = {.backend = "marlin", .format = "awq",
                                 .bits = 4, .group_size = GS, .hidden = H,
                                 .intermediate = I, .experts = E};
-    expect_repack("awq file -> marlin", file, &o, &L, prefix);
+    expect_repack("awq file -> marlin", file, "awq", &o, &L, prefix);
     o.zero_point_set = o.zero_point = true;
-    expect_repack("awq file --zero-point -> marlin", file, &o, &L, prefix);
+    expect_repack("awq file --zero-point -> marlin", file, "awq", &o, &L, prefix);
     o.zero_point_set = false;
     o.bits = 5;
     char *bad = rt_path(root, "b5.safetensors");
@@ -521,8 +522,11 @@ static void test_refusals(void)
                                "\"sym\": true}", NULL, NULL, 0, NULL);
     wna16_repack_options_t o = {.backend = "triton"};
     expect_refusal("act-order -> triton", dir, &o, "act-order");
+    /* Marlin stores act-order sorted (codes through the permutation, sorted
+     * g_idx, sort indices) */
     o.backend = "marlin";
-    expect_refusal("act-order -> marlin", dir, &o, "act-order");
+    expect_repack("act-order -> marlin", dir, "gptq", &o, &L, prefix);
+    /* padding cannot go with act-order */
     wna16_qlayer_free(&L);
     rt_rmtree(dir);
     free(dir);
@@ -535,7 +539,7 @@ static void test_refusals(void)
     o.backend = "triton";
     expect_refusal("bias -> triton", dir, &o, "bias");
     o.backend = "marlin";
-    expect_repack("bias -> marlin", dir, &o, &L, prefix);
+    expect_repack("bias -> marlin", dir, "gptq", &o, &L, prefix);
     wna16_qlayer_free(&L);
     rt_rmtree(dir);
     free(dir);
@@ -548,7 +552,7 @@ static void test_refusals(void)
     o.backend = "emulation";
     expect_refusal("8-bit -> emulation", dir, &o, "8-bit");
     o.backend = "triton";
-    expect_repack("8-bit -> triton", dir, &o, &L, prefix);
+    expect_repack("8-bit -> triton", dir, "gptq", &o, &L, prefix);
     wna16_qlayer_free(&L);
     rt_rmtree(dir);
     free(dir);

@@ -1,0 +1,625 @@
+/*
+ * moe_ref.c - the reference fused MoE: activations (silu, gelu, gelu_tanh,
+ * gpt-oss swiglu, swiglustep and the non-gated variants), and the whole
+ * layer (gate/up GEMM, activation, down GEMM, top-k weighted sum) in the
+ * standard format (tokens with top-k ids and weights, expert_map for expert
+ * parallelism) and the batched format ([E][max_tokens][H] with per-expert
+ * counts). It is the oracle every generated MoE kernel is checked against,
+ * so it is plain scalar C written for obviousness, not speed: weights are
+ * read only through wna16_ref_dequant (one expert at a time into a float
+ * buffer), dot products are summed in double in increasing index order,
+ * and the rounding points are exactly those include/wna16.h documents
+ * (the activation is rounded to the activation dtype before the second
+ * GEMM, as vLLM's kernels do). Every argument is validated before any
+ * work, so a bad input gets an error and never an out-of-bounds access.
+ */
+#include "runtime/base/base.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- activation names --------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    bool gated;
+} act_table[WNA16_ACT_COUNT_] = {
+#define X(n, s, g) [WNA16_ACT_##n] = {s, g},
+    WNA16_ACTIVATION_LIST(X)
+#undef X
+};
+
+static bool act_valid(wna16_activation_t act)
+{
+    return (int)act >= 0 && act < WNA16_ACT_COUNT_;
+}
+
+const char *wna16_activation_name(wna16_activation_t act)
+{
+    return act_valid(act) ? act_table[act].name : NULL;
+}
+
+wna16_activation_t wna16_activation_from_name(const char *name)
+{
+    if (!name)
+        return WNA16_ACT_INVALID;
+    for (int a = 0; a < WNA16_ACT_COUNT_; a++)
+        if (strcmp(act_table[a].name, name) == 0)
+            return (wna16_activation_t)a;
+    return WNA16_ACT_INVALID;
+}
+
+bool wna16_activation_is_gated(wna16_activation_t act)
+{
+    return act_valid(act) && act_table[act].gated;
+}
+
+void wna16_moe_params_init(wna16_moe_params_t *p)
+{
+    if (!p)
+        return;
+    memset(p, 0, sizeof *p);
+    p->activation = WNA16_ACT_SILU;
+    p->swiglu_limit = WNA16_SWIGLU_LIMIT_DEFAULT;
+    p->swiglu_alpha = WNA16_SWIGLU_ALPHA_DEFAULT;
+    p->swiglu_beta = WNA16_SWIGLU_BETA_DEFAULT;
+    p->act_dtype = WNA16_DTYPE_BF16;
+}
+
+/* ---- activation math (double) ------------------------------------------- */
+
+/* Written as comparisons, not fmin/fmax, so that a NaN input stays NaN. */
+static double clamp_max(double x, double hi) { return x > hi ? hi : x; }
+
+static double clamp_sym(double x, double lim)
+{
+    return x > lim ? lim : (x < -lim ? -lim : x);
+}
+
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+static double silu(double x) { return x / (1.0 + exp(-x)); }
+
+static double gelu(double x)
+{
+    const double sqrt1_2 = 0.70710678118654752440; /* 1 / sqrt(2) */
+    return 0.5 * x * (1.0 + erf(x * sqrt1_2));
+}
+
+static double gelu_tanh(double x)
+{
+    const double sqrt_2_pi = 0.79788456080286535588; /* sqrt(2 / pi) */
+    return 0.5 * x * (1.0 + tanh(sqrt_2_pi * (x + 0.044715 * x * x * x)));
+}
+
+static double swigluoai(const wna16_moe_params_t *p, double g, double u)
+{
+    double gc = clamp_max(g, p->swiglu_limit);
+    double uc = clamp_sym(u, p->swiglu_limit);
+    return (uc + p->swiglu_beta) * gc * sigmoid(p->swiglu_alpha * gc);
+}
+
+/* act(g, u) for gated activations, act(g) for the others (u unused). */
+static double act_eval(const wna16_moe_params_t *p, double g, double u)
+{
+    switch (p->activation) {
+    case WNA16_ACT_SILU: return silu(g) * u;
+    case WNA16_ACT_GELU: return gelu(g) * u;
+    case WNA16_ACT_GELU_TANH: return gelu_tanh(g) * u;
+    case WNA16_ACT_SWIGLUOAI: return swigluoai(p, g, u);
+    case WNA16_ACT_SWIGLUSTEP:
+        return clamp_max(silu(g), p->swiglu_limit) *
+               clamp_sym(u, p->swiglu_limit);
+    case WNA16_ACT_SILU_NO_MUL: return silu(g);
+    case WNA16_ACT_GELU_NO_MUL: return gelu(g);
+    case WNA16_ACT_RELU2_NO_MUL: return g > 0.0 ? g * g : (g == g ? 0.0 : g);
+    default: return NAN;
+    }
+}
+
+float wna16_ref_activation(const wna16_moe_params_t *p, float gate, float up)
+{
+    if (!p || !act_valid(p->activation))
+        return NAN;
+    return (float)act_eval(p, gate, up);
+}
+
+/* ---- activation dtype --------------------------------------------------- */
+
+/* Round a float to the activation dtype (nearest even) and back. */
+static float round_act(wna16_dtype_t dt, float v)
+{
+    if (dt == WNA16_DTYPE_F16)
+        return wna16_f16_to_f32(wna16_f32_to_f16(v));
+    return wna16_bf16_to_f32(wna16_f32_to_bf16(v));
+}
+
+static float load_act(wna16_dtype_t dt, const uint16_t *src, size_t i)
+{
+    return dt == WNA16_DTYPE_F16 ? wna16_f16_to_f32(src[i])
+                                 : wna16_bf16_to_f32(src[i]);
+}
+
+static void store_act(wna16_dtype_t dt, uint16_t *dst, size_t i, float v)
+{
+    dst[i] = dt == WNA16_DTYPE_F16 ? wna16_f32_to_f16(v)
+                                   : wna16_f32_to_bf16(v);
+}
+
+/* ---- validation --------------------------------------------------------- */
+
+static wna16_status_t check_params(const wna16_moe_params_t *p,
+                                   wna16_error_t *err)
+{
+    if (!p)
+        return w16_err(err, WNA16_EINVAL, "moe: params is NULL");
+    if (!act_valid(p->activation))
+        return w16_err(err, WNA16_EINVAL, "moe: invalid activation %d",
+                       (int)p->activation);
+    if (p->act_dtype != WNA16_DTYPE_F16 && p->act_dtype != WNA16_DTYPE_BF16) {
+        const char *n = wna16_dtype_name(p->act_dtype);
+        return w16_err(err, WNA16_EINVAL, "moe: activation dtype %s is not "
+                       "supported (F16 or BF16)", n ? n : "INVALID");
+    }
+    bool swiglu = p->activation == WNA16_ACT_SWIGLUOAI ||
+                  p->activation == WNA16_ACT_SWIGLUSTEP;
+    if (swiglu && !(p->swiglu_limit > 0.0f))
+        return w16_err(err, WNA16_EINVAL, "moe: %s needs swiglu_limit > 0 "
+                       "(got %g; INFINITY disables the clamp)",
+                       act_table[p->activation].name, (double)p->swiglu_limit);
+    if (p->activation == WNA16_ACT_SWIGLUOAI &&
+        (!isfinite(p->swiglu_alpha) || !isfinite(p->swiglu_beta)))
+        return w16_err(err, WNA16_EINVAL, "moe: swigluoai needs finite "
+                       "swiglu_alpha and swiglu_beta (got %g, %g)",
+                       (double)p->swiglu_alpha, (double)p->swiglu_beta);
+    return WNA16_OK;
+}
+
+static wna16_status_t check_groups(const wna16_qweight_t *qw, const char *what,
+                                   wna16_error_t *err)
+{
+    int32_t gs = qw->group_size;
+    if (gs == 0 || gs < -1 || (gs > 0 && qw->K % gs != 0))
+        return w16_err(err, WNA16_EINVAL, "moe: %s group size %d does not "
+                       "divide K = %d", what, gs, qw->K);
+    int32_t G = gs > 0 ? qw->K / gs : 1;
+    if (qw->G != G)
+        return w16_err(err, WNA16_EINVAL, "moe: %s has G = %d groups, "
+                       "expected %d for group size %d", what, qw->G, G, gs);
+    if (!qw->g_idx)
+        return WNA16_OK;
+    /* Act-order: every group index must be a valid scale row, or the
+     * dequantization would read out of bounds. */
+    for (int32_t e = 0; e < qw->E; e++)
+        for (int32_t k = 0; k < qw->K; k++) {
+            int32_t g = qw->g_idx[(size_t)e * qw->K + k];
+            if (g < 0 || g >= qw->G)
+                return w16_err(err, WNA16_EINVAL, "moe: %s g_idx[%d][%d] = "
+                               "%d is not a group in [0, %d)", what, e, k, g,
+                               qw->G);
+        }
+    return WNA16_OK;
+}
+
+static wna16_status_t check_operand(const wna16_qweight_t *qw,
+                                    const char *what, int32_t E, int32_t N,
+                                    int32_t K, wna16_error_t *err)
+{
+    if (qw->E != E || qw->N != N || qw->K != K)
+        return w16_err(err, WNA16_EINVAL, "moe: %s is E x N x K = %d x %d x "
+                       "%d, expected %d x %d x %d", what, qw->E, qw->N, qw->K,
+                       E, N, K);
+    if (!qw->codes || !qw->scales)
+        return w16_err(err, WNA16_EINVAL, "moe: %s has no codes or scales",
+                       what);
+    if (qw->bits != 4 && qw->bits != 8)
+        return w16_err(err, WNA16_EINVAL, "moe: %s has %d-bit codes (4 or "
+                       "8)", what, qw->bits);
+    return check_groups(qw, what, err);
+}
+
+static wna16_status_t check_layer(const wna16_qlayer_t *layer,
+                                  const wna16_moe_params_t *p,
+                                  wna16_error_t *err)
+{
+    if (!layer)
+        return w16_err(err, WNA16_EINVAL, "moe: layer is NULL");
+    if (layer->E < 1 || layer->H < 1 || layer->I < 1)
+        return w16_err(err, WNA16_EINVAL, "moe: layer E, H and I must be "
+                       "positive (got %d, %d, %d)", layer->E, layer->H,
+                       layer->I);
+    bool gated = act_table[p->activation].gated;
+    int32_t N13 = gated ? 2 * layer->I : layer->I;
+    if (gated && layer->I > INT32_MAX / 2)
+        return w16_err(err, WNA16_EINVAL, "moe: I = %d is too large",
+                       layer->I);
+    wna16_status_t st = check_operand(&layer->w13, gated ? "w13" :
+                                      "w13 (not gated: N = I)", layer->E,
+                                      N13, layer->H, err);
+    if (st == WNA16_OK)
+        st = check_operand(&layer->w2, "w2", layer->E, layer->H, layer->I,
+                           err);
+    return st;
+}
+
+/* The expert map's entries must be -1 or local experts. */
+static wna16_status_t check_map(const wna16_moe_params_t *p, int32_t E,
+                                int32_t *n_ids, wna16_error_t *err)
+{
+    if (!p->expert_map) {
+        if (p->global_num_experts != 0 && p->global_num_experts != E)
+            return w16_err(err, WNA16_EINVAL, "moe: global_num_experts = %d "
+                           "without an expert_map (must be 0 or E = %d)",
+                           p->global_num_experts, E);
+        *n_ids = E;
+        return WNA16_OK;
+    }
+    if (p->global_num_experts < 1)
+        return w16_err(err, WNA16_EINVAL, "moe: expert_map needs "
+                       "global_num_experts >= 1 (got %d)",
+                       p->global_num_experts);
+    for (int32_t g = 0; g < p->global_num_experts; g++) {
+        int32_t e = p->expert_map[g];
+        if (e < -1 || e >= E)
+            return w16_err(err, WNA16_EINVAL, "moe: expert_map[%d] = %d is "
+                           "neither -1 nor a local expert in [0, %d)", g, e,
+                           E);
+    }
+    *n_ids = p->global_num_experts;
+    return WNA16_OK;
+}
+
+static wna16_status_t check_routing(const int32_t *ids, int32_t M,
+                                    int32_t topk, int32_t n_ids,
+                                    wna16_error_t *err)
+{
+    if (topk < 1)
+        return w16_err(err, WNA16_EINVAL, "moe: topk = %d (must be >= 1)",
+                       topk);
+    if (topk > n_ids)
+        return w16_err(err, WNA16_EINVAL, "moe: topk = %d exceeds the %d "
+                       "experts", topk, n_ids);
+    for (int32_t m = 0; m < M; m++)
+        for (int32_t j = 0; j < topk; j++) {
+            int32_t g = ids[(size_t)m * topk + j];
+            if (g < 0 || g >= n_ids)
+                return w16_err(err, WNA16_EINVAL, "moe: topk_ids[%d][%d] = %d "
+                               "is not an expert id in [0, %d)", m, j, g,
+                               n_ids);
+        }
+    return WNA16_OK;
+}
+
+/* ---- one expert's MLP --------------------------------------------------- */
+
+/* Scratch for running one expert: its dequantized weights and the rows of
+ * one token. */
+typedef struct moe_work {
+    const wna16_qlayer_t *layer;
+    const wna16_moe_params_t *p;
+    int32_t H, I, N13;
+    bool gated;
+    float *w13; /* [N13][H] expert `loaded` */
+    float *w2;  /* [H][I] */
+    float *x;   /* [H] the input row (after on-input weighting) */
+    float *h;   /* [N13] GEMM1 output */
+    float *a;   /* [I] activation, rounded to act dtype */
+    int32_t loaded;
+} moe_work_t;
+
+static void work_free(moe_work_t *w)
+{
+    free(w->w13);
+    free(w->w2);
+    free(w->x);
+    free(w->h);
+    free(w->a);
+    memset(w, 0, sizeof *w);
+}
+
+static wna16_status_t work_init(moe_work_t *w, const wna16_qlayer_t *layer,
+                                const wna16_moe_params_t *p,
+                                wna16_error_t *err)
+{
+    memset(w, 0, sizeof *w);
+    w->layer = layer;
+    w->p = p;
+    w->H = layer->H;
+    w->I = layer->I;
+    w->gated = act_table[p->activation].gated;
+    w->N13 = w->gated ? 2 * layer->I : layer->I;
+    w->loaded = -1;
+    size_t n13 = 0, n2 = 0;
+    if (!w16_mul_size((size_t)w->N13, (size_t)w->H, &n13) ||
+        !w16_mul_size((size_t)w->H, (size_t)w->I, &n2))
+        return w16_err(err, WNA16_EINVAL, "moe: layer too large");
+    w->w13 = malloc(n13 * sizeof(float));
+    w->w2 = malloc(n2 * sizeof(float));
+    w->x = malloc((size_t)w->H * sizeof(float));
+    w->h = malloc((size_t)w->N13 * sizeof(float));
+    w->a = malloc((size_t)w->I * sizeof(float));
+    if (!w->w13 || !w->w2 || !w->x || !w->h || !w->a) {
+        work_free(w);
+        return w16_err_nomem(err, "the reference MoE's expert weights");
+    }
+    return WNA16_OK;
+}
+
+/* Dequantizes expert e's two operands (once per expert and chunk). */
+static void load_expert(moe_work_t *w, int32_t e)
+{
+    if (w->loaded == e)
+        return;
+    for (int32_t n = 0; n < w->N13; n++)
+        for (int32_t k = 0; k < w->H; k++)
+            w->w13[(size_t)n * w->H + k] =
+                wna16_ref_dequant(&w->layer->w13, e, n, k);
+    for (int32_t n = 0; n < w->H; n++)
+        for (int32_t i = 0; i < w->I; i++)
+            w->w2[(size_t)n * w->I + i] =
+                wna16_ref_dequant(&w->layer->w2, e, n, i);
+    w->loaded = e;
+}
+
+/* Loads one input row into w->x; on-input weighting as vLLM's prepare step
+ * does it: the weight and the product are rounded to the act dtype. */
+static void load_input(moe_work_t *w, const uint16_t *row, const float *wt)
+{
+    wna16_dtype_t dt = w->p->act_dtype;
+    float s = wt ? round_act(dt, *wt) : 1.0f;
+    for (int32_t k = 0; k < w->H; k++) {
+        float v = load_act(dt, row, (size_t)k);
+        w->x[k] = wt ? round_act(dt, v * s) : v;
+    }
+}
+
+/* sum_k x[k] * row[k] + bias, in double, increasing k. */
+static double dot(const float *x, const float *row, int32_t n,
+                  const float *bias)
+{
+    double acc = 0.0;
+    for (int32_t k = 0; k < n; k++)
+        acc += (double)x[k] * (double)row[k];
+    if (bias)
+        acc += (double)*bias;
+    return acc;
+}
+
+/* y[H] = expert e's MLP of w->x (expert e must be loaded). */
+static void expert_mlp(moe_work_t *w, int32_t e, float *y)
+{
+    const wna16_moe_params_t *p = w->p;
+    const float *b13 = w->layer->w13.bias, *b2 = w->layer->w2.bias;
+    for (int32_t n = 0; n < w->N13; n++) {
+        const float *b = b13 ? &b13[(size_t)e * w->N13 + n] : NULL;
+        float v = (float)dot(w->x, &w->w13[(size_t)n * w->H], w->H, b);
+        w->h[n] = p->round_gemm_outputs ? round_act(p->act_dtype, v) : v;
+    }
+    for (int32_t i = 0; i < w->I; i++) {
+        double up = w->gated ? (double)w->h[w->I + i] : 0.0;
+        float v = (float)act_eval(p, (double)w->h[i], up);
+        /* vLLM's kernels hand GEMM2 the activation in the act dtype. */
+        w->a[i] = round_act(p->act_dtype, v);
+    }
+    for (int32_t n = 0; n < w->H; n++) {
+        const float *b = b2 ? &b2[(size_t)e * w->H + n] : NULL;
+        float v = (float)dot(w->a, &w->w2[(size_t)n * w->I], w->I, b);
+        y[n] = p->round_gemm_outputs ? round_act(p->act_dtype, v) : v;
+    }
+}
+
+/* ---- standard format ---------------------------------------------------- */
+
+/* The arguments of one wna16_ref_moe call. */
+typedef struct moe_call {
+    const uint16_t *hidden;
+    int32_t M, topk;
+    const int32_t *ids;
+    const float *weights;
+    uint16_t *out;
+} moe_call_t;
+
+/* Local expert of slot (m, j), or -1. */
+static int32_t slot_expert(const moe_work_t *w, const moe_call_t *c,
+                           int32_t m, int32_t j)
+{
+    int32_t g = c->ids[(size_t)m * c->topk + j];
+    return w->p->expert_map ? w->p->expert_map[g] : g;
+}
+
+/* Tokens per chunk: the per-slot outputs y of a chunk are kept (so the
+ * top-k sum runs in slot order) within about 32 MiB. */
+static int32_t chunk_tokens(int32_t M, int32_t topk, int32_t H)
+{
+    size_t per_token = (size_t)topk * (size_t)H * sizeof(float);
+    size_t n = ((size_t)32 << 20) / per_token;
+    if (n < 1)
+        n = 1;
+    return n < (size_t)M ? (int32_t)n : M;
+}
+
+/* y of every slot of tokens [m0, m0 + mc), expert by expert so each expert
+ * is dequantized once per chunk. */
+static void chunk_experts(moe_work_t *w, const moe_call_t *c, int32_t m0,
+                          int32_t mc, float *ybuf)
+{
+    bool on_input = w->p->apply_router_weight_on_input;
+    for (int32_t e = 0; e < w->layer->E; e++)
+        for (int32_t m = m0; m < m0 + mc; m++)
+            for (int32_t j = 0; j < c->topk; j++) {
+                if (slot_expert(w, c, m, j) != e)
+                    continue;
+                size_t s = (size_t)m * c->topk + j;
+                load_expert(w, e);
+                load_input(w, c->hidden + (size_t)m * w->H,
+                           on_input ? &c->weights[s] : NULL);
+                expert_mlp(w, e, ybuf + ((size_t)(m - m0) * c->topk + j) *
+                                            (size_t)w->H);
+            }
+}
+
+/* out[m] = R(sum_j c_j y_j) in double, slot order. */
+static void chunk_combine(const moe_work_t *w, const moe_call_t *c,
+                          int32_t m0, int32_t mc, const float *ybuf)
+{
+    bool on_input = w->p->apply_router_weight_on_input;
+    for (int32_t m = m0; m < m0 + mc; m++)
+        for (int32_t n = 0; n < w->H; n++) {
+            double acc = 0.0;
+            for (int32_t j = 0; j < c->topk; j++) {
+                if (slot_expert(w, c, m, j) < 0)
+                    continue;
+                size_t s = (size_t)m * c->topk + j;
+                double cj = on_input ? 1.0 : (double)c->weights[s];
+                acc += cj * (double)ybuf[((size_t)(m - m0) * c->topk + j) *
+                                             (size_t)w->H + n];
+            }
+            store_act(w->p->act_dtype, c->out, (size_t)m * w->H + n,
+                      (float)acc);
+        }
+}
+
+static wna16_status_t run_standard(moe_work_t *w, const moe_call_t *c,
+                                   wna16_error_t *err)
+{
+    int32_t chunk = chunk_tokens(c->M, c->topk, w->H);
+    float *ybuf = malloc((size_t)chunk * c->topk * w->H * sizeof(float));
+    if (!ybuf)
+        return w16_err_nomem(err, "the reference MoE's expert outputs");
+    for (int32_t m0 = 0; m0 < c->M; m0 += chunk) {
+        int32_t mc = c->M - m0 < chunk ? c->M - m0 : chunk;
+        chunk_experts(w, c, m0, mc, ybuf);
+        chunk_combine(w, c, m0, mc, ybuf);
+    }
+    free(ybuf);
+    return WNA16_OK;
+}
+
+static wna16_status_t check_moe_args(const wna16_qlayer_t *layer,
+                                     const wna16_moe_params_t *p,
+                                     const moe_call_t *c, wna16_error_t *err)
+{
+    wna16_status_t st = check_params(p, err);
+    if (st == WNA16_OK)
+        st = check_layer(layer, p, err);
+    if (st != WNA16_OK)
+        return st;
+    if (c->M < 0)
+        return w16_err(err, WNA16_EINVAL, "moe: M = %d tokens (must be >= "
+                       "0)", c->M);
+    if (c->M > 0 && (!c->hidden || !c->ids || !c->weights || !c->out))
+        return w16_err(err, WNA16_EINVAL, "moe: %s is NULL",
+                       !c->hidden ? "hidden" : !c->ids ? "topk_ids" :
+                       !c->weights ? "topk_weights" : "out");
+    int32_t n_ids = 0;
+    st = check_map(p, layer->E, &n_ids, err);
+    if (st == WNA16_OK)
+        st = check_routing(c->ids, c->M, c->topk, n_ids, err);
+    return st;
+}
+
+wna16_status_t wna16_ref_moe(const wna16_qlayer_t *layer,
+                             const wna16_moe_params_t *p, const void *hidden,
+                             int32_t M, const int32_t *topk_ids,
+                             const float *topk_weights, int32_t topk,
+                             void *out, wna16_error_t *err)
+{
+    moe_call_t c = {.hidden = hidden, .M = M, .topk = topk, .ids = topk_ids,
+                    .weights = topk_weights, .out = out};
+    wna16_status_t st = check_moe_args(layer, p, &c, err);
+    if (st != WNA16_OK || M == 0)
+        return st;
+    moe_work_t w;
+    st = work_init(&w, layer, p, err);
+    if (st != WNA16_OK)
+        return st;
+    st = run_standard(&w, &c, err);
+    work_free(&w);
+    return st;
+}
+
+/* ---- batched format ----------------------------------------------------- */
+
+static wna16_status_t check_batched_args(const wna16_qlayer_t *layer,
+                                         const wna16_moe_params_t *p,
+                                         const void *hidden,
+                                         int32_t max_tokens,
+                                         const int32_t *counts, void *out,
+                                         wna16_error_t *err)
+{
+    wna16_status_t st = check_params(p, err);
+    if (st == WNA16_OK)
+        st = check_layer(layer, p, err);
+    if (st != WNA16_OK)
+        return st;
+    if (max_tokens < 0)
+        return w16_err(err, WNA16_EINVAL, "moe batched: max_tokens = %d "
+                       "(must be >= 0)", max_tokens);
+    if (!counts)
+        return w16_err(err, WNA16_EINVAL, "moe batched: expert_num_tokens "
+                       "is NULL");
+    if (max_tokens > 0 && (!hidden || !out))
+        return w16_err(err, WNA16_EINVAL, "moe batched: %s is NULL",
+                       !hidden ? "hidden" : "out");
+    for (int32_t e = 0; e < layer->E; e++)
+        if (counts[e] < 0 || counts[e] > max_tokens)
+            return w16_err(err, WNA16_EINVAL, "moe batched: "
+                           "expert_num_tokens[%d] = %d is outside [0, "
+                           "max_tokens = %d]", e, counts[e], max_tokens);
+    return WNA16_OK;
+}
+
+/* Rows of expert e: its first `count` rows through its MLP, the rest 0. */
+static void batched_expert(moe_work_t *w, int32_t e, const uint16_t *hidden,
+                           int32_t max_tokens, int32_t count,
+                           const float *weights, uint16_t *out, float *y)
+{
+    const wna16_moe_params_t *p = w->p;
+    bool on_input = weights && p->apply_router_weight_on_input;
+    bool on_output = weights && !p->apply_router_weight_on_input;
+    for (int32_t r = 0; r < max_tokens; r++) {
+        size_t row = (size_t)e * max_tokens + r;
+        uint16_t *o = out + row * w->H;
+        if (r >= count) {
+            memset(o, 0, (size_t)w->H * sizeof *o);
+            continue;
+        }
+        load_expert(w, e);
+        load_input(w, hidden + row * w->H, on_input ? &weights[row] : NULL);
+        expert_mlp(w, e, y);
+        double c = on_output ? (double)weights[row] : 1.0;
+        /* Same arithmetic as chunk_combine with one slot. */
+        for (int32_t n = 0; n < w->H; n++)
+            store_act(p->act_dtype, o, (size_t)n,
+                      (float)(0.0 + c * (double)y[n]));
+    }
+}
+
+wna16_status_t wna16_ref_moe_batched(const wna16_qlayer_t *layer,
+                                     const wna16_moe_params_t *p,
+                                     const void *hidden, int32_t max_tokens,
+                                     const int32_t *expert_num_tokens,
+                                     const float *weights, void *out,
+                                     wna16_error_t *err)
+{
+    wna16_status_t st = check_batched_args(layer, p, hidden, max_tokens,
+                                           expert_num_tokens, out, err);
+    if (st != WNA16_OK || max_tokens == 0)
+        return st;
+    moe_work_t w;
+    st = work_init(&w, layer, p, err);
+    if (st != WNA16_OK)
+        return st;
+    float *y = malloc((size_t)layer->H * sizeof(float));
+    if (!y) {
+        work_free(&w);
+        return w16_err_nomem(err, "the reference MoE's expert output");
+    }
+    for (int32_t e = 0; e < layer->E; e++)
+        batched_expert(&w, e, hidden, max_tokens, expert_num_tokens[e],
+                       weights, out, y);
+    free(y);
+    work_free(&w);
+    return WNA16_OK;
+}
