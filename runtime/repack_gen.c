@@ -8,6 +8,7 @@
  */
 #include "gen/build_repack.h"
 #include "runtime/cpu/cpu.h"
+#include "runtime/cuda/cuda_kernels.h"
 #include "runtime/ref/ref.h"
 
 #include <stdio.h>
@@ -25,11 +26,16 @@ wna16_status_t w16_repack_layer_generated(wna16_context_t *ctx,
                                           wna16_tensor_set_t *out,
                                           wna16_error_t *err);
 
-/* The source tensors of one role: their dtype and a table of addresses. */
+/* The source tensors of one role: their dtype and a table of addresses.
+ * On the GPU each tensor is copied to the device once per layer and the
+ * kernels read a device table of device addresses. */
 typedef struct src_role {
     wna16_dtype_t dtype;
-    uint64_t *table;
+    uint64_t *table;  /* host address of each tensor */
+    size_t *bytes;    /* and its size */
     int slots;
+    uint64_t *dev;    /* CUDA: device copy of each tensor */
+    uint64_t dtable;  /* CUDA: `dev` itself on the device */
 } src_role_t;
 
 static void join(char *out, size_t n, const char *prefix, const char *rest)
@@ -125,9 +131,11 @@ static wna16_status_t gather_role(const wna16_spec_t *fmt,
         out->dtype = t->dtype;
         out->slots = 1;
         out->table = malloc(sizeof(uint64_t));
-        if (!out->table)
+        out->bytes = malloc(sizeof(size_t));
+        if (!out->table || !out->bytes)
             return w16_err_nomem(err, "building a source table");
         out->table[0] = (uint64_t)(uintptr_t)t->data;
+        out->bytes[0] = t->nbytes;
         return WNA16_OK;
     }
     const w16_spec_proj_t *projs[2] = {&fmt->proj_gate, &fmt->proj_up};
@@ -136,7 +144,8 @@ static wna16_status_t gather_role(const wna16_spec_t *fmt,
     int np = g == WNA16_GEMM_W13 ? 2 : 1;
     out->slots = (int)p->E * np;
     out->table = calloc((size_t)out->slots, sizeof(uint64_t));
-    if (!out->table)
+    out->bytes = calloc((size_t)out->slots, sizeof(size_t));
+    if (!out->table || !out->bytes)
         return w16_err_nomem(err, "building a source table");
     for (int64_t e = 0; e < p->E; e++)
         for (int i = 0; i < np; i++) {
@@ -149,6 +158,7 @@ static wna16_status_t gather_role(const wna16_spec_t *fmt,
                 return st;
             out->dtype = t->dtype;
             out->table[e * np + i] = (uint64_t)(uintptr_t)t->data;
+            out->bytes[e * np + i] = t->nbytes;
         }
     return WNA16_OK;
 }
@@ -194,9 +204,34 @@ static wna16_dtype_t pick_dst_dtype(const w16_layout_t *l, wna16_dtype_t have)
     return l->dtypes[0];
 }
 
+/* The GPU side of a job. Three streams: uploads, kernels and copies back,
+ * ordered by events, so the copy back of one tensor overlaps the kernels
+ * of the next and the uploads of the next operand's sources overlap the
+ * kernels of this one. Results come back through two pinned staging
+ * slots, used in turn: a slot is drained (waited for and copied into its
+ * host tensor) only when it is needed again or at the end. */
+typedef struct gpu_slot {
+    void *host; /* pinned */
+    size_t cap;
+    wna16_tensor_t *t; /* pending copy back into t->data, or NULL */
+    uint64_t ddst;     /* the device tensor, freed when drained */
+    w16_cuda_event_t *done;
+} gpu_slot_t;
+
+typedef struct gpu {
+    w16_cuda_t *cuda;
+    w16_cuda_stream_t *up, *run, *down;
+    w16_cuda_event_t *uploaded, *ran;
+    gpu_slot_t slot[2];
+    int next;
+    uint64_t dperm[2], dread[2]; /* device copies of the permutations */
+} gpu_t;
+
 typedef struct job {
     wna16_context_t *ctx;
+    wna16_target_t target;
     w16_cpu_t *cpu;
+    gpu_t gpu;
     const wna16_spec_t *src, *dst;
     const wna16_tensor_set_t *set;
     const char *prefix;
@@ -207,6 +242,7 @@ typedef struct job {
     int32_t *read[2]; /* source row of each sorted row (differs from perm
                          when the source is itself sorted), or NULL */
     int32_t *src_perm[2]; /* a sorted source's own permutation */
+    int32_t perm_k[2];    /* K of each permutation (E rows of K) */
 } job_t;
 
 /* The identity of a compiled kernel: its IR, printed (so any change in
@@ -237,8 +273,211 @@ static wna16_status_t kernel_key(job_t *J, const kir_kernel_t *k,
     return WNA16_OK;
 }
 
+static void src_role_free(src_role_t *sr, w16_cuda_t *cuda)
+{
+    for (int i = 0; sr->dev && i < sr->slots; i++)
+        w16_cuda_free(cuda, sr->dev[i]);
+    if (sr->dtable)
+        w16_cuda_free(cuda, sr->dtable);
+    free(sr->dev);
+    free(sr->table);
+    free(sr->bytes);
+    *sr = (src_role_t){0};
+}
+
+static wna16_status_t gpu_open(job_t *J, wna16_error_t *err)
+{
+    gpu_t *G = &J->gpu;
+    wna16_status_t st = w16_cuda_get(J->ctx, &G->cuda, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_stream_create(G->cuda, &G->up, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_stream_create(G->cuda, &G->run, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_stream_create(G->cuda, &G->down, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_event_create(G->cuda, &G->uploaded, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_event_create(G->cuda, &G->ran, err);
+    for (int i = 0; i < 2 && st == WNA16_OK; i++)
+        st = w16_cuda_event_create(G->cuda, &G->slot[i].done, err);
+    return st;
+}
+
+/* Queues host-to-device copies on the upload stream and makes the kernel
+ * stream wait for them. The host memory must stay valid until then (it is
+ * the job's or the checkpoint's). */
+static wna16_status_t gpu_upload(job_t *J, const void *src, size_t bytes,
+                                 uint64_t *dptr, wna16_error_t *err)
+{
+    gpu_t *G = &J->gpu;
+    wna16_status_t st = w16_cuda_alloc(G->cuda, bytes, dptr, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_copy_h2d_async(G->cuda, *dptr, src, bytes, G->up, err);
+    return st;
+}
+
+static wna16_status_t gpu_upload_role(job_t *J, src_role_t *sr,
+                                      wna16_error_t *err)
+{
+    if (sr->dtable)
+        return WNA16_OK;
+    sr->dev = calloc((size_t)sr->slots, sizeof(uint64_t));
+    if (!sr->dev)
+        return w16_err_nomem(err, "building a device source table");
+    wna16_status_t st = WNA16_OK;
+    for (int i = 0; i < sr->slots && st == WNA16_OK; i++)
+        st = gpu_upload(J, (const void *)(uintptr_t)sr->table[i],
+                        sr->bytes[i], &sr->dev[i], err);
+    if (st == WNA16_OK)
+        st = gpu_upload(J, sr->dev, sizeof(uint64_t) * (size_t)sr->slots,
+                        &sr->dtable, err);
+    return st;
+}
+
+static wna16_status_t gpu_sources_ready(job_t *J, wna16_error_t *err)
+{
+    gpu_t *G = &J->gpu;
+    wna16_status_t st = w16_cuda_event_record(G->cuda, G->uploaded, G->up, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_stream_wait_event(G->cuda, G->run, G->uploaded, err);
+    return st;
+}
+
+/* Waits for a slot's pending copy and hands the bytes to their tensor. */
+static wna16_status_t gpu_drain(job_t *J, gpu_slot_t *sl, wna16_error_t *err)
+{
+    if (!sl->t)
+        return WNA16_OK;
+    wna16_status_t st = w16_cuda_event_sync(J->gpu.cuda, sl->done, err);
+    if (st == WNA16_OK)
+        memcpy(sl->t->data, sl->host, sl->t->nbytes);
+    w16_cuda_free(J->gpu.cuda, sl->ddst);
+    sl->t = NULL;
+    sl->ddst = 0;
+    return st;
+}
+
+/* Queues the copy back of a finished device tensor (after the kernels
+ * queued so far) into the next staging slot. Takes ownership of ddst. */
+static wna16_status_t gpu_output(job_t *J, wna16_tensor_t *t, uint64_t ddst,
+                                 wna16_error_t *err)
+{
+    gpu_t *G = &J->gpu;
+    gpu_slot_t *sl = &G->slot[G->next];
+    G->next ^= 1;
+    wna16_status_t st = gpu_drain(J, sl, err);
+    if (st == WNA16_OK && sl->cap < t->nbytes) {
+        w16_cuda_host_free(G->cuda, sl->host);
+        sl->host = NULL;
+        sl->cap = 0;
+        st = w16_cuda_host_alloc(G->cuda, t->nbytes, &sl->host, err);
+        if (st == WNA16_OK)
+            sl->cap = t->nbytes;
+    }
+    if (st == WNA16_OK)
+        st = w16_cuda_event_record(G->cuda, G->ran, G->run, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_stream_wait_event(G->cuda, G->down, G->ran, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_copy_d2h_async(G->cuda, sl->host, ddst, t->nbytes,
+                                     G->down, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_event_record(G->cuda, sl->done, G->down, err);
+    if (st != WNA16_OK) {
+        w16_cuda_stream_sync(G->cuda, G->down, NULL);
+        w16_cuda_free(G->cuda, ddst);
+        return st;
+    }
+    sl->t = t;
+    sl->ddst = ddst;
+    return WNA16_OK;
+}
+
+/* Drains what is pending (only when everything went well: after an error
+ * the results are not wanted) and releases every GPU resource. */
+static wna16_status_t gpu_close(job_t *J, wna16_status_t st,
+                                wna16_error_t *err)
+{
+    gpu_t *G = &J->gpu;
+    if (!G->cuda)
+        return st;
+    for (int i = 0; i < 2; i++) {
+        if (st == WNA16_OK)
+            st = gpu_drain(J, &G->slot[i], err);
+    }
+    /* nothing may still read or write what is freed below */
+    w16_cuda_stream_sync(G->cuda, G->up, NULL);
+    w16_cuda_stream_sync(G->cuda, G->run, NULL);
+    w16_cuda_stream_sync(G->cuda, G->down, NULL);
+    for (int i = 0; i < 2; i++) {
+        w16_cuda_free(G->cuda, G->slot[i].ddst);
+        w16_cuda_host_free(G->cuda, G->slot[i].host);
+        w16_cuda_event_destroy(G->cuda, G->slot[i].done);
+        w16_cuda_free(G->cuda, G->dperm[i]);
+        w16_cuda_free(G->cuda, G->dread[i]);
+    }
+    for (int g = 0; g < 2; g++)
+        for (int r = 0; r < W16_ROLE_COUNT; r++)
+            src_role_free(&J->roles[g][r], G->cuda);
+    w16_cuda_event_destroy(G->cuda, G->uploaded);
+    w16_cuda_event_destroy(G->cuda, G->ran);
+    w16_cuda_stream_destroy(G->cuda, G->up);
+    w16_cuda_stream_destroy(G->cuda, G->run);
+    w16_cuda_stream_destroy(G->cuda, G->down);
+    return st;
+}
+
+/* The permutation a kernel reads for operand g (see make_perm). */
+static const int32_t *perm_for(const job_t *J, const w16_repack_request_t *req)
+{
+    return req->role == W16_ROLE_SORT_IDX || !J->read[req->gemm]
+               ? J->perm[req->gemm] : J->read[req->gemm];
+}
+
+static wna16_status_t launch_cuda(job_t *J, const w16_repack_request_t *req,
+                                  const w16_repack_kernel_t *rk,
+                                  uint64_t ddst, wna16_error_t *err)
+{
+    gpu_t *G = &J->gpu;
+    w16_cuda_function_t *fn = NULL;
+    wna16_status_t st = w16_cuda_kernel_get(J->ctx, rk->kernel, &fn, NULL,
+                                            err);
+    uint64_t vals[2 + W16_ROLE_COUNT] = {ddst};
+    for (int r = 0; r < W16_ROLE_COUNT && st == WNA16_OK; r++) {
+        if (rk->src_param[r] < 0)
+            continue;
+        src_role_t *sr = &J->roles[req->gemm][r];
+        st = gpu_upload_role(J, sr, err);
+        vals[rk->src_param[r]] = sr->dtable;
+    }
+    if (st == WNA16_OK && rk->perm_param >= 0) {
+        const int32_t *perm = perm_for(J, req);
+        uint64_t *d = perm == J->perm[req->gemm] ? &G->dperm[req->gemm]
+                                                 : &G->dread[req->gemm];
+        if (!*d)
+            st = gpu_upload(J, perm, sizeof(int32_t) * (size_t)J->p.E *
+                                         (size_t)J->perm_k[req->gemm], d,
+                                         err);
+        vals[rk->perm_param] = *d;
+    }
+    if (st == WNA16_OK)
+        st = gpu_sources_ready(J, err);
+    if (st != WNA16_OK)
+        return st;
+    if (rk->num_groups > 0x7fffffff)
+        return w16_err(err, WNA16_ELIMIT, "kernel %s: %lld workgroups exceed "
+                       "a CUDA grid", rk->kernel->name,
+                       (long long)rk->num_groups);
+    void *args[2 + W16_ROLE_COUNT];
+    for (int i = 0; i < rk->kernel->n_params; i++)
+        args[i] = &vals[i];
+    return w16_cuda_launch(G->cuda, fn, (unsigned)rk->num_groups,
+                           (unsigned)rk->kernel->lanes, 0, G->run, args, err);
+}
+
 static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
-                                 bool sums, wna16_tensor_t *t,
+                                 bool sums, wna16_tensor_t *t, uint64_t ddst,
                                  wna16_error_t *err)
 {
     w16_repack_kernel_t rk;
@@ -246,6 +485,11 @@ static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
                              : w16_build_repack(J->ctx, req, &rk, err);
     if (st != WNA16_OK)
         return st;
+    if (J->target == WNA16_TARGET_CUDA) {
+        st = launch_cuda(J, req, &rk, ddst, err);
+        w16_repack_kernel_free(&rk);
+        return st;
+    }
     w16_cpu_fn fn = NULL;
     w16_key_t key;
     st = kernel_key(J, rk.kernel, &key, err);
@@ -258,9 +502,7 @@ static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
                 args[rk.src_param[r]] =
                     (uint64_t)(uintptr_t)J->roles[req->gemm][r].table;
         if (rk.perm_param >= 0)
-            args[rk.perm_param] = (uint64_t)(uintptr_t)(
-                req->role == W16_ROLE_SORT_IDX || !J->read[req->gemm]
-                    ? J->perm[req->gemm] : J->read[req->gemm]);
+            args[rk.perm_param] = (uint64_t)(uintptr_t)perm_for(J, req);
         w16_cpu_launch(J->cpu, fn, args, rk.num_groups);
     }
     w16_repack_kernel_free(&rk);
@@ -308,10 +550,19 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
                                       shape, &t, err);
         if (st == WNA16_OK && t->nbytes == 0)
             continue; /* an empty tensor, e.g. g_idx without act-order */
+        uint64_t ddst = 0;
+        if (st == WNA16_OK && J->target == WNA16_TARGET_CUDA)
+            st = w16_cuda_alloc(J->gpu.cuda, t->nbytes, &ddst, err);
         if (st == WNA16_OK)
-            st = run_kernel(J, &req, false, t, err);
+            st = run_kernel(J, &req, false, t, ddst, err);
         if (st == WNA16_OK && l->sums_block_k)
-            st = run_kernel(J, &req, true, t, err);
+            st = run_kernel(J, &req, true, t, ddst, err);
+        if (ddst && st == WNA16_OK)
+            st = gpu_output(J, t, ddst, err); /* owns ddst now */
+        else if (ddst) {
+            w16_cuda_stream_sync(J->gpu.cuda, J->gpu.run, NULL);
+            w16_cuda_free(J->gpu.cuda, ddst);
+        }
         if (st != WNA16_OK)
             return st;
     }
@@ -328,14 +579,13 @@ static void detect_stored(job_t *J)
         gather_role(J->src, J->set, J->prefix, &J->p, WNA16_GEMM_W13,
                     W16_ROLE_QZEROS, &probe, &e) == WNA16_OK)
         J->p.zeros_stored = true;
-    free(probe.table);
-    probe = (src_role_t){0};
+    src_role_free(&probe, NULL);
     if (J->p.act_order ||
         (J->src->layouts[W16_ROLE_G_IDX] &&
          gather_role(J->src, J->set, J->prefix, &J->p, WNA16_GEMM_W13,
                      W16_ROLE_G_IDX, &probe, &e) == WNA16_OK))
         J->p.g_idx_stored = true;
-    free(probe.table);
+    src_role_free(&probe, NULL);
 }
 
 /* A sorted source (Marlin) stores g_idx sorted with its permutation: read
@@ -376,6 +626,7 @@ static wna16_status_t make_perm(job_t *J, wna16_gemm_t g, wna16_error_t *err)
     if (st != WNA16_OK)
         return st;
     int32_t E = (int32_t)J->p.E, K = (int32_t)v[W16_VAR_K];
+    J->perm_k[g] = K;
     wna16_qweight_t q = {.E = E, .N = (int32_t)(g == WNA16_GEMM_W13 ? 2 * J->p.I
                                                                   : J->p.H),
                          .K = K, .G = (int32_t)v[W16_VAR_G],
@@ -426,15 +677,17 @@ wna16_status_t w16_repack_layer_generated(wna16_context_t *ctx,
                                           wna16_tensor_set_t *out,
                                           wna16_error_t *err)
 {
-    if (target != WNA16_TARGET_CPU)
-        return w16_err(err, WNA16_EUNAVAILABLE, "%s target unavailable: this "
-                       "build generates repack kernels for the CPU only",
+    if (target != WNA16_TARGET_CPU && target != WNA16_TARGET_CUDA)
+        return w16_err(err, WNA16_EUNAVAILABLE, "%s target unavailable: "
+                       "repack kernels are generated for the CPU and CUDA",
                        wna16_target_name(target));
-    job_t J = {.ctx = ctx, .src = src_format, .dst = dst, .set = src,
-               .prefix = prefix, .out = out,
+    job_t J = {.ctx = ctx, .target = target, .src = src_format, .dst = dst,
+               .set = src, .prefix = prefix, .out = out,
                .p = {E, H, I, quant->bits, quant->group_size, quant->zero_point,
                      quant->act_order, quant->bias}};
-    wna16_status_t st = w16_cpu_get(ctx, &J.cpu, err);
+    wna16_status_t st = target == WNA16_TARGET_CUDA
+                            ? gpu_open(&J, err)
+                            : w16_cpu_get(ctx, &J.cpu, err);
     int64_t v13[W16_VAR_COUNT];
     if (st == WNA16_OK)
         st = w16_spec_bind(dst, &J.p, WNA16_GEMM_W13, v13, err);
@@ -449,9 +702,10 @@ wna16_status_t w16_repack_layer_generated(wna16_context_t *ctx,
         st = repack_operand(&J, WNA16_GEMM_W13, err);
     if (st == WNA16_OK)
         st = repack_operand(&J, WNA16_GEMM_W2, err);
+    st = gpu_close(&J, st, err);
     for (int g = 0; g < 2; g++) {
         for (int r = 0; r < W16_ROLE_COUNT; r++)
-            free(J.roles[g][r].table);
+            src_role_free(&J.roles[g][r], NULL);
         free(J.perm[g]);
         free(J.read[g]);
         free(J.src_perm[g]);

@@ -196,6 +196,12 @@ void w16_cuda_event_destroy(w16_cuda_t *cuda, w16_cuda_event_t *ev);
 wna16_status_t w16_cuda_event_record(w16_cuda_t *cuda, w16_cuda_event_t *ev,
                                      w16_cuda_stream_t *stream,
                                      wna16_error_t *err);
+/* Orders later work on `stream` (NULL: the default stream) after the
+ * work before the event's last record, without blocking the host. */
+wna16_status_t w16_cuda_stream_wait_event(w16_cuda_t *cuda,
+                                          w16_cuda_stream_t *stream,
+                                          w16_cuda_event_t *ev,
+                                          wna16_error_t *err);
 wna16_status_t w16_cuda_event_sync(w16_cuda_t *cuda, w16_cuda_event_t *ev,
                                    wna16_error_t *err);
 /* Milliseconds between two recorded, completed events. */

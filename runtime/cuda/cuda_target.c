@@ -416,6 +416,7 @@ wna16_status_t w16_nvrtc_compile(wna16_context_t *ctx, const char *source,
     X(cuEventCreate)                                                         \
     X(cuEventDestroy_v2)                                                     \
     X(cuEventRecord)                                                         \
+    X(cuStreamWaitEvent)                                                     \
     X(cuEventSynchronize)
 
 typedef struct cu_api {
@@ -1180,6 +1181,24 @@ wna16_status_t w16_cuda_event_record(w16_cuda_t *c, w16_cuda_event_t *ev,
     return WNA16_OK;
 }
 
+wna16_status_t w16_cuda_stream_wait_event(w16_cuda_t *c,
+                                          w16_cuda_stream_t *stream,
+                                          w16_cuda_event_t *ev,
+                                          wna16_error_t *err)
+{
+    if (!c || !ev)
+        return w16_err(err, WNA16_EINVAL, "w16_cuda_stream_wait_event: "
+                       "target and event are required");
+    wna16_status_t st = bind(c, err);
+    if (st != WNA16_OK)
+        return st;
+    CUresult r = c->cu.cuStreamWaitEvent(cu_stream(stream), cu_event(ev), 0);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(c, err, WNA16_EINTERNAL, r, "ordering a stream after "
+                       "an event");
+    return WNA16_OK;
+}
+
 wna16_status_t w16_cuda_event_sync(w16_cuda_t *c, w16_cuda_event_t *ev,
                                    wna16_error_t *err)
 {
@@ -1387,6 +1406,14 @@ wna16_status_t w16_cuda_event_record(w16_cuda_t *c, w16_cuda_event_t *e,
                                      w16_cuda_stream_t *s, wna16_error_t *err)
 {
     (void)c; (void)e; (void)s;
+    return no_cuda(err);
+}
+wna16_status_t w16_cuda_stream_wait_event(w16_cuda_t *c,
+                                          w16_cuda_stream_t *s,
+                                          w16_cuda_event_t *e,
+                                          wna16_error_t *err)
+{
+    (void)c; (void)s; (void)e;
     return no_cuda(err);
 }
 wna16_status_t w16_cuda_event_sync(w16_cuda_t *c, w16_cuda_event_t *e,

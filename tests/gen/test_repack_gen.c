@@ -5,7 +5,8 @@
  * produces, tensor by tensor, and refuse exactly what it refuses. Bit
  * widths, group sizes (including -1), zero points, act-order, bias, padding
  * and ragged sizes all vary within each pair's rules. Skips (77) without
- * LLVM. Usage: test_repack_gen [CONFIGS [SEED]].
+ * LLVM. Usage: test_repack_gen [CONFIGS [SEED [cpu|cuda]]]: with `cuda`
+ * the kernels run on the GPU (skips without one).
  */
 #include "testutil.h"
 
@@ -14,6 +15,7 @@
 
 static wna16_context_t *ctx;
 static tu_rng_t rng;
+static wna16_target_t target = WNA16_TARGET_CPU;
 
 static float exact_scale(void)
 {
@@ -150,8 +152,7 @@ static int one(void)
                                                &q, dst, WNA16_TARGET_REFERENCE,
                                                ref, &e1);
         wna16_status_t r2 = wna16_repack_layer(ctx, src, s, "m.experts", E, H, I,
-                                               &q, dst, WNA16_TARGET_CPU, gen,
-                                               &e2);
+                                               &q, dst, target, gen, &e2);
         TU_CHECK_MSG(r1 == r2, "%s: reference %s (%s), generated %s (%s)", what,
                      wna16_status_name(r1), r1 ? e1.message : "",
                      wna16_status_name(r2), r2 ? e2.message : "");
@@ -175,11 +176,21 @@ int main(int argc, char **argv)
 {
     long want = argc > 1 ? strtol(argv[1], NULL, 10) : 200;
     uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 0) : 0x9e11;
+    if (argc > 3 && strcmp(argv[3], "cuda") == 0)
+        target = WNA16_TARGET_CUDA;
 #ifndef WNA16_HAVE_LLVM
-    tu_skip("the CPU target needs LLVM 19 (install llvm-19-dev)");
+    if (target == WNA16_TARGET_CPU)
+        tu_skip("the CPU target needs LLVM 19 (install llvm-19-dev)");
 #endif
     tu_rng_seed(&rng, seed);
     ctx = tu_context();
+    if (target == WNA16_TARGET_CUDA) {
+        wna16_device_info_t dev;
+        wna16_probe_device(&dev);
+        if (dev.platform != WNA16_PLATFORM_CUDA)
+            tu_skip(dev.notes);
+        printf("running the kernels on %s\n", dev.name);
+    }
     int compared = 0, tries = 0;
     while (compared < want && tries < want * 20) {
         compared += one();

@@ -284,11 +284,16 @@ static void test_one_layer_and_targets(const model_t *m)
             TU_CHECK(rt_compare_set("cpu target", want, st) == 4);
         wna16_safetensors_close(st);
     }
-    o.target = WNA16_TARGET_CUDA;
+    o.target = WNA16_TARGET_CUDA; /* without a GPU: refused, nothing written */
     s = repack(m->dir, out, &o, NULL, &err);
     if (s != WNA16_OK) {
-        RT_EXPECT_ERR(s, &err, WNA16_EUNAVAILABLE, "cuda target unavailable");
+        RT_EXPECT_ERR(s, &err, WNA16_EUNAVAILABLE, "CUDA target unavailable");
         expect_nothing_written(out, root);
+    } else {
+        st = open_out(out);
+        if (st && want)
+            TU_CHECK(rt_compare_set("cuda target", want, st) == 4);
+        wna16_safetensors_close(st);
     }
     o.layer = "model.layers.7.mlp.experts";
     RT_EXPECT_ERR(repack(m->dir, out, &o, NULL, &err), &err, WNA16_ENOTFOUND,

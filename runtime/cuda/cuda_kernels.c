@@ -1,0 +1,203 @@
+/*
+ * cuda_kernels.c - generated CUDA kernels through the kernel cache. A
+ * kernel IR kernel is emitted as one CUDA C translation unit; the key is
+ * that text plus everything else that decides the binary (the device's
+ * architecture, NVRTC's and the driver's versions), so a change in the
+ * builder or the emitter changes the key by itself. The cached artifact is
+ * the CUBIN and the PTX in one blob:
+ *
+ *   u64 cubin_size | u64 ptx_size | cubin bytes | ptx bytes (no NUL)
+ *
+ * and the live handle is the loaded module with its kernel function.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "runtime/cuda/cuda_kernels.h"
+#include "gen/emit_cuda.h"
+#include "runtime/cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+wna16_status_t w16_context_cache(wna16_context_t *ctx, w16_cache_t **out,
+                                 wna16_error_t *err);
+
+struct w16_cuda_kernel {
+    w16_cuda_module_t *module;
+    w16_cuda_function_t *fn;
+};
+
+typedef struct cuda_job {
+    wna16_context_t *ctx;
+    w16_cuda_t *cuda;
+    const char *source;
+    const char *name;
+    double compile_ms; /* NVRTC time when this call compiled, else 0 */
+} cuda_job_t;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static wna16_status_t job_compile(void *user, w16_key_t key, void **blob,
+                                  size_t *size, wna16_error_t *err)
+{
+    (void)key;
+    cuda_job_t *j = user;
+    w16_cuda_image_t img;
+    double t0 = now_ms();
+    wna16_status_t st = w16_nvrtc_compile(j->ctx, j->source, j->name,
+                                          w16_cuda_cc_major(j->cuda),
+                                          w16_cuda_cc_minor(j->cuda), &img,
+                                          err);
+    j->compile_ms = now_ms() - t0;
+    if (st != WNA16_OK)
+        return st;
+    if (!img.cubin_size && !img.ptx_size) {
+        w16_cuda_image_free(&img);
+        return w16_err(err, WNA16_EINTERNAL, "kernel %s: NVRTC produced "
+                       "neither a CUBIN nor PTX", j->name);
+    }
+    size_t n = 16 + img.cubin_size + img.ptx_size;
+    unsigned char *b = w16_alloc(j->ctx, n);
+    if (!b) {
+        w16_cuda_image_free(&img);
+        return w16_err_nomem(err, "keeping a compiled CUDA kernel");
+    }
+    uint64_t sizes[2] = {img.cubin_size, img.ptx_size};
+    memcpy(b, sizes, 16);
+    if (img.cubin_size)
+        memcpy(b + 16, img.cubin, img.cubin_size);
+    if (img.ptx_size)
+        memcpy(b + 16 + img.cubin_size, img.ptx, img.ptx_size);
+    w16_cuda_image_free(&img);
+    *blob = b;
+    *size = n;
+    return WNA16_OK;
+}
+
+static wna16_status_t job_load(void *user, const void *blob, size_t size,
+                               void **handle, wna16_error_t *err)
+{
+    cuda_job_t *j = user;
+    uint64_t sizes[2];
+    if (size < 16)
+        return w16_err(err, WNA16_EFORMAT, "kernel %s: cached CUDA blob of %zu "
+                       "bytes is too short", j->name, size);
+    memcpy(sizes, blob, 16);
+    if (sizes[0] > size - 16 || sizes[1] > size - 16 - sizes[0] ||
+        16 + sizes[0] + sizes[1] != size)
+        return w16_err(err, WNA16_EFORMAT, "kernel %s: cached CUDA blob sizes "
+                       "do not add up", j->name);
+    /* the PTX must be NUL-terminated for the driver's JIT: copy it out */
+    w16_cuda_image_t img = {.cubin_size = sizes[0], .ptx_size = sizes[1],
+                            .cc_major = w16_cuda_cc_major(j->cuda),
+                            .cc_minor = w16_cuda_cc_minor(j->cuda)};
+    img.cubin = sizes[0] ? (unsigned char *)blob + 16 : NULL;
+    char *ptx = NULL;
+    if (sizes[1]) {
+        ptx = malloc(sizes[1] + 1);
+        if (!ptx)
+            return w16_err_nomem(err, "loading a cached CUDA kernel");
+        memcpy(ptx, (const unsigned char *)blob + 16 + sizes[0], sizes[1]);
+        ptx[sizes[1]] = 0;
+        img.ptx = ptx;
+    }
+    struct w16_cuda_kernel *k = calloc(1, sizeof *k);
+    wna16_status_t st = k ? w16_cuda_module_load(j->cuda, &img, &k->module, err)
+                          : w16_err_nomem(err, "loading a CUDA kernel");
+    free(ptx);
+    if (st == WNA16_OK)
+        st = w16_cuda_function(k->module, j->name, &k->fn, err);
+    if (st != WNA16_OK) {
+        if (k)
+            w16_cuda_module_unload(k->module);
+        free(k);
+        return st;
+    }
+    *handle = k;
+    return WNA16_OK;
+}
+
+static void job_unload(void *user, void *handle)
+{
+    (void)user; /* the job that loaded it is long gone */
+    struct w16_cuda_kernel *k = handle;
+    w16_cuda_module_unload(k->module);
+    free(k);
+}
+
+wna16_status_t w16_cuda_kernel_source(wna16_context_t *ctx,
+                                      const kir_kernel_t *k, char **out,
+                                      wna16_error_t *err)
+{
+    w16_buf_t b;
+    w16_buf_init(&b, ctx);
+    wna16_status_t st = w16_emit_cuda(k, true, &b, err);
+    w16_buf_putc(&b, 0);
+    if (st == WNA16_OK && b.failed)
+        st = w16_err_nomem(err, "emitting CUDA C");
+    if (st != WNA16_OK) {
+        w16_buf_free(&b);
+        return st;
+    }
+    *out = malloc(b.len);
+    if (!*out) {
+        w16_buf_free(&b);
+        return w16_err_nomem(err, "emitting CUDA C");
+    }
+    memcpy(*out, b.data, b.len);
+    w16_buf_free(&b);
+    return WNA16_OK;
+}
+
+void w16_cuda_key(w16_keyer_t *kr, w16_cuda_t *cuda)
+{
+    w16_keyer_str(kr, "cuda");
+    w16_keyer_u64(kr, (uint64_t)w16_cuda_cc_major(cuda));
+    w16_keyer_u64(kr, (uint64_t)w16_cuda_cc_minor(cuda));
+    w16_keyer_str(kr, w16_nvrtc_version());
+    w16_keyer_str(kr, w16_cuda_driver_version(cuda));
+}
+
+wna16_status_t w16_cuda_kernel_get(wna16_context_t *ctx, const kir_kernel_t *k,
+                                   w16_cuda_function_t **fn,
+                                   double *compile_ms, wna16_error_t *err)
+{
+    w16_cuda_t *cuda;
+    w16_cache_t *cache;
+    if (compile_ms)
+        *compile_ms = 0;
+    wna16_status_t st = w16_cuda_get(ctx, &cuda, err);
+    if (st == WNA16_OK)
+        st = w16_context_cache(ctx, &cache, err);
+    char *src = NULL;
+    if (st == WNA16_OK)
+        st = w16_cuda_kernel_source(ctx, k, &src, err);
+    if (st != WNA16_OK)
+        return st;
+    w16_keyer_t kr;
+    w16_keyer_init(&kr);
+    w16_keyer_str(&kr, "wna16 cuda kernel");
+    w16_keyer_str(&kr, WNA16_VERSION_STRING);
+    w16_cuda_key(&kr, cuda);
+    w16_keyer_str(&kr, k->name);
+    w16_keyer_str(&kr, src);
+    w16_key_t key = w16_keyer_done(&kr);
+    cuda_job_t job = {.ctx = ctx, .cuda = cuda, .source = src,
+                      .name = k->name};
+    w16_cache_loader_t loader = {.compile = job_compile, .load = job_load,
+                                 .unload = job_unload, .user = &job};
+    void *h = NULL;
+    st = w16_cache_get(cache, key, &loader, &h, err);
+    free(src);
+    if (st != WNA16_OK)
+        return st;
+    *fn = ((struct w16_cuda_kernel *)h)->fn;
+    if (compile_ms)
+        *compile_ms = job.compile_ms;
+    return WNA16_OK;
+}
