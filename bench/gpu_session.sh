@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds wna16 on a GPU machine and runs everything that needs the GPU: the
+# GPU tests (labels cuda, gpu), the repack tests (golden files included),
+# then bench_repack_cuda. Logs go to $OUT (default ./gpu-out).
+#
+#   bash bench/gpu_session.sh [GOLDEN_DIR]
+#
+# For a machine without network: copy the libcjson1 and libcjson-dev .deb
+# files into .gpu/debs and the golden files into .gpu/golden beside the
+# checkout's root; the script unpacks the packages first.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+GOLDEN=${1:-$PWD/.gpu/golden}
+[ -d "$GOLDEN" ] || GOLDEN=$PWD/../shared/golden
+if ls .gpu/debs/*.deb >/dev/null 2>&1; then
+  for f in .gpu/debs/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+nvidia-smi -L > "$OUT/device.txt" 2>&1
+gen=; command -v ninja >/dev/null && gen="-G Ninja"
+cmake -S . -B build-gpu $gen -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DWNA16_GOLDEN_DIR="$GOLDEN" > "$OUT/build.log" 2>&1 &&
+cmake --build build-gpu -j"$(nproc)" >> "$OUT/build.log" 2>&1 ||
+  { tail -40 "$OUT/build.log"; exit 1; }
+cd build-gpu
+export WNA16_CACHE_DIR=$PWD/kcache
+ctest -L 'cuda|gpu' --output-on-failure -j4 > "$OUT/ctest-gpu.log" 2>&1
+ctest -R 'golden|repack' --output-on-failure -j8 > "$OUT/ctest-repack.log" 2>&1
+tail -15 "$OUT/ctest-gpu.log"; tail -6 "$OUT/ctest-repack.log"
+./bench/bench_repack_cuda 2>&1 | tee "$OUT/bench_repack_cuda.txt"
