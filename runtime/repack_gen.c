@@ -9,6 +9,7 @@
 #include "gen/build_repack.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/cuda/cuda_kernels.h"
+#include "runtime/cuda/cuda_xfer.h"
 #include "runtime/ref/ref.h"
 
 #include <stdio.h>
@@ -34,7 +35,8 @@ typedef struct src_role {
     uint64_t *table;  /* host address of each tensor */
     size_t *bytes;    /* and its size */
     int slots;
-    uint64_t *dev;    /* CUDA: device copy of each tensor */
+    uint64_t dbase;   /* CUDA: one allocation holding every tensor */
+    uint64_t *dev;    /* CUDA: device address of each tensor in it */
     uint64_t dtable;  /* CUDA: `dev` itself on the device */
 } src_role_t;
 
@@ -205,25 +207,19 @@ static wna16_dtype_t pick_dst_dtype(const w16_layout_t *l, wna16_dtype_t have)
 }
 
 /* The GPU side of a job. Three streams: uploads, kernels and copies back,
- * ordered by events, so the copy back of one tensor overlaps the kernels
- * of the next and the uploads of the next operand's sources overlap the
- * kernels of this one. Results come back through two pinned staging
- * slots, used in turn: a slot is drained (waited for and copied into its
- * host tensor) only when it is needed again or at the end. */
-typedef struct gpu_slot {
-    void *host; /* pinned */
-    size_t cap;
-    wna16_tensor_t *t; /* pending copy back into t->data, or NULL */
-    uint64_t ddst;     /* the device tensor, freed when drained */
-    w16_cuda_event_t *done;
-} gpu_slot_t;
-
+ * ordered by events. The copy back of a tensor is done while the kernels
+ * of the next one run, and every host<->device copy goes through a ring of
+ * pinned chunks (runtime/cuda/cuda_xfer.c). */
 typedef struct gpu {
     w16_cuda_t *cuda;
+    w16_cuda_xfer_t *xfer;
     w16_cuda_stream_t *up, *run, *down;
-    w16_cuda_event_t *uploaded, *ran;
-    gpu_slot_t slot[2];
-    int next;
+    w16_cuda_event_t *uploaded, *ran[2];
+    int which;
+    /* the tensor whose kernels were queued last, not yet copied back */
+    wna16_tensor_t *pending;
+    uint64_t pending_dst;
+    w16_cuda_event_t *pending_ran;
     uint64_t dperm[2], dread[2]; /* device copies of the permutations */
 } gpu_t;
 
@@ -275,10 +271,8 @@ static wna16_status_t kernel_key(job_t *J, const kir_kernel_t *k,
 
 static void src_role_free(src_role_t *sr, w16_cuda_t *cuda)
 {
-    for (int i = 0; sr->dev && i < sr->slots; i++)
-        w16_cuda_free(cuda, sr->dev[i]);
-    if (sr->dtable)
-        w16_cuda_free(cuda, sr->dtable);
+    w16_cuda_free(cuda, sr->dbase);
+    w16_cuda_free(cuda, sr->dtable);
     free(sr->dev);
     free(sr->table);
     free(sr->bytes);
@@ -290,6 +284,8 @@ static wna16_status_t gpu_open(job_t *J, wna16_error_t *err)
     gpu_t *G = &J->gpu;
     wna16_status_t st = w16_cuda_get(J->ctx, &G->cuda, err);
     if (st == WNA16_OK)
+        st = w16_cuda_xfer_create(G->cuda, 0, 0, &G->xfer, err);
+    if (st == WNA16_OK)
         st = w16_cuda_stream_create(G->cuda, &G->up, err);
     if (st == WNA16_OK)
         st = w16_cuda_stream_create(G->cuda, &G->run, err);
@@ -297,38 +293,45 @@ static wna16_status_t gpu_open(job_t *J, wna16_error_t *err)
         st = w16_cuda_stream_create(G->cuda, &G->down, err);
     if (st == WNA16_OK)
         st = w16_cuda_event_create(G->cuda, &G->uploaded, err);
-    if (st == WNA16_OK)
-        st = w16_cuda_event_create(G->cuda, &G->ran, err);
     for (int i = 0; i < 2 && st == WNA16_OK; i++)
-        st = w16_cuda_event_create(G->cuda, &G->slot[i].done, err);
+        st = w16_cuda_event_create(G->cuda, &G->ran[i], err);
     return st;
 }
 
-/* Queues host-to-device copies on the upload stream and makes the kernel
- * stream wait for them. The host memory must stay valid until then (it is
- * the job's or the checkpoint's). */
+/* A device copy of host memory, queued on the upload stream. */
 static wna16_status_t gpu_upload(job_t *J, const void *src, size_t bytes,
                                  uint64_t *dptr, wna16_error_t *err)
 {
     gpu_t *G = &J->gpu;
     wna16_status_t st = w16_cuda_alloc(G->cuda, bytes, dptr, err);
     if (st == WNA16_OK)
-        st = w16_cuda_copy_h2d_async(G->cuda, *dptr, src, bytes, G->up, err);
+        st = w16_cuda_xfer_upload(G->xfer, *dptr, src, bytes, G->up, err);
     return st;
 }
 
+/* Every tensor of a role in one device allocation (256-byte aligned
+ * pieces), and the table of their addresses. */
 static wna16_status_t gpu_upload_role(job_t *J, src_role_t *sr,
                                       wna16_error_t *err)
 {
     if (sr->dtable)
         return WNA16_OK;
+    gpu_t *G = &J->gpu;
     sr->dev = calloc((size_t)sr->slots, sizeof(uint64_t));
     if (!sr->dev)
         return w16_err_nomem(err, "building a device source table");
-    wna16_status_t st = WNA16_OK;
-    for (int i = 0; i < sr->slots && st == WNA16_OK; i++)
-        st = gpu_upload(J, (const void *)(uintptr_t)sr->table[i],
-                        sr->bytes[i], &sr->dev[i], err);
+    size_t total = 0;
+    for (int i = 0; i < sr->slots; i++)
+        total += (sr->bytes[i] + 255) & ~(size_t)255;
+    wna16_status_t st = w16_cuda_alloc(G->cuda, total, &sr->dbase, err);
+    size_t off = 0;
+    for (int i = 0; i < sr->slots && st == WNA16_OK; i++) {
+        sr->dev[i] = sr->dbase + off;
+        st = w16_cuda_xfer_upload(G->xfer, sr->dev[i],
+                                  (const void *)(uintptr_t)sr->table[i],
+                                  sr->bytes[i], G->up, err);
+        off += (sr->bytes[i] + 255) & ~(size_t)255;
+    }
     if (st == WNA16_OK)
         st = gpu_upload(J, sr->dev, sizeof(uint64_t) * (size_t)sr->slots,
                         &sr->dtable, err);
@@ -344,84 +347,72 @@ static wna16_status_t gpu_sources_ready(job_t *J, wna16_error_t *err)
     return st;
 }
 
-/* Waits for a slot's pending copy and hands the bytes to their tensor. */
-static wna16_status_t gpu_drain(job_t *J, gpu_slot_t *sl, wna16_error_t *err)
+/* Copies the pending tensor back (after its kernels) and frees it on the
+ * device. */
+static wna16_status_t gpu_finish_pending(job_t *J, wna16_error_t *err)
 {
-    if (!sl->t)
+    gpu_t *G = &J->gpu;
+    if (!G->pending)
         return WNA16_OK;
-    wna16_status_t st = w16_cuda_event_sync(J->gpu.cuda, sl->done, err);
+    wna16_status_t st = w16_cuda_stream_wait_event(G->cuda, G->down,
+                                                   G->pending_ran, err);
     if (st == WNA16_OK)
-        memcpy(sl->t->data, sl->host, sl->t->nbytes);
-    w16_cuda_free(J->gpu.cuda, sl->ddst);
-    sl->t = NULL;
-    sl->ddst = 0;
+        st = w16_cuda_xfer_download(G->xfer, G->pending->data, G->pending_dst,
+                                    G->pending->nbytes, G->down, err);
+    w16_cuda_stream_sync(G->cuda, G->down, NULL);
+    w16_cuda_free(G->cuda, G->pending_dst);
+    G->pending = NULL;
+    G->pending_dst = 0;
     return st;
 }
 
-/* Queues the copy back of a finished device tensor (after the kernels
- * queued so far) into the next staging slot. Takes ownership of ddst. */
+/* The kernels of tensor t are queued: copy the previous tensor back while
+ * they run, and leave t pending. Takes ownership of ddst. */
 static wna16_status_t gpu_output(job_t *J, wna16_tensor_t *t, uint64_t ddst,
                                  wna16_error_t *err)
 {
     gpu_t *G = &J->gpu;
-    gpu_slot_t *sl = &G->slot[G->next];
-    G->next ^= 1;
-    wna16_status_t st = gpu_drain(J, sl, err);
-    if (st == WNA16_OK && sl->cap < t->nbytes) {
-        w16_cuda_host_free(G->cuda, sl->host);
-        sl->host = NULL;
-        sl->cap = 0;
-        st = w16_cuda_host_alloc(G->cuda, t->nbytes, &sl->host, err);
-        if (st == WNA16_OK)
-            sl->cap = t->nbytes;
-    }
+    w16_cuda_event_t *ran = G->ran[G->which];
+    G->which ^= 1;
+    wna16_status_t st = w16_cuda_event_record(G->cuda, ran, G->run, err);
     if (st == WNA16_OK)
-        st = w16_cuda_event_record(G->cuda, G->ran, G->run, err);
-    if (st == WNA16_OK)
-        st = w16_cuda_stream_wait_event(G->cuda, G->down, G->ran, err);
-    if (st == WNA16_OK)
-        st = w16_cuda_copy_d2h_async(G->cuda, sl->host, ddst, t->nbytes,
-                                     G->down, err);
-    if (st == WNA16_OK)
-        st = w16_cuda_event_record(G->cuda, sl->done, G->down, err);
+        st = gpu_finish_pending(J, err);
     if (st != WNA16_OK) {
-        w16_cuda_stream_sync(G->cuda, G->down, NULL);
+        w16_cuda_stream_sync(G->cuda, G->run, NULL);
         w16_cuda_free(G->cuda, ddst);
         return st;
     }
-    sl->t = t;
-    sl->ddst = ddst;
+    G->pending = t;
+    G->pending_dst = ddst;
+    G->pending_ran = ran;
     return WNA16_OK;
 }
 
-/* Drains what is pending (only when everything went well: after an error
- * the results are not wanted) and releases every GPU resource. */
+/* Copies back what is pending (only when everything went well: after an
+ * error the results are not wanted) and releases every GPU resource. */
 static wna16_status_t gpu_close(job_t *J, wna16_status_t st,
                                 wna16_error_t *err)
 {
     gpu_t *G = &J->gpu;
     if (!G->cuda)
         return st;
-    for (int i = 0; i < 2; i++) {
-        if (st == WNA16_OK)
-            st = gpu_drain(J, &G->slot[i], err);
-    }
+    if (st == WNA16_OK)
+        st = gpu_finish_pending(J, err);
     /* nothing may still read or write what is freed below */
     w16_cuda_stream_sync(G->cuda, G->up, NULL);
     w16_cuda_stream_sync(G->cuda, G->run, NULL);
     w16_cuda_stream_sync(G->cuda, G->down, NULL);
+    w16_cuda_free(G->cuda, G->pending_dst);
     for (int i = 0; i < 2; i++) {
-        w16_cuda_free(G->cuda, G->slot[i].ddst);
-        w16_cuda_host_free(G->cuda, G->slot[i].host);
-        w16_cuda_event_destroy(G->cuda, G->slot[i].done);
+        w16_cuda_event_destroy(G->cuda, G->ran[i]);
         w16_cuda_free(G->cuda, G->dperm[i]);
         w16_cuda_free(G->cuda, G->dread[i]);
     }
     for (int g = 0; g < 2; g++)
         for (int r = 0; r < W16_ROLE_COUNT; r++)
             src_role_free(&J->roles[g][r], G->cuda);
+    w16_cuda_xfer_destroy(G->xfer);
     w16_cuda_event_destroy(G->cuda, G->uploaded);
-    w16_cuda_event_destroy(G->cuda, G->ran);
     w16_cuda_stream_destroy(G->cuda, G->up);
     w16_cuda_stream_destroy(G->cuda, G->run);
     w16_cuda_stream_destroy(G->cuda, G->down);
