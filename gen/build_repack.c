@@ -53,6 +53,17 @@ static kir_type_t int_type_of(wna16_dtype_t d)
     }
 }
 
+/* "_f16" for a float dtype (identifier-safe), "" otherwise. */
+static const char *float_tag(wna16_dtype_t d)
+{
+    switch (d) {
+    case WNA16_DTYPE_F16: return "_f16";
+    case WNA16_DTYPE_BF16: return "_bf16";
+    case WNA16_DTYPE_F32: return "_f32";
+    default: return "";
+    }
+}
+
 void w16_repack_kernel_name(char *out, size_t n, const w16_repack_request_t *r)
 {
     char gs[16];
@@ -60,11 +71,60 @@ void w16_repack_kernel_name(char *out, size_t n, const w16_repack_request_t *r)
         snprintf(gs, sizeof gs, "g%lld", (long long)r->problem.GS);
     else
         snprintf(gs, sizeof gs, "gm1");
-    snprintf(out, n, "wna16_repack_%s_to_%s_%s_%s_b%lld_%s_zp%d%s%s",
+    /* the float source (scales or bias; a kernel reads at most one) */
+    const char *src_f = "";
+    for (int i = 0; i < W16_ROLE_COUNT && !*src_f; i++)
+        src_f = float_tag(r->src_dtype[i]);
+    const char *dst_f = float_tag(r->dst_dtype);
+    snprintf(out, n, "wna16_repack_%s_to_%s_%s_%s_b%lld_%s_zp%d%s%s%s%s",
              r->src->name, r->dst->name, gemm_name(r->gemm),
              w16_role_key(r->role), (long long)r->problem.BITS, gs,
              r->problem.zp ? 1 : 0, r->problem.act_order ? "_ao" : "",
-             r->problem.bias ? "_bias" : "");
+             r->problem.bias ? "_bias" : "", src_f,
+             strcmp(src_f, dst_f) ? dst_f : "");
+}
+
+int w16_repack_source_roles(w16_role_t dst, const w16_problem_t *p,
+                            w16_role_t out[W16_REPACK_MAX_SOURCES])
+{
+    int n = 0;
+    switch (dst) {
+    case W16_ROLE_WEIGHT: /* dequantized: (q - z) * s */
+        out[n++] = W16_ROLE_QWEIGHT;
+        out[n++] = W16_ROLE_SCALES;
+        if (p->zp)
+            out[n++] = W16_ROLE_QZEROS;
+        break;
+    case W16_ROLE_QZEROS: /* else the implicit midpoint */
+        if (p->zp || p->zeros_stored)
+            out[n++] = W16_ROLE_QZEROS;
+        break;
+    case W16_ROLE_SORT_IDX:
+        break; /* the permutation itself: a parameter, not a source */
+    case W16_ROLE_G_IDX: /* else k / group size */
+        if (p->act_order)
+            out[n++] = W16_ROLE_G_IDX;
+        break;
+    case W16_ROLE_QWEIGHT: /* block sums (CPU) also need the zeros */
+        out[n++] = W16_ROLE_QWEIGHT;
+        if (p->zp)
+            out[n++] = W16_ROLE_QZEROS;
+        break;
+    default:
+        out[n++] = dst;
+        break;
+    }
+    return n;
+}
+
+wna16_dtype_t w16_repack_dst_dtype(const w16_layout_t *l,
+                                   wna16_dtype_t first_src)
+{
+    if (l->role != W16_ROLE_WEIGHT)
+        for (int i = 0; i < l->n_dtypes; i++)
+            if (l->dtypes[i] == first_src)
+                return first_src;
+    return l->dtypes[0];
 }
 
 /* ---- folding the specs for the problem ----------------------------------- */

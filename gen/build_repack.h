@@ -57,8 +57,25 @@ typedef struct w16_repack_kernel {
     bool sums;
 } w16_repack_kernel_t;
 
-/* Readable stable name, e.g. wna16_repack_gptq_to_triton_w13_qweight_b4_g128_zp0. */
+/* Readable stable name, e.g. wna16_repack_gptq_to_triton_w13_qweight_b4_g128_zp0;
+ * kernels that read a float tensor end with its dtype, and the
+ * destination's where it differs (..._scales_b4_g128_zp0_bf16_f32), so one
+ * name means one kernel for a given problem shape (the shape is in the
+ * kernel cache key, not in the name). */
 void w16_repack_kernel_name(char *out, size_t n, const w16_repack_request_t *r);
+
+/* The runtime's choices for a request, shared so tools and tests build the
+ * kernels it builds. w16_repack_source_roles: the source roles the kernel
+ * for destination role `dst` reads (fill src_dtype[] for exactly these);
+ * returns how many (at most W16_REPACK_MAX_SOURCES). w16_repack_dst_dtype:
+ * the dtype the destination tensor is written in: the first source role's
+ * dtype where the layout stores it, else the layout's first dtype (always
+ * the first for dequantized weights). */
+enum { W16_REPACK_MAX_SOURCES = 4 };
+int w16_repack_source_roles(w16_role_t dst, const w16_problem_t *p,
+                            w16_role_t out[W16_REPACK_MAX_SOURCES]);
+wna16_dtype_t w16_repack_dst_dtype(const w16_layout_t *l,
+                                   wna16_dtype_t first_src);
 
 /* Builds the kernel for one destination tensor. Refuses with a reason what
  * it cannot generate (e.g. a non-stacked destination). */

@@ -17,8 +17,8 @@
 typedef struct cemit {
     const kir_kernel_t *k;
     w16_buf_t *b;
-    bool *read; /* per var: some expression reads it (others are dropped:
-                   expressions have no side effects) */
+    bool *read; /* per var: live (others are dropped: expressions have no
+                   side effects) */
     const char *fail;
 } cemit_t;
 
@@ -337,30 +337,44 @@ static void emit_block(cemit_t *E, const kir_block_t *blk, int d)
         emit_stmt(E, blk->items[i], d);
 }
 
-static void mark_expr(const kir_expr_t *e, bool *used, bool *read)
+/* Marks what e reads; true if that marked anything new. */
+static bool mark_expr(const kir_expr_t *e, bool *used, bool *read)
 {
     if (!e)
-        return;
-    if (e->op == KIR_OP_CTLOAD && e->ctable->index < 256)
-        used[e->ctable->index] = true;
-    if (e->op == KIR_OP_VAR)
-        read[e->var->index] = true;
-    mark_expr(e->a, used, read);
-    mark_expr(e->b, used, read);
-    mark_expr(e->c, used, read);
+        return false;
+    bool changed = false;
+    if (e->op == KIR_OP_CTLOAD && e->ctable->index < 256 &&
+        !used[e->ctable->index])
+        changed = used[e->ctable->index] = true;
+    if (e->op == KIR_OP_VAR && !read[e->var->index])
+        changed = read[e->var->index] = true;
+    changed |= mark_expr(e->a, used, read);
+    changed |= mark_expr(e->b, used, read);
+    changed |= mark_expr(e->c, used, read);
+    return changed;
 }
 
-static void mark_tables(const kir_block_t *blk, bool *used, bool *read)
+/* One liveness pass: statements with an effect (stores, conditions, loop
+ * bounds) keep what they read, and a kept variable keeps what its values
+ * read; true if anything new was marked. */
+static bool mark_block(const kir_block_t *blk, bool *used, bool *read)
 {
+    bool changed = false;
     for (int i = 0; i < blk->count; i++) {
         const kir_stmt_t *s = blk->items[i];
-        mark_expr(s->a, used, read);
-        mark_expr(s->b, used, read);
-        if (s->kind == KIR_S_FOR)
-            read[s->var->index] = true;
-        mark_tables(&s->body, used, read);
-        mark_tables(&s->else_body, used, read);
+        if (s->kind == KIR_S_LET || s->kind == KIR_S_ASSIGN) {
+            if (read[s->var->index])
+                changed |= mark_expr(s->a, used, read);
+            continue;
+        }
+        if (s->kind == KIR_S_FOR && !read[s->var->index])
+            changed = read[s->var->index] = true;
+        changed |= mark_expr(s->a, used, read);
+        changed |= mark_expr(s->b, used, read);
+        changed |= mark_block(&s->body, used, read);
+        changed |= mark_block(&s->else_body, used, read);
     }
+    return changed;
 }
 
 wna16_status_t w16_emit_cuda(const kir_kernel_t *k, bool with_prelude,
@@ -375,8 +389,12 @@ wna16_status_t w16_emit_cuda(const kir_kernel_t *k, bool with_prelude,
         w16_emit_cuda_prelude(b);
     if (k->comment)
         w16_buf_printf(b, "/* %s: %s */\n", k->name, k->comment);
+    /* Only live values are emitted (a value read only by dropped values
+     * is dropped too, or nvcc warns that it is set but never used), and
+     * only the tables they read. */
     bool used[256] = {0};
-    mark_tables(&k->body, used, read);
+    while (mark_block(&k->body, used, read))
+        ;
     for (int i = 0; i < k->n_ctables; i++) {
         const kir_ctable_t *t = k->ctables[i];
         if (i < 256 && !used[i])

@@ -165,47 +165,6 @@ static wna16_status_t gather_role(const wna16_spec_t *fmt,
     return WNA16_OK;
 }
 
-/* Which source roles a destination role reads. */
-static int needed_roles(w16_role_t dst, const w16_problem_t *p, w16_role_t *r)
-{
-    int n = 0;
-    switch (dst) {
-    case W16_ROLE_WEIGHT:
-        r[n++] = W16_ROLE_QWEIGHT;
-        r[n++] = W16_ROLE_SCALES;
-        if (p->zp)
-            r[n++] = W16_ROLE_QZEROS;
-        break;
-    case W16_ROLE_QZEROS:
-        if (p->zp || p->zeros_stored)
-            r[n++] = W16_ROLE_QZEROS;
-        break;
-    case W16_ROLE_SORT_IDX:
-        break; /* the permutation itself: a parameter, not a source */
-    case W16_ROLE_G_IDX:
-        if (p->act_order)
-            r[n++] = W16_ROLE_G_IDX;
-        break;
-    case W16_ROLE_QWEIGHT: /* block sums (CPU) also need the zeros */
-        r[n++] = W16_ROLE_QWEIGHT;
-        if (p->zp)
-            r[n++] = W16_ROLE_QZEROS;
-        break;
-    default:
-        r[n++] = dst;
-        break;
-    }
-    return n;
-}
-
-static wna16_dtype_t pick_dst_dtype(const w16_layout_t *l, wna16_dtype_t have)
-{
-    for (int i = 0; i < l->n_dtypes; i++)
-        if (l->dtypes[i] == have)
-            return have;
-    return l->dtypes[0];
-}
-
 /* The GPU side of a job. Three streams: uploads, kernels and copies back,
  * ordered by events. The copy back of a tensor is done while the kernels
  * of the next one run, and every host<->device copy goes through a ring of
@@ -515,8 +474,8 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
                                     .problem = J->p, .gemm = g,
                                     .role = (w16_role_t)r,
                                     .sort_k = J->perm[g] != NULL};
-        w16_role_t need[4];
-        int nn = needed_roles((w16_role_t)r, &J->p, need);
+        w16_role_t need[W16_REPACK_MAX_SOURCES];
+        int nn = w16_repack_source_roles((w16_role_t)r, &J->p, need);
         for (int i = 0; i < nn; i++) {
             src_role_t *sr = &J->roles[g][need[i]];
             if (!sr->table &&
@@ -525,10 +484,8 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
                 return st;
             req.src_dtype[need[i]] = sr->dtype;
         }
-        req.dst_dtype = pick_dst_dtype(l, nn ? req.src_dtype[need[0]]
-                                             : WNA16_DTYPE_INVALID);
-        if (r == W16_ROLE_WEIGHT)
-            req.dst_dtype = l->dtypes[0];
+        req.dst_dtype = w16_repack_dst_dtype(l, nn ? req.src_dtype[need[0]]
+                                                   : WNA16_DTYPE_INVALID);
         int64_t shape[W16_MAX_STORE_DIMS];
         if ((st = w16_layout_shape(l, dv, shape, err)) != WNA16_OK)
             return st;
