@@ -335,7 +335,8 @@ wna16_status_t wna16_repack_layer_shapes(
                        "stacked w13/w2 tensors", dst_backend->name);
     w16_problem_t p = {E, H, I, quant->bits, quant->group_size,
                        quant->zero_point, quant->act_order, quant->bias,
-                       quant->zeros_stored, quant->g_idx_stored};
+                       quant->zeros_stored, quant->g_idx_stored,
+                       (int)quant->input_dtype};
     for (int g = 0; g < 2; g++) {
         int64_t vars[W16_VAR_COUNT];
         wna16_status_t st = w16_spec_bind(dst_backend, &p, (wna16_gemm_t)g,
