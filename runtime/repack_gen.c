@@ -170,6 +170,8 @@ static int needed_roles(w16_role_t dst, const w16_problem_t *p, w16_role_t *r)
         break;
     case W16_ROLE_SORT_IDX:
         break; /* the permutation itself: a parameter, not a source */
+    case W16_ROLE_GSCALE:
+        break; /* from the largest scale, a parameter */
     case W16_ROLE_G_IDX:
         if (p->act_order)
             r[n++] = W16_ROLE_G_IDX;
@@ -207,6 +209,7 @@ typedef struct job {
     int32_t *read[2]; /* source row of each sorted row (differs from perm
                          when the source is itself sorted), or NULL */
     int32_t *src_perm[2]; /* a sorted source's own permutation */
+    float scale_max[2]; /* largest stored scale (int16 scale codes) */
 } job_t;
 
 /* The identity of a compiled kernel: its IR, printed (so any change in
@@ -252,7 +255,7 @@ static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
     if (st == WNA16_OK)
         st = w16_cpu_kernel(J->ctx, key, rk.kernel, &fn, err);
     if (st == WNA16_OK) {
-        uint64_t args[2 + W16_ROLE_COUNT] = {(uint64_t)(uintptr_t)t->data};
+        uint64_t args[3 + W16_ROLE_COUNT] = {(uint64_t)(uintptr_t)t->data};
         for (int r = 0; r < W16_ROLE_COUNT; r++)
             if (rk.src_param[r] >= 0)
                 args[rk.src_param[r]] =
@@ -261,6 +264,11 @@ static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
             args[rk.perm_param] = (uint64_t)(uintptr_t)(
                 req->role == W16_ROLE_SORT_IDX || !J->read[req->gemm]
                     ? J->perm[req->gemm] : J->read[req->gemm]);
+        if (rk.scale_max_param >= 0) { /* an f32 scalar: its bits */
+            uint32_t bits;
+            memcpy(&bits, &J->scale_max[req->gemm], sizeof bits);
+            args[rk.scale_max_param] = bits;
+        }
         w16_cpu_launch(J->cpu, fn, args, rk.num_groups);
     }
     w16_repack_kernel_free(&rk);
@@ -272,6 +280,9 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
 {
     int64_t dv[W16_VAR_COUNT];
     wna16_status_t st = w16_spec_bind(J->dst, &J->p, g, dv, err);
+    if (st == WNA16_OK) /* the host takes the max: see the function */
+        st = w16_scale_prepare_source(J->src, J->dst, J->set, J->prefix,
+                                      &J->p, g, &J->scale_max[g], err);
     if (st != WNA16_OK)
         return st;
     for (int r = 0; r < W16_ROLE_COUNT; r++) {
@@ -433,13 +444,15 @@ wna16_status_t w16_repack_layer_generated(wna16_context_t *ctx,
     job_t J = {.ctx = ctx, .src = src_format, .dst = dst, .set = src,
                .prefix = prefix, .out = out,
                .p = {E, H, I, quant->bits, quant->group_size, quant->zero_point,
-                     quant->act_order, quant->bias}};
+                     quant->act_order, quant->bias, .a8 = (int)quant->input_dtype}};
     wna16_status_t st = w16_cpu_get(ctx, &J.cpu, err);
     int64_t v13[W16_VAR_COUNT];
     if (st == WNA16_OK)
         st = w16_spec_bind(dst, &J.p, WNA16_GEMM_W13, v13, err);
     if (st == WNA16_OK)
         detect_stored(&J);
+    if (st == WNA16_OK)
+        st = w16_check_decodable(src_format, &J.p, err);
     if (st == WNA16_OK)
         st = w16_check_holds(dst, &J.p, (int32_t)v13[W16_VAR_IP], err);
     for (int g = 0; g < 2 && st == WNA16_OK; g++)

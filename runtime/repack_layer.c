@@ -67,7 +67,8 @@ wna16_status_t wna16_repack_layer(wna16_context_t *ctx,
                                          quant, &layer, err);
     if (st != WNA16_OK)
         return st;
-    st = wna16_ref_encode(ctx, dst_backend, &layer, prefix, out, err);
+    st = wna16_ref_encode_input(ctx, dst_backend, &layer, quant->input_dtype,
+                                prefix, out, err);
     wna16_qlayer_free(&layer);
     return st;
 }

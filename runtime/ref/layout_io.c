@@ -340,6 +340,21 @@ static float dequant_rounded(const w16_layout_t *l, const wna16_qweight_t *qw,
     return (float)((int32_t)qw->codes[li] - z) * s;
 }
 
+/* Is code slot c (role order, qweight or qzeros) intermediate padding?
+ * vLLM pads the stored words after converting them (Marlin's fp8 remap
+ * comes first), so padding holds raw zeros, never an encoded 0. */
+static bool padding_code(const walk_t *w, const int64_t *c, w16_place_t at)
+{
+    const int64_t *v = w->vars;
+    int64_t I = v[W16_VAR_I], IP = v[W16_VAR_IP], gs = v[W16_VAR_GS];
+    if (IP == I || !w->spec->stacked)
+        return false;
+    bool codes = w->role == W16_ROLE_QWEIGHT;
+    if (v[W16_VAR_W13]) /* n: gate at [0, IP), up at [IP, 2 IP) */
+        return (c[codes ? 1 : 2] + at.n_off) % IP >= I;
+    return codes ? c[2] >= I : gs > 0 && c[1] * gs >= I;
+}
+
 /* The value of slot (role, li) as raw bits for the layout's storage. */
 static bool encode_value(const walk_t *w, const wna16_qweight_t *qw,
                          int64_t li, const int64_t *c, w16_place_t at,
@@ -347,6 +362,11 @@ static bool encode_value(const walk_t *w, const wna16_qweight_t *qw,
 {
     const w16_layout_t *l = w->l;
     int64_t code;
+    if ((l->role == W16_ROLE_QWEIGHT || l->role == W16_ROLE_QZEROS) &&
+        padding_code(w, c, at)) {
+        *out = 0;
+        return true;
+    }
     switch (l->role) {
     case W16_ROLE_QWEIGHT:
         code = qw->codes[li];

@@ -125,5 +125,18 @@ wna16_status_t w16_scale_prepare(const wna16_spec_t *spec,
                                  wna16_gemm_t g, const float *scales, size_t n,
                                  bool padded_zero, float *max_out,
                                  wna16_error_t *err);
+/* w16_scale_prepare for the generated repack path, on operand g's scales
+ * read from the source `set` (through the reference decoder: they are a
+ * group size's fraction of the codes) against `dst`'s scale transform;
+ * *max_out is 0 when dst has none. int16 codes are relative to the
+ * operand's largest scale, a reduction over every expert: the host takes it
+ * once here and the kernels receive it as a parameter, so one compiled
+ * kernel serves every layer. */
+wna16_status_t w16_scale_prepare_source(const wna16_spec_t *src,
+                                        const wna16_spec_t *dst,
+                                        const wna16_tensor_set_t *set,
+                                        const char *prefix,
+                                        const w16_problem_t *p, wna16_gemm_t g,
+                                        float *max_out, wna16_error_t *err);
 
 #endif
