@@ -747,6 +747,10 @@ typedef struct wna16_repack_options {
     bool act_order_set, act_order;   /* override act-order (desc_act) */
     int32_t hidden, intermediate, experts; /* 0: config.json's */
     bool all_tensors;       /* also copy every non-expert tensor unchanged */
+    /* The activations the destination kernel will read (default 16-bit):
+     * int8 or fp8 writes the backend's 8-bit-activation layout (Marlin's
+     * W4A8 tiles, scale codes and input_global_scale tensors). */
+    wna16_input_dtype_t input_dtype;
     const char *layer;      /* only this layer prefix; NULL: every MoE layer */
     void (*progress)(void *user, const wna16_repack_progress_t *p);
     void *progress_user;
@@ -771,7 +775,9 @@ typedef struct wna16_repack_summary {
  * are left out; non-expert tensors are copied unchanged (after the layers,
  * in the checkpoint's order) only with opts->all_tensors. __metadata__
  * records the backend, target, source format, bits, group size, sizes
- * (padded too) and wna16_version.
+ * (padded too), the input dtype, is_k_full (always "true": whole layers
+ * are repacked, so w2's K is never a tensor-parallel shard; see
+ * wna16_select_result_t) and wna16_version.
  *
  * It streams: every output tensor is declared from the spec first
  * (wna16_repack_layer_shapes), then one layer at a time is repacked,
