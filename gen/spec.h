@@ -269,7 +269,9 @@ bool w16_layout_coord(const w16_layout_t *l, int64_t *vars,
 /* The scale transforms of a SCALES layout for the bound operand: multiply
  * (a power of two, 1 = none) and the int16 code range (0 = none). Fails
  * with the layout's path when an expression fails or is out of range
- * (multiply: a power of two up to 2^16; range: 0 to 32767; not both). */
+ * (multiply: a power of two up to 2^16; range: 0 to 32767; not both), or
+ * when input_global_scale is present without int16 codes or missing with
+ * them. */
 typedef struct w16_scale_xform {
     int64_t multiply;
     int64_t int16_range;

@@ -253,26 +253,6 @@ static wna16_status_t check_transform(const wna16_spec_t *spec,
     return WNA16_OK;
 }
 
-/* The scale transforms evaluate, and input_global_scale exists exactly
- * where the scales are int16 codes (it is their unit). */
-static wna16_status_t check_scale_xform(const wna16_spec_t *spec,
-                                        int64_t *vars, const char *where,
-                                        wna16_error_t *err)
-{
-    w16_scale_xform_t x;
-    wna16_status_t st = w16_scale_xform(spec, vars, &x, err);
-    if (st != WNA16_OK)
-        return st;
-    const w16_layout_t *g = spec->layouts[W16_ROLE_GSCALE];
-    bool scales = spec->layouts[W16_ROLE_SCALES] &&
-                  w16_layout_present(spec->layouts[W16_ROLE_SCALES], vars);
-    if ((x.int16_range && scales) != w16_layout_present(g, vars))
-        return w16_err(err, WNA16_ESPEC, "%s: %s (%s): input_global_scale "
-                       "must exist exactly where the scales are int16 codes",
-                       spec->origin, g ? g->json_path : "$.layouts", where);
-    return WNA16_OK;
-}
-
 wna16_status_t w16_spec_check_layouts(const wna16_spec_t *spec, bool full,
                                       wna16_error_t *err)
 {
@@ -324,7 +304,10 @@ wna16_status_t w16_spec_check_layouts(const wna16_spec_t *spec, bool full,
                     WNA16_OK)
                     return st;
             }
-            if ((st = check_scale_xform(spec, vars, where, err)) != WNA16_OK)
+            /* the scale transforms evaluate, and input_global_scale exists
+             * exactly where the scales are int16 codes */
+            w16_scale_xform_t x;
+            if ((st = w16_scale_xform(spec, vars, &x, err)) != WNA16_OK)
                 return st;
         }
     }

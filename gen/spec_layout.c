@@ -196,5 +196,13 @@ wna16_status_t w16_scale_xform(const wna16_spec_t *spec, const int64_t *vars,
     if (m != 1 && out->int16_range)
         return w16_err(err, WNA16_ESPEC, "%s: %s: multiply and int16_codes "
                        "apply together", spec->origin, l->json_path);
+    /* the global scale is the codes' unit: one without the other is
+     * meaningless */
+    const w16_layout_t *gl = spec->layouts[W16_ROLE_GSCALE];
+    if ((out->int16_range && w16_layout_present(l, vars)) !=
+        w16_layout_present(gl, vars))
+        return w16_err(err, WNA16_ESPEC, "%s: %s: input_global_scale must "
+                       "exist exactly where the scales are int16 codes",
+                       spec->origin, gl ? gl->json_path : l->json_path);
     return WNA16_OK;
 }

@@ -86,10 +86,9 @@ typedef struct walk {
     int64_t ext[W16_MAX_COORDS];
     int nc;
     w16_role_t role;
-    /* scales and input_global_scale: the scale transform of the operand,
-     * the dtype its scales are stored in and their largest stored value */
+    /* scales and input_global_scale: the scale transform of the operand
+     * and its largest stored scale */
     w16_scale_xform_t sx;
-    wna16_dtype_t sdtype;
     float smax;
     bool codes_use_z; /* the code transforms read z (qweight) */
 } walk_t;
@@ -521,11 +520,12 @@ wna16_status_t w16_layout_encode(const wna16_spec_t *spec,
     if (st == WNA16_OK && (l->role == W16_ROLE_SCALES ||
                            l->role == W16_ROLE_GSCALE)) {
         /* the operand's scales as stored (qw is the whole padded operand) */
-        w.sdtype = l->role == W16_ROLE_SCALES
-                       ? t->dtype
-                       : w16_layout_float_dtype(spec->layouts[W16_ROLE_SCALES],
-                                                qw->scale_dtype);
-        st = w16_scale_prepare(spec, &w.sx, w.sdtype,
+        wna16_dtype_t sd = l->role == W16_ROLE_SCALES
+                               ? t->dtype
+                               : w16_layout_float_dtype(
+                                     spec->layouts[W16_ROLE_SCALES],
+                                     qw->scale_dtype);
+        st = w16_scale_prepare(spec, &w.sx, sd,
                                vars[W16_VAR_W13] ? WNA16_GEMM_W13
                                                  : WNA16_GEMM_W2,
                                qw->scales, (size_t)qw->E * qw->G * qw->N,
