@@ -96,19 +96,18 @@ wna16_status_t w16_scale_prepare(const wna16_spec_t *spec,
     if (x->multiply != 1 && finite &&
         !isfinite(w16_round_to_dtype(d, big * (float)x->multiply)))
         return w16_err(err, WNA16_EUNSUPPORTED, "%s: %s scale %g times %lld "
-                       "(fp8 activations) overflows %s", spec->name, op, big,
+                       "overflows %s", spec->name, op, big,
                        (long long)x->multiply, dn);
     if (!x->int16_range)
         return WNA16_OK;
     int32_t code;
     if (!finite || !(hi > 0.0f))
         return w16_err(err, WNA16_EUNSUPPORTED, "%s: %s scales as int16 codes "
-                       "(int8 activations) need finite scales with a positive "
-                       "maximum; the largest is %g", spec->name, op, hi);
+                       "need finite scales with a positive maximum; the "
+                       "largest is %g", spec->name, op, hi);
     if (!w16_scale_int16_code(d, lo, hi, x->int16_range, &code))
         return w16_err(err, WNA16_EUNSUPPORTED, "%s: %s scale %g is too far "
-                       "below the largest (%g) for an int16 code (int8 "
-                       "activations)", spec->name, op, lo, hi);
+                       "below the largest (%g) for an int16 code", spec->name, op, lo, hi);
     return WNA16_OK;
 }
 
