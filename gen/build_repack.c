@@ -34,6 +34,10 @@ typedef struct builder {
     const kir_param_t *dst;
     const kir_param_t *table[W16_ROLE_COUNT];
     const kir_param_t *perm; /* act-order permutation [E][K], or NULL */
+    /* scale transforms of the destination and the source (8-bit
+     * activations), and the operand's largest stored scale (int16 codes) */
+    w16_scale_xform_t dsx, ssx;
+    const kir_param_t *smax;
     const kir_expr_t *idx[W16_MAX_STORE_DIMS]; /* storage index of the lane */
     w16_lower_t L;
     wna16_error_t *err;
@@ -76,11 +80,13 @@ void w16_repack_kernel_name(char *out, size_t n, const w16_repack_request_t *r)
     for (int i = 0; i < W16_ROLE_COUNT && !*src_f; i++)
         src_f = float_tag(r->src_dtype[i]);
     const char *dst_f = float_tag(r->dst_dtype);
-    snprintf(out, n, "wna16_repack_%s_to_%s_%s_%s_b%lld_%s_zp%d%s%s%s%s",
+    static const char *const a8[] = {"", "_a8int8", "_a8fp8"};
+    snprintf(out, n, "wna16_repack_%s_to_%s_%s_%s_b%lld_%s_zp%d%s%s%s%s%s",
              r->src->name, r->dst->name, gemm_name(r->gemm),
              w16_role_key(r->role), (long long)r->problem.BITS, gs,
              r->problem.zp ? 1 : 0, r->problem.act_order ? "_ao" : "",
-             r->problem.bias ? "_bias" : "", src_f,
+             r->problem.bias ? "_bias" : "",
+             (unsigned)r->problem.a8 < 3 ? a8[r->problem.a8] : "_a8", src_f,
              strcmp(src_f, dst_f) ? dst_f : "");
 }
 
@@ -101,6 +107,8 @@ int w16_repack_source_roles(w16_role_t dst, const w16_problem_t *p,
         break;
     case W16_ROLE_SORT_IDX:
         break; /* the permutation itself: a parameter, not a source */
+    case W16_ROLE_GSCALE:
+        break; /* from the largest scale, a parameter */
     case W16_ROLE_G_IDX: /* else k / group size */
         if (p->act_order)
             out[n++] = W16_ROLE_G_IDX;
@@ -216,6 +224,29 @@ static const kir_expr_t *permuted_k(builder_t *B, const lcoord_t *at,
     return kir_int_cast(kk, KIR_I64, kir_load(kk, B->perm, idx), false);
 }
 
+/* What z reads for the code at `at` (e, n, k): the zero point of its group
+ * from the source, or the implicit 2^(bits-1). i64. */
+static const kir_expr_t *code_zero(builder_t *B, const lcoord_t *at)
+{
+    const w16_repack_request_t *r = B->req;
+    if (!r->problem.zp)
+        return ik(B, INT64_C(1) << (r->problem.BITS - 1));
+    if (r->problem.act_order)
+        return bfail(B, "code transforms that read z take the group k / group "
+                        "size; act-order is not supported there");
+    int64_t gs = r->problem.GS;
+    lcoord_t g = {.n = 3};
+    g.c[0] = at->c[0];
+    g.ext[0] = at->ext[0];
+    g.c[1] = gs > 0 ? w16_ir_floordiv(B->k, at->c[2], gs,
+                                      (w16_range_t){0, at->ext[2] - 1})
+                    : ik(B, 0);
+    g.ext[1] = gs > 0 ? (at->ext[2] + gs - 1) / gs : 1;
+    g.c[2] = at->c[1];
+    g.ext[2] = at->ext[1];
+    return src_value(B, W16_ROLE_QZEROS, &g);
+}
+
 static const kir_expr_t *src_value_raw(builder_t *B, w16_role_t role,
                                        const lcoord_t *at, bool raw)
 {
@@ -223,6 +254,11 @@ static const kir_expr_t *src_value_raw(builder_t *B, w16_role_t role,
     const w16_layout_t *l = &B->sl[role];
     const w16_repack_request_t *r = B->req;
     bool per_expert = !r->src->stacked;
+    /* z first: reading it rebinds the lowering's variables */
+    const kir_expr_t *z = NULL;
+    if (role == W16_ROLE_QWEIGHT && l->decode && !raw &&
+        w16_expr_uses(l->decode, W16_VAR_z) && !(z = code_zero(B, at)))
+        return NULL;
     w16_var_t cv[W16_MAX_COORDS];
     int nc = w16_role_coords(role, cv);
     w16_lower_clear_vars(&B->L);
@@ -290,7 +326,13 @@ static const kir_expr_t *src_value_raw(builder_t *B, w16_role_t role,
     if (cb < 64)
         v = kir_bin(k, KIR_OP_AND, v, ik(B, (INT64_C(1) << cb) - 1));
     if (l->decode && !raw) {
+        v = bind_let(B, "stored", v);
+        if (z)
+            z = bind_let(B, "zero", z);
         w16_lower_bind(&B->L, W16_VAR_c, v, 0, (INT64_C(1) << cb) - 1);
+        if (z)
+            w16_lower_bind(&B->L, W16_VAR_z, z, 0,
+                           (INT64_C(1) << r->problem.BITS) - 1);
         v = lower(B, l->decode, NULL);
     }
     return v;
@@ -359,6 +401,74 @@ static const kir_expr_t *f32_to_bits(builder_t *B, wna16_dtype_t d,
     default:
         return bfail(B, "not a float dtype");
     }
+}
+
+/* f rounded to dtype d, as f32. */
+static const kir_expr_t *round_to(builder_t *B, wna16_dtype_t d,
+                                  const kir_expr_t *f)
+{
+    return d == WNA16_DTYPE_F32 ? f : bits_to_f32(B, d, f32_to_bits(B, d, f));
+}
+
+/* Nearest integer, ties to even, of an f32 below 2^23 in magnitude: the
+ * truncation plus a correction from the exact remainder. i64. */
+static const kir_expr_t *rint_even(builder_t *B, const kir_expr_t *f)
+{
+    kir_kernel_t *k = B->k;
+    const kir_expr_t *t = bind_let(B, "rint_t",
+                                   kir_convert(k, KIR_OP_FTOSI, KIR_I64, f));
+    const kir_expr_t *fr = bind_let(B, "rint_fr", kir_bin(k, KIR_OP_FSUB, f,
+        kir_convert(k, KIR_OP_SITOF, KIR_F32, t)));
+    const kir_expr_t *half = kir_fconst(k, KIR_F32, 0.5);
+    const kir_expr_t *mhalf = kir_fconst(k, KIR_F32, -0.5);
+    const kir_expr_t *odd = kir_bin(k, KIR_OP_NE,
+                                    kir_bin(k, KIR_OP_AND, t, ik(B, 1)), ik(B, 0));
+    const kir_expr_t *is_half = kir_bin(k, KIR_OP_AND,
+                                        kir_bin(k, KIR_OP_FLE, half, fr),
+                                        kir_bin(k, KIR_OP_FLE, fr, half));
+    const kir_expr_t *is_mhalf = kir_bin(k, KIR_OP_AND,
+                                         kir_bin(k, KIR_OP_FLE, mhalf, fr),
+                                         kir_bin(k, KIR_OP_FLE, fr, mhalf));
+    const kir_expr_t *up = kir_bin(k, KIR_OP_OR, kir_bin(k, KIR_OP_FLT, half, fr),
+                                   kir_bin(k, KIR_OP_AND, is_half, odd));
+    const kir_expr_t *down = kir_bin(k, KIR_OP_OR,
+                                     kir_bin(k, KIR_OP_FLT, fr, mhalf),
+                                     kir_bin(k, KIR_OP_AND, is_mhalf, odd));
+    return kir_bin(k, KIR_OP_SUB,
+                   w16_ir_add(k, t, kir_int_cast(k, KIR_I64, up, false)),
+                   kir_int_cast(k, KIR_I64, down, false));
+}
+
+/* A source scale (raw bits of dtype sd) through the source's and the
+ * destination's scale transforms, as raw bits of the destination dtype:
+ * runtime/ref/scale_xform.c's arithmetic, step by step. */
+static const kir_expr_t *scale_bits(builder_t *B, wna16_dtype_t sd,
+                                    const kir_expr_t *raw)
+{
+    kir_kernel_t *k = B->k;
+    wna16_dtype_t dd = B->req->dst_dtype;
+    const kir_expr_t *f = bits_to_f32(B, sd, raw);
+    if (B->ssx.multiply != 1) /* a power of two: exact */
+        f = kir_bin(k, KIR_OP_FDIV, f,
+                    kir_fconst(k, KIR_F32, (double)B->ssx.multiply));
+    if (sd != dd || B->ssx.multiply != 1)
+        f = round_to(B, dd, f);
+    f = bind_let(B, "scale", f);
+    if (B->dsx.int16_range) {
+        if (!B->smax)
+            return bfail(B, "int16 scale codes need the largest scale");
+        const kir_expr_t *q = round_to(B, dd, kir_bin(k, KIR_OP_FDIV, f,
+                                                      kir_pref(k, B->smax)));
+        const kir_expr_t *p = bind_let(B, "scaled", round_to(B, dd,
+            kir_bin(k, KIR_OP_FMUL, q,
+                    kir_fconst(k, KIR_F32, (double)B->dsx.int16_range))));
+        /* the int16 code's bits, bit-cast into the float element */
+        return kir_bin(k, KIR_OP_AND, rint_even(B, p), ik(B, 0xffff));
+    }
+    if (B->dsx.multiply != 1)
+        f = kir_bin(k, KIR_OP_FMUL, f,
+                    kir_fconst(k, KIR_F32, (double)B->dsx.multiply));
+    return f32_to_bits(B, dd, f);
 }
 
 /* ---- the destination side ------------------------------------------------ */
@@ -490,9 +600,24 @@ static const kir_expr_t *slot_bits(builder_t *B, int slot)
         bool raw;
         v = code_for(B, &at, &raw);
         if (v && B->dl.encode && !raw) {
+            const kir_expr_t *z = NULL;
+            if (B->dl.role == W16_ROLE_QWEIGHT &&
+                w16_expr_uses(B->dl.encode, W16_VAR_z) &&
+                !(z = code_zero(B, &at)))
+                return NULL;
+            char name[16];
+            snprintf(name, sizeof name, "code%d", slot);
+            v = bind_let(B, name, v); /* the transform may read c twice */
+            if (z) {
+                snprintf(name, sizeof name, "zero%d", slot);
+                z = bind_let(B, name, z);
+            }
             w16_lower_clear_vars(&B->L);
             w16_lower_bind(&B->L, W16_VAR_c, v, 0,
                            (INT64_C(1) << r->problem.BITS) - 1);
+            if (z)
+                w16_lower_bind(&B->L, W16_VAR_z, z, 0,
+                               (INT64_C(1) << r->problem.BITS) - 1);
             v = lower(B, B->dl.encode, NULL);
         }
         break;
@@ -501,11 +626,22 @@ static const kir_expr_t *slot_bits(builder_t *B, int slot)
     case W16_ROLE_BIAS: {
         const kir_expr_t *raw = src_value(B, B->dl.role, &at);
         wna16_dtype_t sd = r->src_dtype[B->dl.role];
-        v = sd == r->dst_dtype ? raw
-                               : f32_to_bits(B, r->dst_dtype,
-                                             bits_to_f32(B, sd, raw));
+        bool xform = B->dl.role == W16_ROLE_SCALES &&
+                     (B->ssx.multiply != 1 || B->dsx.multiply != 1 ||
+                      B->dsx.int16_range);
+        v = xform ? scale_bits(B, sd, raw)
+            : sd == r->dst_dtype ? raw
+                                 : f32_to_bits(B, r->dst_dtype,
+                                               bits_to_f32(B, sd, raw));
         break;
     }
+    case W16_ROLE_GSCALE: /* fp32(max) / range, vLLM's 1/range * max */
+        if (!B->smax || !B->dsx.int16_range)
+            return bfail(B, "the input_global_scale needs int16 scale codes");
+        v = f32_to_bits(B, r->dst_dtype, kir_bin(k, KIR_OP_FMUL,
+            kir_fconst(k, KIR_F32, (double)(float)(1.0 / (double)B->dsx.int16_range)),
+            kir_pref(k, B->smax)));
+        break;
     case W16_ROLE_G_IDX:
         if (r->problem.act_order)
             v = src_value(B, W16_ROLE_G_IDX, &at);
@@ -558,8 +694,15 @@ static wna16_status_t setup(builder_t *B, wna16_context_t *ctx,
     wna16_status_t st = w16_spec_bind(req->dst, &req->problem, req->gemm, B->dv, err);
     if (st == WNA16_OK)
         st = w16_spec_bind(req->src, &req->problem, req->gemm, B->sv, err);
+    if (st == WNA16_OK)
+        st = w16_scale_xform(req->dst, B->dv, &B->dsx, err);
+    if (st == WNA16_OK)
+        st = w16_scale_xform(req->src, B->sv, &B->ssx, err);
     if (st != WNA16_OK)
         return st;
+    if (B->ssx.int16_range && req->src_dtype[W16_ROLE_SCALES])
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s: int16 scale codes cannot "
+                       "be decoded", req->src->name);
     char name[200];
     w16_repack_kernel_name(name, sizeof name, req);
     if (sums)
@@ -608,6 +751,14 @@ static wna16_status_t setup(builder_t *B, wna16_context_t *ctx,
     if (!B->dst)
         return w16_err_nomem(err, "declaring parameters");
     out->perm_param = -1;
+    out->scale_max_param = -1;
+    if (req->role == W16_ROLE_GSCALE ||
+        (req->role == W16_ROLE_SCALES && B->dsx.int16_range)) {
+        B->smax = kir_param(B->k, "scale_max", KIR_PARAM_SCALAR, KIR_F32, false);
+        if (!B->smax)
+            return w16_err_nomem(err, "declaring parameters");
+        out->scale_max_param = B->smax->index;
+    }
     if (req->sort_k) {
         B->perm = kir_param(B->k, "perm", KIR_PARAM_BUFFER, KIR_I32, false);
         if (!B->perm)

@@ -48,6 +48,10 @@ typedef struct w16_repack_kernel {
      * parameter index of the source table of that role, or -1 */
     int src_param[W16_ROLE_COUNT];
     int perm_param; /* -1 unless sort_k */
+    /* f32 scalar parameter: the operand's largest stored scale, which int16
+     * scale codes and the input_global_scale are relative to (the runtime
+     * computes it before the launch); -1 when the kernel needs none */
+    int scale_max_param;
     /* entries of every source table: E * projections (per-expert source)
      * or 1 (stacked) */
     int table_slots;

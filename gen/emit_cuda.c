@@ -98,7 +98,7 @@ static void emit_expr(cemit_t *E, const kir_expr_t *e)
         if (e->type == KIR_I1)
             put(E, e->ival ? "true" : "false");
         else if (e->type == KIR_F32)
-            w16_buf_printf(b, "%.9gf", e->fval);
+            w16_buf_printf(b, "%#.9gf", e->fval); /* "4096.00000f": a point */
         else if (kir_type_is_float(e->type))
             E->fail = "non-f32 float constants are not emitted";
         else

@@ -63,7 +63,7 @@
       "1 if the checkpoint carries zero-point tensors (even unused ones)")    \
     X(G_IDX_STORED, W16_VW_LAYOUT,                                           \
       "1 if the checkpoint carries g_idx tensors (even without act-order)")  \
-    X(A8, W16_VW_LAYOUT,                                                     \
+    X(A8, W16_VW_LAYOUT | W16_VW_SELECT,                                     \
       "8-bit activations: 0 none (16-bit), 1 int8, 2 fp8 e4m3")              \
     X(e, W16_VW_COORD, "expert index")                                       \
     X(n, W16_VW_COORD, "output channel")                                     \

@@ -43,6 +43,8 @@ static const w16_var_t role_coords[W16_ROLE_COUNT][W16_MAX_COORDS] = {
     [W16_ROLE_SORT_IDX] = {W16_VAR_e, W16_VAR_k, W16_VAR_COUNT},
     [W16_ROLE_BIAS] = {W16_VAR_e, W16_VAR_n, W16_VAR_COUNT},
     [W16_ROLE_WEIGHT] = {W16_VAR_e, W16_VAR_n, W16_VAR_k},
+    /* one value per operand: no coordinates, a 0-dimensional tensor */
+    [W16_ROLE_GSCALE] = {W16_VAR_COUNT, W16_VAR_COUNT, W16_VAR_COUNT},
 };
 
 int w16_role_coords(w16_role_t r, w16_var_t *out)
@@ -390,6 +392,23 @@ const char *wna16_platform_name(wna16_platform_t p)
     return (unsigned)p < WNA16_PLATFORM_COUNT_ ? platform_names[p] : "unknown";
 }
 
+/* ORDER INPUT: indexed by wna16_input_dtype_t (the A8 values). */
+static const char *const input_dtype_names[WNA16_INPUT_COUNT_] = {
+    "16bit", "int8", "fp8"};
+
+const char *wna16_input_dtype_name(wna16_input_dtype_t d)
+{
+    return (unsigned)d < WNA16_INPUT_COUNT_ ? input_dtype_names[d] : NULL;
+}
+
+wna16_input_dtype_t wna16_input_dtype_from_name(const char *name)
+{
+    for (int i = 0; name && i < WNA16_INPUT_COUNT_; i++)
+        if (strcmp(input_dtype_names[i], name) == 0)
+            return (wna16_input_dtype_t)i;
+    return (wna16_input_dtype_t)-1;
+}
+
 int w16_platform_from_name(const char *s)
 {
     for (int i = 0; i < WNA16_PLATFORM_COUNT_; i++)
@@ -434,7 +453,8 @@ static bool load_caps(loader_t *L, const cJSON *j, const char *path)
 {
     static const char *const keys[] = {
         "bits", "group_sizes", "zero_points", "bias", "act_order",
-        "activation_formats", "activations", "platforms", "min_cc", NULL};
+        "activation_formats", "activations", "platforms", "min_cc",
+        "input_dtypes", NULL};
     if (!check_keys(L, j, path, keys))
         return false;
     w16_capabilities_t *c = &L->spec->caps;
@@ -521,6 +541,21 @@ static bool load_caps(loader_t *L, const cJSON *j, const char *path)
             return false;
         c->min_cc = (int)v;
     }
+    c->input_dtypes[WNA16_INPUT_16BIT] = true;
+    if (get(j, "input_dtypes")) {
+        const char **v;
+        int n;
+        path_key(p, path, "input_dtypes");
+        if (!get_string_list(L, get(j, "input_dtypes"), p, true, &v, &n))
+            return false;
+        for (int i = 0; i < n; i++) {
+            wna16_input_dtype_t d = wna16_input_dtype_from_name(v[i]);
+            if (d != WNA16_INPUT_INT8 && d != WNA16_INPUT_FP8)
+                return lfail(L, p, "unknown 8-bit input dtype \"%s\" (int8, "
+                             "fp8)", v[i]);
+            c->input_dtypes[d] = true;
+        }
+    }
     return true;
 }
 
@@ -535,6 +570,8 @@ static bool dtype_fits_role(w16_role_t r, wna16_dtype_t d)
         return is_float;
     case W16_ROLE_G_IDX: case W16_ROLE_SORT_IDX:
         return d == WNA16_DTYPE_I32 || d == WNA16_DTYPE_I64;
+    case W16_ROLE_GSCALE:
+        return d == WNA16_DTYPE_F32;
     default:
         return !is_float;
     }
@@ -574,15 +611,15 @@ static bool load_dtypes(loader_t *L, const cJSON *j, const char *path,
 }
 
 static bool load_expr_array(loader_t *L, const cJSON *j, const char *path,
-                            const w16_scope_t *sc, const w16_expr_t **out,
-                            int *n_out)
+                            const w16_scope_t *sc, int min,
+                            const w16_expr_t **out, int *n_out)
 {
     if (!cJSON_IsArray(j))
         return lfail(L, path, "expected an array of expressions, found %s",
                      type_name(j));
     int n = cJSON_GetArraySize(j);
-    if (n < 1 || n > W16_MAX_STORE_DIMS)
-        return lfail(L, path, "expected 1 to %d dimensions, found %d",
+    if (n < min || n > W16_MAX_STORE_DIMS)
+        return lfail(L, path, "expected %d to %d dimensions, found %d", min,
                      W16_MAX_STORE_DIMS, n);
     int i = 0;
     for (const cJSON *c = j->child; c; c = c->next, i++) {
@@ -641,7 +678,8 @@ static bool load_layout(loader_t *L, const cJSON *j, const char *path,
     static const char *const keys[] = {"name", "when", "dtype", "shape", "let",
                                        "index", "bit", "coord_let", "coord",
                                        "encode", "decode", "code_bits", "sums",
-                                       "dequant_scale_dtype", NULL};
+                                       "dequant_scale_dtype", "multiply",
+                                       "int16_codes", NULL};
     if (!check_keys(L, j, path, keys))
         return false;
     wna16_spec_t *s = L->spec;
@@ -690,12 +728,17 @@ static bool load_layout(loader_t *L, const cJSON *j, const char *path,
     path_key(p, path, "shape");
     if (!get(j, "shape"))
         return lfail(L, path, "\"shape\" is required");
-    if (!load_expr_array(L, get(j, "shape"), p, &dims, l->shape, &n_shape))
+    /* A role without coordinates holds one value: a 0-dimensional tensor
+     * (as vLLM's scalar parameters are) or one of any shape. */
+    int min_dims = w16_role_coords(role, (w16_var_t[W16_MAX_COORDS]){0}) ? 1 : 0;
+    if (!load_expr_array(L, get(j, "shape"), p, &dims, min_dims, l->shape,
+                         &n_shape))
         return false;
     path_key(p, path, "index");
     if (!get(j, "index"))
         return lfail(L, path, "\"index\" (the forward map) is required");
-    if (!load_expr_array(L, get(j, "index"), p, &fwd, l->index, &n_index))
+    if (!load_expr_array(L, get(j, "index"), p, &fwd, min_dims, l->index,
+                         &n_index))
         return false;
     if (n_index != n_shape)
         return lfail(L, p, "%d index expressions for a %d-dimensional shape",
@@ -754,6 +797,9 @@ static bool load_layout(loader_t *L, const cJSON *j, const char *path,
             return lfail(L, p, "value transforms apply to codes only");
         if (!(*vt[i].v = get_expr(L, get(j, vt[i].key), p, &val)))
             return false;
+        if (role != W16_ROLE_QWEIGHT && w16_expr_uses(*vt[i].v, W16_VAR_z))
+            return lfail(L, p, "z (the zero point of a code's group) exists "
+                         "for qweight codes only");
     }
     if (!l->encode != !l->decode)
         return lfail(L, path, "\"encode\" and \"decode\" come together");
@@ -781,7 +827,7 @@ static bool load_layout(loader_t *L, const cJSON *j, const char *path,
         int n_ix = 0;
         path_key(ps, p, "index");
         w16_scope_t sc = spec_scope(s, W16_VW_DIM | W16_VW_COORD);
-        if (!load_expr_array(L, get(sums, "index"), ps, &sc, l->sums_index,
+        if (!load_expr_array(L, get(sums, "index"), ps, &sc, 1, l->sums_index,
                              &n_ix))
             return false;
         if (n_ix != l->ndim)
@@ -803,6 +849,17 @@ static bool load_layout(loader_t *L, const cJSON *j, const char *path,
             wna16_dtype_from_name(d->valuestring, strlen(d->valuestring));
         if (!dtype_fits_role(W16_ROLE_SCALES, l->dequant_scale_dtype))
             return lfail(L, p, "expected F16, BF16 or F32");
+    }
+    struct { const char *key; const w16_expr_t **v; } sx[] = {
+        {"multiply", &l->scale_multiply}, {"int16_codes", &l->scale_int16}};
+    for (size_t i = 0; i < W16_ARRAY_LEN(sx); i++) {
+        if (!get(j, sx[i].key))
+            continue;
+        path_key(p, path, sx[i].key);
+        if (role != W16_ROLE_SCALES)
+            return lfail(L, p, "only scales have scale transforms");
+        if (!(*sx[i].v = get_expr(L, get(j, sx[i].key), p, &dims)))
+            return false;
     }
     s->layouts[role] = l;
     return true;
@@ -832,6 +889,11 @@ static bool load_layouts(loader_t *L, const cJSON *j, const char *path)
     if (ls[W16_ROLE_SORT_IDX] && !ls[W16_ROLE_G_IDX])
         return lfail(L, path, "\"g_idx_sort_indices\" comes with a \"g_idx\" "
                      "layout");
+    if (ls[W16_ROLE_GSCALE] &&
+        (!ls[W16_ROLE_SCALES] || !ls[W16_ROLE_SCALES]->scale_int16))
+        return lfail(L, path, "\"input_global_scale\" is the unit of int16 "
+                     "scale codes: it comes with a \"scales\" layout that has "
+                     "\"int16_codes\"");
     /* Two layouts may not write one tensor. */
     for (int a = 0; a < W16_ROLE_COUNT; a++)
         for (int b = a + 1; b < W16_ROLE_COUNT; b++)

@@ -20,7 +20,9 @@
     X(SORT_IDX, "g_idx_sort_indices", "g_idx_sort_indices",                  \
       "act-order permutation (argsort of g_idx)")                           \
     X(BIAS, "bias", "bias", "expert bias")                                   \
-    X(WEIGHT, "weight", "weight", "dequantized weight values")
+    X(WEIGHT, "weight", "weight", "dequantized weight values")               \
+    X(GSCALE, "input_global_scale", "input_global_scale",                    \
+      "global activation scale (unit of int16 scale codes)")
 
 typedef enum w16_role {
 #define X(e, key, name, doc) W16_ROLE_##e,
@@ -71,6 +73,13 @@ typedef struct w16_layout {
     /* WEIGHT role: dtype the scale is rounded to before the product
      * (emulation: bf16(bf16(s) * (q - z))). */
     wna16_dtype_t dequant_scale_dtype;
+    /* SCALES role, scale transforms for 8-bit activations (dims
+     * expressions; NULL = none): `multiply` M stores round(s * M) in the
+     * storage dtype (fp8: 512); `int16_codes` R > 0 stores
+     * int16(round_half_even(s / max * R)), computed in the storage dtype and
+     * bit-cast into its element, max being the operand's largest scale
+     * (int8: 4096). See w16_scale_xform. */
+    const w16_expr_t *scale_multiply, *scale_int16;
 } w16_layout_t;
 
 /* A selection rule: refuse with `reason` when every condition holds. */
@@ -98,6 +107,10 @@ typedef struct w16_capabilities {
     const char **activations; int n_activations;
     const char **platforms; int n_platforms;
     int min_cc; /* 10*major+minor, 0 = none */
+    /* Activation dtypes held (backends) or let through by the format's
+     * integration (formats), by wna16_input_dtype_t; [16BIT] is always
+     * true. */
+    bool input_dtypes[WNA16_INPUT_COUNT_];
     w16_rule_t *shape_rules; int n_shape_rules;
 } w16_capabilities_t;
 
@@ -252,5 +265,19 @@ bool w16_layout_locate(const w16_layout_t *l, int64_t *vars,
 bool w16_layout_coord(const w16_layout_t *l, int64_t *vars,
                       const int64_t *index, int64_t slot, int64_t *coord,
                       w16_eval_error_t *e);
+
+/* The scale transforms of a SCALES layout for the bound operand: multiply
+ * (a power of two, 1 = none) and the int16 code range (0 = none). Fails
+ * with the layout's path when an expression fails or is out of range
+ * (multiply: a power of two up to 2^16; range: 0 to 32767; not both), or
+ * when input_global_scale is present without int16 codes or missing with
+ * them. */
+typedef struct w16_scale_xform {
+    int64_t multiply;
+    int64_t int16_range;
+} w16_scale_xform_t;
+
+wna16_status_t w16_scale_xform(const wna16_spec_t *spec, const int64_t *vars,
+                               w16_scale_xform_t *out, wna16_error_t *err);
 
 #endif /* W16_SPEC_H */

@@ -216,6 +216,43 @@ static wna16_status_t check_layout(const wna16_spec_t *spec,
     return st;
 }
 
+/* Value transforms must be inverse: decode(encode(c)) = c for every code
+ * c (and every zero point z when they read it), after the masking to the
+ * stored width. */
+static wna16_status_t check_transform(const wna16_spec_t *spec,
+                                      const w16_layout_t *l, int64_t *vars,
+                                      const char *where, wna16_error_t *err)
+{
+    if (!l->encode)
+        return WNA16_OK;
+    int cb = w16_layout_code_bits(l, l->dtypes[0], vars);
+    int64_t top = (INT64_C(1) << vars[W16_VAR_BITS]) - 1;
+    int64_t mask = cb >= 63 ? INT64_MAX : (INT64_C(1) << cb) - 1;
+    bool uses_z = w16_expr_uses(l->encode, W16_VAR_z) ||
+                  w16_expr_uses(l->decode, W16_VAR_z);
+    for (int64_t z = 0; z <= (uses_z ? top : 0); z++)
+        for (int64_t c = 0; c <= top; c++) {
+            int64_t stored, back;
+            w16_eval_error_t e;
+            vars[W16_VAR_z] = z;
+            vars[W16_VAR_c] = c;
+            bool ok = w16_expr_eval(l->encode, vars, &stored, &e);
+            vars[W16_VAR_c] = stored & mask;
+            ok = ok && w16_expr_eval(l->decode, vars, &back, &e);
+            if (!ok)
+                return w16_err(err, WNA16_ESPEC, "%s: %s (%s): value transform "
+                               "of c=%lld: %s", spec->origin, l->json_path,
+                               where, (long long)c, e.what);
+            if (back != c)
+                return w16_err(err, WNA16_ESPEC, "%s: %s (%s): decode(encode"
+                               "(%lld)) = %lld (z = %lld): the value "
+                               "transforms are not inverse", spec->origin,
+                               l->json_path, where, (long long)c,
+                               (long long)back, (long long)z);
+        }
+    return WNA16_OK;
+}
+
 wna16_status_t w16_spec_check_layouts(const wna16_spec_t *spec, bool full,
                                       wna16_error_t *err)
 {
@@ -263,7 +300,15 @@ wna16_status_t w16_spec_check_layouts(const wna16_spec_t *spec, bool full,
                     w16_err_prefix(err, "%s", spec->origin);
                     return st;
                 }
+                if ((st = check_transform(spec, l, vars, where, err)) !=
+                    WNA16_OK)
+                    return st;
             }
+            /* the scale transforms evaluate, and input_global_scale exists
+             * exactly where the scales are int16 codes */
+            w16_scale_xform_t x;
+            if ((st = w16_scale_xform(spec, vars, &x, err)) != WNA16_OK)
+                return st;
         }
     }
     return WNA16_OK;

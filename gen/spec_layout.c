@@ -165,3 +165,44 @@ bool w16_layout_coord(const w16_layout_t *l, int64_t *vars,
     }
     return true;
 }
+
+wna16_status_t w16_scale_xform(const wna16_spec_t *spec, const int64_t *vars,
+                               w16_scale_xform_t *out, wna16_error_t *err)
+{
+    const w16_layout_t *l = spec->layouts[W16_ROLE_SCALES];
+    *out = (w16_scale_xform_t){1, 0};
+    if (!l)
+        return WNA16_OK;
+    w16_eval_error_t e;
+    if (l->scale_multiply &&
+        !w16_expr_eval(l->scale_multiply, vars, &out->multiply, &e))
+        return w16_err(err, WNA16_ESPEC, "%s: %s.multiply: %s", spec->origin,
+                       l->json_path, e.what);
+    if (l->scale_int16 &&
+        !w16_expr_eval(l->scale_int16, vars, &out->int16_range, &e))
+        return w16_err(err, WNA16_ESPEC, "%s: %s.int16_codes: %s",
+                       spec->origin, l->json_path, e.what);
+    /* A power of two keeps the product exact (round trips), 2^16 keeps it
+     * inside every float format's exponent range. */
+    int64_t m = out->multiply;
+    if (m < 1 || m > 65536 || (m & (m - 1)))
+        return w16_err(err, WNA16_ESPEC, "%s: %s.multiply is %lld: expected a "
+                       "power of two up to 65536", spec->origin, l->json_path,
+                       (long long)m);
+    if (out->int16_range < 0 || out->int16_range > 32767)
+        return w16_err(err, WNA16_ESPEC, "%s: %s.int16_codes is %lld: expected "
+                       "0 to 32767", spec->origin, l->json_path,
+                       (long long)out->int16_range);
+    if (m != 1 && out->int16_range)
+        return w16_err(err, WNA16_ESPEC, "%s: %s: multiply and int16_codes "
+                       "apply together", spec->origin, l->json_path);
+    /* the global scale is the codes' unit: one without the other is
+     * meaningless */
+    const w16_layout_t *gl = spec->layouts[W16_ROLE_GSCALE];
+    if ((out->int16_range && w16_layout_present(l, vars)) !=
+        w16_layout_present(gl, vars))
+        return w16_err(err, WNA16_ESPEC, "%s: %s: input_global_scale must "
+                       "exist exactly where the scales are int16 codes",
+                       spec->origin, gl ? gl->json_path : l->json_path);
+    return WNA16_OK;
+}

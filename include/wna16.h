@@ -323,6 +323,26 @@ size_t wna16_tensor_set_count(const wna16_tensor_set_t *set);
 const wna16_tensor_t *wna16_tensor_set_at(const wna16_tensor_set_t *set,
                                           size_t index);
 
+/* The activations a kernel reads (vLLM's VLLM_MARLIN_INPUT_DTYPE): the
+ * model's 16-bit dtype, or activations quantized per token to int8 or fp8
+ * e4m3 for Marlin's W4A8 kernels. The 8-bit kinds change the layout: 32x32
+ * code tiles, the single scale permutation, zero points without the nibble
+ * interleave; int8 stores the scales as int16 codes relative to the
+ * operand's largest scale (plus an fp32 input_global_scale), fp8 remaps the
+ * codes around the zero point and multiplies the scales by 512 (facts
+ * sheet 5.8). Values are part of the ABI (specs read them as A8). */
+typedef enum wna16_input_dtype {
+    WNA16_INPUT_16BIT = 0, /* fp16/bf16 activations (the default) */
+    WNA16_INPUT_INT8 = 1,
+    WNA16_INPUT_FP8 = 2,   /* float8 e4m3fn */
+    WNA16_INPUT_COUNT_
+} wna16_input_dtype_t;
+
+/* "16bit", "int8", "fp8"; NULL for an invalid value. */
+const char *wna16_input_dtype_name(wna16_input_dtype_t d);
+/* Parses one of those names (exact); -1 (cast) if unknown or NULL. */
+wna16_input_dtype_t wna16_input_dtype_from_name(const char *name);
+
 /* What a layer holds and how it is quantized; shared by decode, encode and
  * selection. */
 typedef struct wna16_quant_desc {
@@ -337,6 +357,11 @@ typedef struct wna16_quant_desc {
      * (Marlin) write them; decoding finds them from the tensors. */
     bool zeros_stored;
     bool g_idx_stored;
+    /* The activations the destination kernel reads; WNA16_INPUT_16BIT (0)
+     * unless set. Only layouts whose capabilities list the 8-bit kind
+     * (Marlin) hold it, and only formats whose vLLM integration sets it
+     * (GPTQ, compressed-tensors). */
+    wna16_input_dtype_t input_dtype;
 } wna16_quant_desc_t;
 
 /* Reference decode of a layer stored in `spec`'s layout.
@@ -357,6 +382,18 @@ wna16_status_t wna16_ref_encode(wna16_context_t *ctx, const wna16_spec_t *spec,
                                 const wna16_qlayer_t *layer,
                                 const char *prefix, wna16_tensor_set_t *out,
                                 wna16_error_t *err);
+
+/* wna16_ref_encode for a kernel that reads `input` activations: the 8-bit
+ * kinds select the layout's 8-bit-activation variant (Marlin's W4A8) and
+ * are refused, with the reason, by layouts without one.
+ * WNA16_INPUT_16BIT is exactly wna16_ref_encode. */
+wna16_status_t wna16_ref_encode_input(wna16_context_t *ctx,
+                                      const wna16_spec_t *spec,
+                                      const wna16_qlayer_t *layer,
+                                      wna16_input_dtype_t input,
+                                      const char *prefix,
+                                      wna16_tensor_set_t *out,
+                                      wna16_error_t *err);
 
 /* ------------------------------------------------------------------------ */
 /* safetensors                                                               */
@@ -545,6 +582,10 @@ typedef struct wna16_select_query {
     const char *actorder; /* compressed-tensors actorder: NULL, "group",
                              "weight", "dynamic" */
     int32_t hidden_size, intermediate_size, num_experts, top_k;
+    /* The unsharded intermediate size when tensor parallelism splits w2's
+     * input (K) over ranks and intermediate_size is one rank's part; 0:
+     * intermediate_size (no sharding). Only is_k_full reads it. */
+    int32_t intermediate_size_full;
     wna16_activation_format_t activation_format;
     const char *activation; /* NULL = "silu" */
     const char *backend;    /* explicit backend name; NULL or "auto" = auto */
@@ -564,6 +605,12 @@ typedef struct wna16_select_result {
     const wna16_spec_t *format;
     /* Why the format fell back, "" when it did not. */
     char note[WNA16_SELECT_REASON_MAX];
+    /* The Marlin kernels' is_k_full argument (vLLM's marlin_is_k_full,
+     * facts sheet 5.3): false when act-order meets a w2 whose K is a
+     * tensor-parallel shard (intermediate_size < intermediate_size_full).
+     * The kernel then takes each group's size from g_idx instead of K / G.
+     * Set on success. */
+    bool is_k_full;
     size_t n_passed_over;
     struct {
         const wna16_spec_t *backend;
@@ -700,6 +747,10 @@ typedef struct wna16_repack_options {
     bool act_order_set, act_order;   /* override act-order (desc_act) */
     int32_t hidden, intermediate, experts; /* 0: config.json's */
     bool all_tensors;       /* also copy every non-expert tensor unchanged */
+    /* The activations the destination kernel will read (default 16-bit):
+     * int8 or fp8 writes the backend's 8-bit-activation layout (Marlin's
+     * W4A8 tiles, scale codes and input_global_scale tensors). */
+    wna16_input_dtype_t input_dtype;
     const char *layer;      /* only this layer prefix; NULL: every MoE layer */
     void (*progress)(void *user, const wna16_repack_progress_t *p);
     void *progress_user;
@@ -724,7 +775,9 @@ typedef struct wna16_repack_summary {
  * are left out; non-expert tensors are copied unchanged (after the layers,
  * in the checkpoint's order) only with opts->all_tensors. __metadata__
  * records the backend, target, source format, bits, group size, sizes
- * (padded too) and wna16_version.
+ * (padded too), the input dtype, is_k_full (always "true": whole layers
+ * are repacked, so w2's K is never a tensor-parallel shard; see
+ * wna16_select_result_t) and wna16_version.
  *
  * It streams: every output tensor is declared from the spec first
  * (wna16_repack_layer_shapes), then one layer at a time is repacked,

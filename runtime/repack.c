@@ -335,7 +335,8 @@ wna16_status_t wna16_repack_layer_shapes(
                        "stacked w13/w2 tensors", dst_backend->name);
     w16_problem_t p = {E, H, I, quant->bits, quant->group_size,
                        quant->zero_point, quant->act_order, quant->bias,
-                       quant->zeros_stored, quant->g_idx_stored};
+                       quant->zeros_stored, quant->g_idx_stored,
+                       (int)quant->input_dtype};
     for (int g = 0; g < 2; g++) {
         int64_t vars[W16_VAR_COUNT];
         wna16_status_t st = w16_spec_bind(dst_backend, &p, (wna16_gemm_t)g,
@@ -459,6 +460,11 @@ static wna16_status_t resolve_quant(rp_job_t *j, wna16_error_t *err)
         q.zero_point = o->zero_point;
     if (o->act_order_set)
         q.act_order = o->act_order;
+    if ((unsigned)o->input_dtype >= WNA16_INPUT_COUNT_)
+        return w16_err(err, WNA16_EINVAL, "wna16_repack_checkpoint: input "
+                       "dtype %d is not a wna16_input_dtype_t",
+                       (int)o->input_dtype);
+    q.input_dtype = o->input_dtype;
     j->E = o->experts ? o->experts : cfg ? cfg->num_experts : 0;
     j->H = o->hidden ? o->hidden : cfg ? cfg->hidden_size : 0;
     j->I = o->intermediate ? o->intermediate
@@ -850,6 +856,9 @@ static wna16_status_t write_metadata(rp_job_t *j, wna16_error_t *err)
         {"zero_point", q->zero_point ? "true" : "false"},
         {"act_order", q->act_order ? "true" : "false"},
         {"bias", bias ? "true" : "false"},
+        {"input_dtype", wna16_input_dtype_name(q->input_dtype)},
+        /* Marlin's is_k_full: whole layers, never a TP shard of w2's K */
+        {"is_k_full", "true"},
     };
     const struct { const char *k; long long v; } n[] = {
         {"num_bits", q->bits}, {"group_size", q->group_size},
@@ -907,7 +916,8 @@ static wna16_status_t copy_tensors(rp_job_t *j, wna16_error_t *err)
 static wna16_status_t padded_size(rp_job_t *j, wna16_error_t *err)
 {
     w16_problem_t p = {j->E, j->H, j->I, j->quant.bits, j->quant.group_size,
-                       j->quant.zero_point, j->quant.act_order, false};
+                       j->quant.zero_point, j->quant.act_order, false,
+                       .a8 = (int)j->quant.input_dtype};
     int64_t vars[W16_VAR_COUNT];
     wna16_status_t st = w16_spec_bind(j->backend, &p, WNA16_GEMM_W13, vars,
                                       err);

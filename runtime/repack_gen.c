@@ -198,6 +198,7 @@ typedef struct job {
                          when the source is itself sorted), or NULL */
     int32_t *src_perm[2]; /* a sorted source's own permutation */
     int32_t perm_k[2];    /* K of each permutation (E rows of K) */
+    float scale_max[2]; /* largest stored scale (int16 scale codes) */
 } job_t;
 
 /* The identity of a compiled kernel: its IR, printed (so any change in
@@ -393,7 +394,7 @@ static wna16_status_t launch_cuda(job_t *J, const w16_repack_request_t *req,
     w16_cuda_function_t *fn = NULL;
     wna16_status_t st = w16_cuda_kernel_get(J->ctx, rk->kernel, &fn, NULL,
                                             err);
-    uint64_t vals[2 + W16_ROLE_COUNT] = {ddst};
+    uint64_t vals[3 + W16_ROLE_COUNT] = {ddst};
     for (int r = 0; r < W16_ROLE_COUNT && st == WNA16_OK; r++) {
         if (rk->src_param[r] < 0)
             continue;
@@ -419,9 +420,12 @@ static wna16_status_t launch_cuda(job_t *J, const w16_repack_request_t *req,
         return w16_err(err, WNA16_ELIMIT, "kernel %s: %lld workgroups exceed "
                        "a CUDA grid", rk->kernel->name,
                        (long long)rk->num_groups);
-    void *args[2 + W16_ROLE_COUNT];
+    void *args[3 + W16_ROLE_COUNT];
     for (int i = 0; i < rk->kernel->n_params; i++)
         args[i] = &vals[i];
+    float scale_max = J->scale_max[req->gemm];
+    if (rk->scale_max_param >= 0) /* an f32 scalar */
+        args[rk->scale_max_param] = &scale_max;
     return w16_cuda_launch(G->cuda, fn, (unsigned)rk->num_groups,
                            (unsigned)rk->kernel->lanes, 0, G->run, args, err);
 }
@@ -446,13 +450,18 @@ static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
     if (st == WNA16_OK)
         st = w16_cpu_kernel(J->ctx, key, rk.kernel, &fn, err);
     if (st == WNA16_OK) {
-        uint64_t args[2 + W16_ROLE_COUNT] = {(uint64_t)(uintptr_t)t->data};
+        uint64_t args[3 + W16_ROLE_COUNT] = {(uint64_t)(uintptr_t)t->data};
         for (int r = 0; r < W16_ROLE_COUNT; r++)
             if (rk.src_param[r] >= 0)
                 args[rk.src_param[r]] =
                     (uint64_t)(uintptr_t)J->roles[req->gemm][r].table;
         if (rk.perm_param >= 0)
             args[rk.perm_param] = (uint64_t)(uintptr_t)perm_for(J, req);
+        if (rk.scale_max_param >= 0) { /* an f32 scalar: its bits */
+            uint32_t bits;
+            memcpy(&bits, &J->scale_max[req->gemm], sizeof bits);
+            args[rk.scale_max_param] = bits;
+        }
         w16_cpu_launch(J->cpu, fn, args, rk.num_groups);
     }
     w16_repack_kernel_free(&rk);
@@ -464,6 +473,9 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
 {
     int64_t dv[W16_VAR_COUNT];
     wna16_status_t st = w16_spec_bind(J->dst, &J->p, g, dv, err);
+    if (st == WNA16_OK) /* the host takes the max: see the function */
+        st = w16_scale_prepare_source(J->src, J->dst, J->set, J->prefix,
+                                      &J->p, g, &J->scale_max[g], err);
     if (st != WNA16_OK)
         return st;
     for (int r = 0; r < W16_ROLE_COUNT; r++) {
@@ -632,7 +644,8 @@ wna16_status_t w16_repack_layer_generated(wna16_context_t *ctx,
     job_t J = {.ctx = ctx, .target = target, .src = src_format, .dst = dst,
                .set = src, .prefix = prefix, .out = out,
                .p = {E, H, I, quant->bits, quant->group_size, quant->zero_point,
-                     quant->act_order, quant->bias}};
+                     quant->act_order, quant->bias,
+                     .a8 = (int)quant->input_dtype}};
     wna16_status_t st = target == WNA16_TARGET_CUDA
                             ? gpu_open(&J, err)
                             : w16_cpu_get(ctx, &J.cpu, err);
@@ -641,6 +654,8 @@ wna16_status_t w16_repack_layer_generated(wna16_context_t *ctx,
         st = w16_spec_bind(dst, &J.p, WNA16_GEMM_W13, v13, err);
     if (st == WNA16_OK)
         detect_stored(&J);
+    if (st == WNA16_OK)
+        st = w16_check_decodable(src_format, &J.p, err);
     if (st == WNA16_OK)
         st = w16_check_holds(dst, &J.p, (int32_t)v13[W16_VAR_IP], err);
     for (int g = 0; g < 2 && st == WNA16_OK; g++)

@@ -45,6 +45,19 @@ wna16_status_t wna16_repack_layer(wna16_context_t *ctx,
         return w16_err(err, WNA16_EINVAL, "wna16_repack_layer: ctx, "
                        "src_format, src, quant, dst_backend and out are "
                        "required");
+    /* 8-bit activations are a deployment choice vLLM offers only through
+     * some integrations: a checkpoint format's spec lists them (both targets
+     * refuse alike; the destination's own refusal is w16_check_holds'). */
+    if ((unsigned)quant->input_dtype >= WNA16_INPUT_COUNT_)
+        return w16_err(err, WNA16_EINVAL, "wna16_repack_layer: input dtype %d "
+                       "is not a wna16_input_dtype_t", (int)quant->input_dtype);
+    if (src_format->kind == WNA16_SPEC_FORMAT &&
+        !src_format->caps.input_dtypes[quant->input_dtype])
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s checkpoints do not run "
+                       "with %s activations: vLLM's %s integration keeps "
+                       "16-bit activations", src_format->name,
+                       wna16_input_dtype_name(quant->input_dtype),
+                       src_format->fsel.integration);
     if (target != WNA16_TARGET_REFERENCE)
         return w16_repack_layer_generated(ctx, src_format, src, prefix, E, H,
                                           I, quant, dst_backend, target, out,
@@ -54,7 +67,8 @@ wna16_status_t wna16_repack_layer(wna16_context_t *ctx,
                                          quant, &layer, err);
     if (st != WNA16_OK)
         return st;
-    st = wna16_ref_encode(ctx, dst_backend, &layer, prefix, out, err);
+    st = wna16_ref_encode_input(ctx, dst_backend, &layer, quant->input_dtype,
+                                prefix, out, err);
     wna16_qlayer_free(&layer);
     return st;
 }

@@ -120,6 +120,8 @@ static bool put_placeholder(const sel_t *s, const char *name, size_t len,
         sb_printf(b, "%d", (int)q->quant.group_size);
     else if (IS("hidden"))
         sb_printf(b, "%d", (int)q->hidden_size);
+    else if (IS("input_dtype"))
+        sb_puts(b, wna16_input_dtype_name(q->quant.input_dtype));
     else
         return false;
     return true;
@@ -238,6 +240,12 @@ static wna16_status_t check_sizes(const wna16_select_query_t *q,
     if (q->top_k > q->num_experts)
         return w16_err(err, WNA16_EINVAL, "wna16_select: top_k (%d) exceeds "
                        "num_experts (%d)", (int)q->top_k, (int)q->num_experts);
+    if (q->intermediate_size_full &&
+        q->intermediate_size_full < q->intermediate_size)
+        return w16_err(err, WNA16_EINVAL, "wna16_select: "
+                       "intermediate_size_full (%d) is smaller than "
+                       "intermediate_size (%d)", (int)q->intermediate_size_full,
+                       (int)q->intermediate_size);
     return WNA16_OK;
 }
 
@@ -250,6 +258,9 @@ static wna16_status_t check_quant(const wna16_select_query_t *q,
     if (q->quant.group_size != -1 && q->quant.group_size <= 0)
         return w16_err(err, WNA16_EINVAL, "wna16_select: group_size must be "
                        "-1 or positive (got %d)", (int)q->quant.group_size);
+    if ((unsigned)q->quant.input_dtype >= WNA16_INPUT_COUNT_)
+        return w16_err(err, WNA16_EINVAL, "wna16_select: input_dtype %d is "
+                       "out of range", (int)q->quant.input_dtype);
     return WNA16_OK;
 }
 
@@ -300,6 +311,7 @@ static void set_vars(sel_t *s)
     v[W16_VAR_ZP] = q->quant.zero_point;
     v[W16_VAR_ACT_ORDER] = q->quant.act_order;
     v[W16_VAR_HAS_BIAS] = q->quant.bias;
+    v[W16_VAR_A8] = q->quant.input_dtype;
     v[W16_VAR_H] = q->hidden_size;
     v[W16_VAR_I] = q->intermediate_size;
     v[W16_VAR_E] = q->num_experts;
@@ -342,6 +354,16 @@ static wna16_status_t format_errors(const sel_t *s, const wna16_spec_t *f)
     const w16_rule_t *hit;
     wna16_status_t st = first_firing(s, f, f->fsel.errors, f->fsel.n_errors,
                                      &hit);
+    if (st == WNA16_OK && !hit &&
+        !f->caps.input_dtypes[s->q->quant.input_dtype])
+        /* wna16's own stage: vLLM reads VLLM_MARLIN_INPUT_DTYPE only where
+         * the format spec says its integration does, and silently keeps
+         * 16-bit activations elsewhere; a query that asks for 8-bit
+         * activations is told so instead */
+        return w16_err(s->err, WNA16_EUNSUPPORTED, "%s: %s activations are "
+                       "not supported (the integration keeps 16-bit "
+                       "activations)", f->fsel.integration,
+                       wna16_input_dtype_name(s->q->quant.input_dtype));
     if (st != WNA16_OK || !hit)
         return st;
     char reason[WNA16_SELECT_REASON_MAX];
@@ -464,6 +486,10 @@ static wna16_status_t backend_check(const sel_t *s, const wna16_spec_t *b,
         return st;
     if (hit)
         tmpl = hit->reason;
+    else if (!b->caps.input_dtypes[s->q->quant.input_dtype])
+        /* wna16's addition, as for formats: 8-bit activations are asked
+         * for, and only backends whose layouts hold them can give them */
+        tmpl = "the backend has no kernels for {input_dtype} activations";
     else if ((st = kernel_classes(s, b, &tmpl)) != WNA16_OK)
         return st;
     if (!tmpl && !bs->kernel_platforms[p])
@@ -620,6 +646,11 @@ wna16_status_t wna16_select(wna16_context_t *ctx,
         st = format_stage(&s, res);
     if (st != WNA16_OK)
         return st;
+    /* vLLM's marlin_is_k_full: act-order over a tensor-parallel shard of
+     * w2's K (the layer's I is one rank's part of I_full) */
+    res->is_k_full = !query->quant.act_order ||
+                     !query->intermediate_size_full ||
+                     query->intermediate_size_full == query->intermediate_size;
     const char *name = query->backend;
     if (name && strcmp(name, "auto") != 0)
         return select_explicit(&s, res);

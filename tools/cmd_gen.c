@@ -15,14 +15,16 @@ static void usage(FILE *f)
         "usage: wna16 gen --kind repack --from FORMAT --to BACKEND [--target ir|llvm|cuda]\n"
         "                 --bits 4|8 --group-size G [--zero-point] [--act-order]\n"
         "                 [--bias] [--hidden H] [--intermediate I] [--experts E]\n"
-        "                 [--scale-dtype F16|BF16] [--tensor NAME]\n\n"
+        "                 [--scale-dtype F16|BF16] [--input-dtype int8|fp8]\n"
+        "                 [--tensor NAME]\n\n"
         "Prints the repack kernels that turn a layer in FORMAT into BACKEND's\n"
         "layout: one kernel per destination tensor (w13_qweight, w2_scales, ...),\n"
         "or only --tensor NAME. Every dimension is a constant in the kernel, so\n"
         "the shape matters: --hidden, --intermediate and --experts default to\n"
         "256, 128 and 2. --target ir (default) prints the kernel IR, --target\n"
         "llvm the LLVM IR before optimization (needs LLVM 19), --target cuda\n"
-        "the CUDA C translation unit NVRTC compiles (nvcc compiles it too).\n");
+        "the CUDA C translation unit NVRTC compiles (nvcc compiles it too).\n"
+        "--input-dtype picks the layout's variant for 8-bit activations.\n");
 }
 
 typedef struct gen_opts {
@@ -30,6 +32,7 @@ typedef struct gen_opts {
     long bits, gs, hidden, inter, experts;
     bool zp, act_order, bias, gs_set;
     wna16_dtype_t scale_dtype;
+    wna16_input_dtype_t input;
 } gen_opts_t;
 
 static int parse(int argc, char **argv, gen_opts_t *o)
@@ -59,6 +62,12 @@ static int parse(int argc, char **argv, gen_opts_t *o)
             o->scale_dtype = v ? wna16_dtype_from_name(v, strlen(v)) : 0;
             if (o->scale_dtype != WNA16_DTYPE_F16 && o->scale_dtype != WNA16_DTYPE_BF16)
                 return cli_usage_error("gen", "--scale-dtype: F16 or BF16");
+            continue;
+        }
+        else if (cli_opt_value(argc, argv, &i, "--input-dtype", &v)) {
+            o->input = wna16_input_dtype_from_name(v);
+            if (o->input != WNA16_INPUT_INT8 && o->input != WNA16_INPUT_FP8)
+                return cli_usage_error("gen", "--input-dtype: int8 or fp8");
             continue;
         }
         else if (strcmp(opt, "--zero-point") == 0) { o->zp = true; continue; }
@@ -108,7 +117,7 @@ int cmd_gen(int argc, char **argv)
         return CLI_FAIL;
     }
     w16_problem_t p = {o.experts, o.hidden, o.inter, o.bits, o.gs, o.zp,
-                       o.act_order, o.bias};
+                       o.act_order, o.bias, .a8 = (int)o.input};
     wna16_error_t err;
     int printed = 0;
     rc = CLI_OK;
@@ -136,8 +145,11 @@ int cmd_gen(int argc, char **argv)
                 ? src->layouts[W16_ROLE_QWEIGHT]->dtypes[0] : 0;
             if (r == W16_ROLE_SCALES || r == W16_ROLE_WEIGHT)
                 req.src_dtype[W16_ROLE_SCALES] = o.scale_dtype;
+            /* codes read zeros for block sums and for transforms of z */
             if ((r == W16_ROLE_QZEROS || r == W16_ROLE_WEIGHT ||
-                 (r == W16_ROLE_QWEIGHT && l->sums_block_k)) && o.zp &&
+                 (r == W16_ROLE_QWEIGHT &&
+                  (l->sums_block_k || w16_expr_uses(l->encode, W16_VAR_z)))) &&
+                o.zp &&
                 src->layouts[W16_ROLE_QZEROS])
                 req.src_dtype[W16_ROLE_QZEROS] = src->layouts[W16_ROLE_QZEROS]->dtypes[0];
             if (r == W16_ROLE_G_IDX && o.act_order && src->layouts[W16_ROLE_G_IDX])

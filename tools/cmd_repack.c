@@ -21,7 +21,7 @@
 #define CMD "repack"
 
 typedef struct repack_cli {
-    const char *checkpoint, *out, *to, *target, *format, *layer;
+    const char *checkpoint, *out, *to, *target, *format, *layer, *input;
     long bits, group_size, hidden, inter, experts;
     bool bits_set, group_size_set, hidden_set, inter_set, experts_set;
     bool zero_point, sym, desc_act, all_tensors, quiet;
@@ -56,6 +56,11 @@ static void usage(FILE *f)
 "  --all-tensors          also copy every non-expert tensor unchanged\n"
 "  --layer PREFIX         only this layer (e.g. model.layers.3.mlp.experts)\n"
 "  -q, --quiet            no progress line on the terminal\n"
+"  --input-dtype int8|fp8 the layout for 8-bit activations (vLLM's\n"
+"                         VLLM_MARLIN_INPUT_DTYPE): Marlin's W4A8 tiles,\n"
+"                         int16 scale codes and input_global_scale (int8)\n"
+"                         or remapped codes and scales x512 (fp8); GPTQ and\n"
+"                         compressed-tensors 4-bit checkpoints only\n"
 "quantization (override config.json; required without one):\n"
 "  --format NAME          format spec: gptq, awq, compressed_tensors, ...\n"
 "  --bits N               4 or 8\n"
@@ -108,6 +113,7 @@ static int value_flag(repack_cli_t *o, int argc, char **argv, int *i,
         {"--target", &o->target, NULL, NULL, 0},
         {"--format", &o->format, NULL, NULL, 0},
         {"--layer", &o->layer, NULL, NULL, 0},
+        {"--input-dtype", &o->input, NULL, NULL, 0},
         {"--bits", NULL, &o->bits, &o->bits_set, 1},
         {"--group-size", NULL, &o->group_size, &o->group_size_set, -1},
         {"--hidden", NULL, &o->hidden, &o->hidden_set, 1},
@@ -165,6 +171,10 @@ static int parse_args(int argc, char **argv, repack_cli_t *o)
         return cli_usage_error(CMD, "no output: pass -o OUT.safetensors");
     if (o->sym && o->zero_point)
         return cli_usage_error(CMD, "--sym and --zero-point contradict");
+    if (o->input && wna16_input_dtype_from_name(o->input) != WNA16_INPUT_INT8 &&
+        wna16_input_dtype_from_name(o->input) != WNA16_INPUT_FP8)
+        return cli_usage_error(CMD, "--input-dtype: '%s' is not int8 or fp8",
+                               o->input);
     return CLI_OK;
 }
 
@@ -311,6 +321,9 @@ static void print_summary(const repack_cli_t *o,
            s->quant.zero_point ? ", zero points" : "",
            s->quant.act_order ? ", act-order" : "",
            s->quant.bias ? ", bias" : "");
+    if (s->quant.input_dtype != WNA16_INPUT_16BIT)
+        printf(", for %s activations",
+               wna16_input_dtype_name(s->quant.input_dtype));
     if (s->n_copied)
         printf("; %zu non-expert tensors copied", s->n_copied);
     printf("\n");
@@ -334,6 +347,8 @@ static void fill_options(const repack_cli_t *o, wna16_target_t target,
     ro->experts = o->experts_set ? (int32_t)o->experts : 0;
     ro->all_tensors = o->all_tensors;
     ro->layer = o->layer;
+    ro->input_dtype = o->input ? wna16_input_dtype_from_name(o->input)
+                               : WNA16_INPUT_16BIT;
 }
 
 int cmd_repack(int argc, char **argv)

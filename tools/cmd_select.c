@@ -29,8 +29,8 @@ typedef struct sel_opts {
     const char *path;
     bool json, batched, sym, zero_point, desc_act, bias;
     const char *platform, *cc, *backend, *activation, *format, *actorder;
-    const char *kernel_platforms;
-    opt_int_t bits, group_size, hidden, inter, experts, topk;
+    const char *kernel_platforms, *input_dtype;
+    opt_int_t bits, group_size, hidden, inter, experts, topk, inter_full;
 } sel_opts_t;
 
 /* The deployment after merging config and flags. */
@@ -61,6 +61,9 @@ static void usage(FILE *f)
 "  --backend NAME         request a backend by name (default: auto)\n"
 "  --batched              batched activation format (default: standard)\n"
 "  --activation NAME      activation function (default: silu)\n"
+"  --input-dtype D        int8 or fp8: 8-bit activations (vLLM's\n"
+"                         VLLM_MARLIN_INPUT_DTYPE); backends and formats\n"
+"                         without them are refused (default: 16-bit)\n"
 "quantization:\n"
 "  --format NAME          format spec (gptq, awq, compressed_tensors, ...)\n"
 "  --bits N               4 or 8\n"
@@ -75,8 +78,11 @@ static void usage(FILE *f)
 "  --intermediate N       MoE intermediate size\n"
 "  --experts N            number of experts\n"
 "  --topk N               experts per token\n"
+"  --intermediate-full N  the unsharded intermediate size when tensor\n"
+"                         parallelism splits w2's K (for is_k_full)\n"
 "output:\n"
-"  --json                 print {\"backend\": ..., \"passed_over\": [...]}\n"
+"  --json                 print {\"backend\": ..., \"passed_over\": [...],\n"
+"                         \"is_k_full\": ...}\n"
 "  -h, --help             this help\n"
 "\n"
 "Exit status: 0 a backend was chosen, 1 refused or failed, 2 usage error.\n");
@@ -122,12 +128,14 @@ static int value_flag(sel_opts_t *o, int argc, char **argv, int *i,
         {"--activation", &o->activation, NULL, 0},
         {"--format", &o->format, NULL, 0},
         {"--actorder", &o->actorder, NULL, 0},
+        {"--input-dtype", &o->input_dtype, NULL, 0},
         {"--bits", NULL, &o->bits, 1},
         {"--group-size", NULL, &o->group_size, INT32_MIN},
         {"--hidden", NULL, &o->hidden, 1},
         {"--intermediate", NULL, &o->inter, 1},
         {"--experts", NULL, &o->experts, 1},
         {"--topk", NULL, &o->topk, 1},
+        {"--intermediate-full", NULL, &o->inter_full, 1},
     };
     const char *val;
     *matched = false;
@@ -167,6 +175,11 @@ static int parse_args(int argc, char **argv, sel_opts_t *o)
     }
     if (o->sym && o->zero_point)
         return cli_usage_error(CMD, "--sym and --zero-point contradict");
+    if (o->input_dtype &&
+        wna16_input_dtype_from_name(o->input_dtype) != WNA16_INPUT_INT8 &&
+        wna16_input_dtype_from_name(o->input_dtype) != WNA16_INPUT_FP8)
+        return cli_usage_error(CMD, "--input-dtype: '%s' is not int8 or fp8",
+                               o->input_dtype);
     return CLI_OK;
 }
 
@@ -357,6 +370,9 @@ static int build_query(const sel_opts_t *o, const deploy_t *d,
                                       : WNA16_ACT_FORMAT_STANDARD;
     q->activation = o->activation;
     q->backend = o->backend;
+    if (o->input_dtype)
+        q->quant.input_dtype = wna16_input_dtype_from_name(o->input_dtype);
+    q->intermediate_size_full = o->inter_full.set ? (int32_t)o->inter_full.v : 0;
     return CLI_OK;
 }
 
@@ -400,6 +416,8 @@ static void print_json(const wna16_select_result_t *r)
         fputs(", \"note\": ", stdout);
         json_string(stdout, r->note);
     }
+    if (r->backend)
+        printf(", \"is_k_full\": %s", r->is_k_full ? "true" : "false");
     fputs("}\n", stdout);
 }
 
@@ -418,6 +436,9 @@ static void print_human(const wna16_select_result_t *r)
                r->passed_over[i].reason);
     if (r->note[0])
         printf("note: %s\n", r->note);
+    if (r->backend && !r->is_k_full)
+        printf("is_k_full: false (act-order over a tensor-parallel shard of "
+               "w2's input)\n");
 }
 
 /* ---- the command ---------------------------------------------------------------- */

@@ -164,6 +164,11 @@ static void print_caps(const wna16_spec_t *s)
         printf("    activation formats:%s%s\n",
                c->standard_format ? " standard" : "",
                c->batched_format ? " batched" : "");
+    printf("    input dtypes:");
+    for (int d = 0; d < WNA16_INPUT_COUNT_; d++)
+        if (c->input_dtypes[d])
+            printf(" %s", wna16_input_dtype_name((wna16_input_dtype_t)d));
+    printf("\n");
     print_rules("layout rule", c->shape_rules, c->n_shape_rules);
 }
 

@@ -60,7 +60,7 @@ static w16_problem_t problem_of(int32_t E, int32_t H, int32_t I,
 {
     return (w16_problem_t){E, H, I, q->bits, q->group_size, q->zero_point,
                            q->act_order, q->bias, q->zeros_stored,
-                           q->g_idx_stored};
+                           q->g_idx_stored, (int)q->input_dtype};
 }
 
 /* ---- decode -------------------------------------------------------------- */
@@ -272,7 +272,15 @@ static wna16_status_t decode_operand(const wna16_spec_t *spec,
     wna16_status_t st = w16_spec_bind(spec, p, g, vars, err);
     if (st != WNA16_OK)
         return st;
-    for (int r = 0; r < W16_ROLE_COUNT; r++) {
+    /* Groups and zero points first: code transforms may read z, the zero
+     * point of the code's group (fp8 activations). */
+    static const w16_role_t order[] = {
+        W16_ROLE_G_IDX, W16_ROLE_QZEROS, W16_ROLE_QWEIGHT, W16_ROLE_SCALES,
+        W16_ROLE_SORT_IDX, W16_ROLE_BIAS, W16_ROLE_WEIGHT, W16_ROLE_GSCALE};
+    _Static_assert(W16_ARRAY_LEN(order) == W16_ROLE_COUNT,
+                   "every role has its place in the decode order");
+    for (size_t i = 0; i < W16_ARRAY_LEN(order); i++) {
+        w16_role_t r = order[i];
         const w16_layout_t *l = spec->layouts[r];
         if (!want_role((w16_role_t)r, q))
             continue;
@@ -349,6 +357,8 @@ wna16_status_t wna16_ref_decode(wna16_context_t *ctx, const wna16_spec_t *spec,
     int64_t v13[W16_VAR_COUNT];
     if ((st = w16_spec_bind(spec, &p, WNA16_GEMM_W13, v13, err)) != WNA16_OK)
         return st;
+    if ((st = w16_check_decodable(spec, &p, err)) != WNA16_OK)
+        return st;
     int32_t IP = (int32_t)v13[W16_VAR_IP];
     out->E = E;
     out->H = H;
@@ -413,6 +423,11 @@ wna16_status_t w16_check_holds(const wna16_spec_t *spec,
     if (p->bias && (!c->bias || !spec->layouts[W16_ROLE_BIAS]))
         return w16_err(err, WNA16_EUNSUPPORTED, "%s cannot hold expert bias, "
                        "and the checkpoint has it", n);
+    wna16_input_dtype_t in = (wna16_input_dtype_t)p->a8;
+    if ((unsigned)in >= WNA16_INPUT_COUNT_ || !c->input_dtypes[in])
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s has no layout for %s "
+                       "activations", n, wna16_input_dtype_name(in)
+                       ? wna16_input_dtype_name(in) : "unknown");
     if (IP != p->I && p->act_order)
         return w16_err(err, WNA16_EUNSUPPORTED, "%s: %s (I = %lld would be "
                        "padded to %d)", n, spec->pad_forbidden_with_act_order
@@ -441,16 +456,42 @@ wna16_status_t w16_check_holds(const wna16_spec_t *spec,
     return WNA16_OK;
 }
 
+wna16_dtype_t w16_layout_float_dtype(const w16_layout_t *l, wna16_dtype_t have)
+{
+    for (int i = 0; i < l->n_dtypes; i++)
+        if (have != WNA16_DTYPE_INVALID && l->dtypes[i] == have)
+            return have;
+    return l->dtypes[0];
+}
+
 /* Float roles keep the data's own dtype when the layout accepts it. */
 static wna16_dtype_t pick_dtype(const w16_layout_t *l, const wna16_qweight_t *qw)
 {
-    wna16_dtype_t want = l->role == W16_ROLE_SCALES ? qw->scale_dtype
-                         : l->role == W16_ROLE_BIAS ? qw->bias_dtype
-                                                    : WNA16_DTYPE_INVALID;
-    for (int i = 0; i < l->n_dtypes; i++)
-        if (l->dtypes[i] == want)
-            return want;
-    return l->dtypes[0];
+    return w16_layout_float_dtype(l, l->role == W16_ROLE_SCALES ? qw->scale_dtype
+                                     : l->role == W16_ROLE_BIAS ? qw->bias_dtype
+                                                                : WNA16_DTYPE_INVALID);
+}
+
+wna16_status_t w16_check_decodable(const wna16_spec_t *spec,
+                                   const w16_problem_t *p, wna16_error_t *err)
+{
+    for (int g = 0; g < 2; g++) {
+        int64_t vars[W16_VAR_COUNT];
+        w16_scale_xform_t x;
+        wna16_status_t st = w16_spec_bind(spec, p, (wna16_gemm_t)g, vars, err);
+        if (st == WNA16_OK)
+            st = w16_scale_xform(spec, vars, &x, err);
+        if (st != WNA16_OK)
+            return st;
+        if (x.int16_range)
+            return w16_err(err, WNA16_EUNSUPPORTED, "%s (%s activations): the "
+                           "%s scales are int16 codes relative to the "
+                           "operand's largest scale; the checkpoint's scales "
+                           "cannot be recovered from them", spec->name,
+                           wna16_input_dtype_name((wna16_input_dtype_t)p->a8),
+                           gemm_prefix((wna16_gemm_t)g));
+    }
+    return WNA16_OK;
 }
 
 static wna16_status_t encode_one(const wna16_spec_t *spec,
@@ -517,12 +558,28 @@ wna16_status_t wna16_ref_encode(wna16_context_t *ctx, const wna16_spec_t *spec,
                                 const char *prefix, wna16_tensor_set_t *out,
                                 wna16_error_t *err)
 {
+    return wna16_ref_encode_input(ctx, spec, layer, WNA16_INPUT_16BIT, prefix,
+                                  out, err);
+}
+
+wna16_status_t wna16_ref_encode_input(wna16_context_t *ctx,
+                                      const wna16_spec_t *spec,
+                                      const wna16_qlayer_t *layer,
+                                      wna16_input_dtype_t input,
+                                      const char *prefix,
+                                      wna16_tensor_set_t *out,
+                                      wna16_error_t *err)
+{
     if (!layer || !out)
         return w16_err(err, WNA16_EINVAL, "wna16_ref_encode: layer and out are "
                        "required");
     const wna16_qweight_t *a = &layer->w13, *b = &layer->w2;
     wna16_quant_desc_t q = {a->bits, a->group_size, a->zeros != NULL,
                             a->g_idx != NULL, a->bias != NULL};
+    if ((unsigned)input >= WNA16_INPUT_COUNT_)
+        return w16_err(err, WNA16_EINVAL, "wna16_ref_encode_input: input "
+                       "dtype %d is not a wna16_input_dtype_t", (int)input);
+    q.input_dtype = input;
     wna16_status_t st = check_args(spec, layer->E, layer->H, layer->I, &q, err);
     if (st != WNA16_OK)
         return st;

@@ -86,6 +86,11 @@ typedef struct walk {
     int64_t ext[W16_MAX_COORDS];
     int nc;
     w16_role_t role;
+    /* scales and input_global_scale: the scale transform of the operand
+     * and its largest stored scale */
+    w16_scale_xform_t sx;
+    float smax;
+    bool codes_use_z; /* the code transforms read z (qweight) */
 } walk_t;
 
 static wna16_status_t walk_init(walk_t *w, const wna16_spec_t *spec,
@@ -138,9 +143,25 @@ static wna16_status_t walk_init(walk_t *w, const wna16_spec_t *spec,
         w->elems *= w->shape[d];
     }
     w->nc = w16_role_extent(l->role, vars, w->ext);
-    if (!spec->stacked)
+    if (!spec->stacked && w->nc)
         w->ext[0] = 1;
+    w->codes_use_z = l->role == W16_ROLE_QWEIGHT &&
+                     (w16_expr_uses(l->encode, W16_VAR_z) ||
+                      w16_expr_uses(l->decode, W16_VAR_z));
+    if (l->role == W16_ROLE_SCALES || l->role == W16_ROLE_GSCALE)
+        return w16_scale_xform(spec, vars, &w->sx, err);
     return WNA16_OK;
+}
+
+/* What z reads for code (e, n, k) (absolute logical coordinates): the zero
+ * point of its group, or the implicit 2^(bits-1). */
+static int64_t group_zero(const wna16_qweight_t *qw, int64_t e, int64_t n,
+                          int64_t k)
+{
+    if (!qw->zeros)
+        return INT64_C(1) << (qw->bits - 1);
+    int32_t g = wna16_qweight_group(qw, (int32_t)e, (int32_t)k);
+    return qw->zeros[((size_t)e * qw->G + (size_t)g) * qw->N + (size_t)n];
 }
 
 /* Index of logical element `c` (role order) in the qweight array of the
@@ -151,7 +172,7 @@ static int64_t logical_index(const walk_t *w, const wna16_qweight_t *qw,
     for (int i = 0; i < w->nc; i++)
         if (c[i] < 0 || c[i] >= w->ext[i])
             return -1;
-    int64_t e = c[0] + at.e_off;
+    int64_t e = w->nc ? c[0] + at.e_off : 0;
     switch (w->role) {
     case W16_ROLE_QWEIGHT:
     case W16_ROLE_WEIGHT:
@@ -164,6 +185,8 @@ static int64_t logical_index(const walk_t *w, const wna16_qweight_t *qw,
         return e * qw->K + c[1];
     case W16_ROLE_BIAS:
         return e * qw->N + c[1] + at.n_off;
+    case W16_ROLE_GSCALE: /* one value per operand */
+        return 0;
     default:
         return -1;
     }
@@ -254,6 +277,9 @@ static wna16_status_t decode_walk(walk_t *wp, const wna16_tensor_t *t,
                 int64_t code = (int64_t)v;
                 if (l->decode && !at.raw) {
                     vars[W16_VAR_c] = code;
+                    if (w.codes_use_z)
+                        vars[W16_VAR_z] = group_zero(qw, c[0] + at.e_off,
+                                                     c[1] + at.n_off, c[2]);
                     if (!w16_expr_eval(l->decode, vars, &code, &e))
                         return eval_fail(&w, "decode", &e, err);
                 }
@@ -268,7 +294,11 @@ static wna16_status_t decode_walk(walk_t *wp, const wna16_tensor_t *t,
                 break;
             }
             case W16_ROLE_SCALES:
-                qw->scales[li] = to_float(t->dtype, v);
+                if (w.sx.int16_range)
+                    return w16_err(err, WNA16_EUNSUPPORTED, "tensor '%s': "
+                                   "int16 scale codes cannot be decoded",
+                                   t->name);
+                qw->scales[li] = to_float(t->dtype, v) / (float)w.sx.multiply;
                 break;
             case W16_ROLE_BIAS:
                 if (qw->bias)
@@ -309,6 +339,21 @@ static float dequant_rounded(const w16_layout_t *l, const wna16_qweight_t *qw,
     return (float)((int32_t)qw->codes[li] - z) * s;
 }
 
+/* Is code slot c (role order, qweight or qzeros) intermediate padding?
+ * vLLM pads the stored words after converting them (Marlin's fp8 remap
+ * comes first), so padding holds raw zeros, never an encoded 0. */
+static bool padding_code(const walk_t *w, const int64_t *c, w16_place_t at)
+{
+    const int64_t *v = w->vars;
+    int64_t I = v[W16_VAR_I], IP = v[W16_VAR_IP], gs = v[W16_VAR_GS];
+    if (IP == I || !w->spec->stacked)
+        return false;
+    bool codes = w->role == W16_ROLE_QWEIGHT;
+    if (v[W16_VAR_W13]) /* n: gate at [0, IP), up at [IP, 2 IP) */
+        return (c[codes ? 1 : 2] + at.n_off) % IP >= I;
+    return codes ? c[2] >= I : gs > 0 && c[1] * gs >= I;
+}
+
 /* The value of slot (role, li) as raw bits for the layout's storage. */
 static bool encode_value(const walk_t *w, const wna16_qweight_t *qw,
                          int64_t li, const int64_t *c, w16_place_t at,
@@ -316,6 +361,11 @@ static bool encode_value(const walk_t *w, const wna16_qweight_t *qw,
 {
     const w16_layout_t *l = w->l;
     int64_t code;
+    if ((l->role == W16_ROLE_QWEIGHT || l->role == W16_ROLE_QZEROS) &&
+        padding_code(w, c, at)) {
+        *out = 0;
+        return true;
+    }
     switch (l->role) {
     case W16_ROLE_QWEIGHT:
         code = qw->codes[li];
@@ -329,7 +379,11 @@ static bool encode_value(const walk_t *w, const wna16_qweight_t *qw,
         code = qw->zeros ? qw->zeros[li] : (1 << (qw->bits - 1));
         break;
     case W16_ROLE_SCALES:
-        *out = from_float(w->dtype, qw->scales[li]);
+        *out = w16_scale_store(&w->sx, w->dtype, qw->scales[li], w->smax);
+        return true;
+    case W16_ROLE_GSCALE:
+        *out = from_float(w->dtype, w16_scale_global(w->smax,
+                                                     w->sx.int16_range));
         return true;
     case W16_ROLE_BIAS:
         *out = from_float(w->dtype, qw->bias ? qw->bias[li] : 0.0f);
@@ -352,6 +406,9 @@ static bool encode_value(const walk_t *w, const wna16_qweight_t *qw,
     }
     if (l->encode) {
         w->vars[W16_VAR_c] = code;
+        if (w->codes_use_z)
+            w->vars[W16_VAR_z] = group_zero(qw, c[0] + at.e_off,
+                                            c[1] + at.n_off, c[2]);
         if (!w16_expr_eval(l->encode, w->vars, &code, e))
             return false;
     }
@@ -460,6 +517,20 @@ wna16_status_t w16_layout_encode(const wna16_spec_t *spec,
 {
     walk_t w;
     wna16_status_t st = walk_init(&w, spec, l, vars, t->dtype, err);
+    if (st == WNA16_OK && (l->role == W16_ROLE_SCALES ||
+                           l->role == W16_ROLE_GSCALE)) {
+        /* the operand's scales as stored (qw is the whole padded operand) */
+        wna16_dtype_t sd = l->role == W16_ROLE_SCALES
+                               ? t->dtype
+                               : w16_layout_float_dtype(
+                                     spec->layouts[W16_ROLE_SCALES],
+                                     qw->scale_dtype);
+        st = w16_scale_prepare(spec, &w.sx, sd,
+                               vars[W16_VAR_W13] ? WNA16_GEMM_W13
+                                                 : WNA16_GEMM_W2,
+                               qw->scales, (size_t)qw->E * qw->G * qw->N,
+                               false, &w.smax, err);
+    }
     if (st == WNA16_OK)
         st = encode_walk(&w, qw, t, at, err);
     w16_arena_free(&w.arena);

@@ -87,4 +87,56 @@ wna16_status_t w16_check_holds(const wna16_spec_t *spec,
                                const w16_problem_t *p, int32_t IP,
                                wna16_error_t *err);
 
+/* The dtype a float role's layout stores for data of dtype `have`: `have`
+ * when the layout lists it, else its first (scale and bias precision is
+ * kept where the backend allows). */
+wna16_dtype_t w16_layout_float_dtype(const w16_layout_t *l, wna16_dtype_t have);
+
+/* Refuses, with the reason, layouts of `spec` that cannot be decoded for
+ * problem p (int16 scale codes of int8 activations are lossy). */
+wna16_status_t w16_check_decodable(const wna16_spec_t *spec,
+                                   const w16_problem_t *p, wna16_error_t *err);
+
+/* ---- scale transforms of 8-bit activations (scale_xform.c) -------------- */
+
+/* f rounded to dtype d (F16, BF16; F32 unchanged), nearest even. */
+float w16_round_to_dtype(wna16_dtype_t d, float f);
+/* int16(round_half_even(s / max * range)) with every step rounded to d, as
+ * torch computes it on a d tensor; false when it is not finite or outside
+ * int16. s and max are values of d. */
+bool w16_scale_int16_code(wna16_dtype_t d, float s, float max, int64_t range,
+                          int32_t *code);
+/* The operand's input_global_scale: fp32(max) / range, as vLLM's fp32
+ * product 1/range * max. */
+float w16_scale_global(float max, int64_t range);
+/* The stored bits (dtype d) of logical scale s under transform x; max is
+ * w16_scale_prepare's (int16 codes only). */
+uint64_t w16_scale_store(const w16_scale_xform_t *x, wna16_dtype_t d, float s,
+                         float max);
+/* Checks one operand's n logical scales for transform x in dtype d and
+ * returns the largest stored value in *max_out (padded_zero: the stored
+ * tensor also holds padding zeros, which vLLM's max sees). Refuses, naming
+ * the operand, scales that overflow when multiplied, and sets int16 codes
+ * cannot hold (a non-positive or non-finite maximum, a scale below
+ * -32768/range of it). Messages depend only on the set of values, so every
+ * path that checks the same scales words its refusal alike. */
+wna16_status_t w16_scale_prepare(const wna16_spec_t *spec,
+                                 const w16_scale_xform_t *x, wna16_dtype_t d,
+                                 wna16_gemm_t g, const float *scales, size_t n,
+                                 bool padded_zero, float *max_out,
+                                 wna16_error_t *err);
+/* w16_scale_prepare for the generated repack path, on operand g's scales
+ * read from the source `set` (through the reference decoder: they are a
+ * group size's fraction of the codes) against `dst`'s scale transform;
+ * *max_out is 0 when dst has none. int16 codes are relative to the
+ * operand's largest scale, a reduction over every expert: the host takes it
+ * once here and the kernels receive it as a parameter, so one compiled
+ * kernel serves every layer. */
+wna16_status_t w16_scale_prepare_source(const wna16_spec_t *src,
+                                        const wna16_spec_t *dst,
+                                        const wna16_tensor_set_t *set,
+                                        const char *prefix,
+                                        const w16_problem_t *p, wna16_gemm_t g,
+                                        float *max_out, wna16_error_t *err);
+
 #endif

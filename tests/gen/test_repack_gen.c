@@ -3,10 +3,11 @@
  * random layers and random (source, destination) pairs of specs, the CPU
  * target's generated kernels must produce exactly the bytes the reference
  * produces, tensor by tensor, and refuse exactly what it refuses. Bit
- * widths, group sizes (including -1), zero points, act-order, bias, padding
- * and ragged sizes all vary within each pair's rules. Skips (77) without
- * LLVM. Usage: test_repack_gen [CONFIGS [SEED [cpu|cuda]]]: with `cuda`
- * the kernels run on the GPU (skips without one).
+ * widths, group sizes (including -1), zero points, act-order, bias, padding,
+ * ragged sizes and the 8-bit activation variants (int8, fp8; mostly into
+ * the Marlin layouts that hold them) all vary within each pair's rules.
+ * Skips (77) without LLVM. Usage: test_repack_gen [CONFIGS [SEED
+ * [cpu|cuda]]]: with `cuda` the kernels run on the GPU (skips without one).
  */
 #include "testutil.h"
 
@@ -16,6 +17,12 @@
 static wna16_context_t *ctx;
 static tu_rng_t rng;
 static wna16_target_t target = WNA16_TARGET_CPU;
+/* compared configurations per input dtype */
+static int compared_by_input[WNA16_INPUT_COUNT_];
+
+/* Scales int16 codes can hold (int8 activations): mostly positive ones,
+ * since one below -32768/4096 of the largest is refused. */
+static bool positive_scales;
 
 static float exact_scale(void)
 {
@@ -23,7 +30,7 @@ static float exact_scale(void)
     float v = (float)m;
     for (int i = (int)tu_rng_below(&rng, 10); i > 0; i--)
         v *= 0.5f;
-    return tu_rng_below(&rng, 4) == 0 ? -v : v;
+    return !positive_scales && tu_rng_below(&rng, 4) == 0 ? -v : v;
 }
 
 static void fill(wna16_qweight_t *q)
@@ -108,11 +115,25 @@ static int one(void)
     static const int sizes[] = {32, 64, 96, 128, 160, 192, 256};
     const wna16_spec_t *src = pick_spec(true), *dst = pick_spec(false);
     wna16_quant_desc_t q = {0};
-    q.bits = tu_rng_below(&rng, 3) ? 4 : 8;
+    /* 8-bit activations: mostly into the Marlin layouts that hold them (a
+     * quarter of the draws go there; then mostly W4A8 without act-order,
+     * what they hold), a few elsewhere (both paths must refuse alike) */
+    if (tu_rng_below(&rng, 4) == 0)
+        dst = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, tu_rng_below(&rng, 2)
+                                                           ? "marlin"
+                                                           : "batched_marlin");
+    bool marlin = strstr(wna16_spec_name(dst), "marlin") != NULL;
+    if (marlin ? tu_rng_below(&rng, 4) != 0 : tu_rng_below(&rng, 20) == 0)
+        q.input_dtype = tu_rng_below(&rng, 2) ? WNA16_INPUT_INT8
+                                              : WNA16_INPUT_FP8;
+    bool a8 = q.input_dtype != WNA16_INPUT_16BIT;
+    q.bits = tu_rng_below(&rng, a8 ? 8 : 3) ? 4 : 8;
     q.group_size = gss[tu_rng_below(&rng, 4)];
     q.zero_point = tu_rng_below(&rng, 2);
-    q.act_order = q.group_size > 0 && tu_rng_below(&rng, 6) == 0;
+    q.act_order = q.group_size > 0 && tu_rng_below(&rng, a8 ? 12 : 6) == 0;
     q.bias = tu_rng_below(&rng, 5) == 0;
+    positive_scales = q.input_dtype == WNA16_INPUT_INT8 &&
+                      tu_rng_below(&rng, 5) != 0;
     int32_t E = 1 + (int32_t)tu_rng_below(&rng, 3);
     int32_t H = sizes[tu_rng_below(&rng, 7)], I = sizes[tu_rng_below(&rng, 7)];
     if (tu_rng_below(&rng, 4) == 0)
@@ -137,16 +158,26 @@ static int one(void)
     fill(&L.w13);
     fill(&L.w2);
     char what[256];
-    snprintf(what, sizeof what, "%s -> %s E=%d H=%d I=%d b%d g%d zp%d ao%d bias%d",
-             wna16_spec_name(src), wna16_spec_name(dst), E, H, I, q.bits,
-             q.group_size, q.zero_point, q.act_order, q.bias);
+    snprintf(what, sizeof what, "%s -> %s E=%d H=%d I=%d b%d g%d zp%d ao%d "
+             "bias%d %s", wna16_spec_name(src), wna16_spec_name(dst), E, H, I,
+             q.bits, q.group_size, q.zero_point, q.act_order, q.bias,
+             wna16_input_dtype_name(q.input_dtype));
     wna16_tensor_set_t *s = NULL, *ref = NULL, *gen = NULL;
     wna16_tensor_set_create(ctx, &s, &err);
     wna16_tensor_set_create(ctx, &ref, &err);
     wna16_tensor_set_create(ctx, &gen, &err);
     int compared = 0;
-    /* the source checkpoint, written by the reference */
-    if (wna16_ref_encode(ctx, src, &L, "m.experts", s, &err) == WNA16_OK) {
+    /* the source checkpoint, written by the reference: a stacked layout
+     * that holds the 8-bit variant is written in it (a Marlin source for
+     * those activations), every other one as it always is */
+    wna16_status_t enc = wna16_ref_encode_input(ctx, src, &L, q.input_dtype,
+                                                "m.experts", s, &err);
+    if (enc == WNA16_EUNSUPPORTED && q.input_dtype != WNA16_INPUT_16BIT) {
+        wna16_tensor_set_destroy(s);
+        wna16_tensor_set_create(ctx, &s, &err);
+        enc = wna16_ref_encode(ctx, src, &L, "m.experts", s, &err);
+    }
+    if (enc == WNA16_OK) {
         wna16_error_t e1, e2;
         wna16_status_t r1 = wna16_repack_layer(ctx, src, s, "m.experts", E, H, I,
                                                &q, dst, WNA16_TARGET_REFERENCE,
@@ -159,6 +190,7 @@ static int one(void)
         if (r1 == WNA16_OK && r2 == WNA16_OK) {
             compare_sets(ref, gen, what);
             compared = 1;
+            compared_by_input[q.input_dtype]++;
         } else if (r1 == r2) {
             TU_CHECK_MSG(strcmp(e1.message, e2.message) == 0,
                          "%s: refusals differ: \"%s\" vs \"%s\"", what,
@@ -198,9 +230,16 @@ int main(int argc, char **argv)
         if (tu_failures > 20)
             break;
     }
-    printf("%d configurations compared byte for byte (%d tried, seed %#llx)\n",
-           compared, tries, (unsigned long long)seed);
+    printf("%d configurations compared byte for byte (%d tried, seed %#llx): "
+           "%d with 16-bit, %d with int8, %d with fp8 activations\n",
+           compared, tries, (unsigned long long)seed,
+           compared_by_input[WNA16_INPUT_16BIT],
+           compared_by_input[WNA16_INPUT_INT8],
+           compared_by_input[WNA16_INPUT_FP8]);
     TU_CHECK(compared >= want);
+    /* the 8-bit variants get a fair share of a full run */
+    TU_CHECK(want < 100 || (compared_by_input[WNA16_INPUT_INT8] >= want / 20 &&
+                            compared_by_input[WNA16_INPUT_FP8] >= want / 20));
     wna16_context_destroy(ctx);
     return tu_finish("test_repack_gen");
 }

@@ -6,14 +6,26 @@
  * (Triton, emulation and Marlin: every tensor, and nothing else, including
  * Marlin's act-order sort indices, sorted g_idx and the zero words vLLM
  * keeps for symmetric GPTQ; the 4-bit Triton file also for XPU, whose
- * conversion vLLM makes identical). The act-order case must be refused for
- * Triton with an act-order reason and leave no file. The metadata keys must be there, and the CPU target,
- * when this build has it, must give the reference's bytes.
+ * conversion vLLM makes identical; the Marlin file also for BATCHED_MARLIN,
+ * which vLLM prepares alike). The act-order case must be refused for
+ * Triton with an act-order reason and leave no file. The metadata keys must
+ * be there, and the CPU target, when this build has it, must give the
+ * reference's bytes.
+ *
+ * compressed-tensors: each GPTQ case is rewritten as the compressed-tensors
+ * checkpoint of the same layer (no zero-point tensors, g_idx only under
+ * actorder "group"), repacked to Marlin and batched Marlin, and must give
+ * vLLM's codes, scales and act-order tensors (padded shapes included).
+ *
+ * 8-bit activations: the fp8 Marlin output of a GPTQ case decodes (codes
+ * through their zero points, scales / 512) to the layer vLLM's 16-bit
+ * Marlin file decodes to; int8 is refused for AWQ checkpoints.
  */
 #include "repack_test.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static wna16_context_t *ctx;
@@ -78,7 +90,8 @@ static void check_metadata(const char *what, const char *file,
     static const char *const keys[] = {
         "backend", "target", "source_format", "num_bits", "group_size",
         "intermediate_size", "intermediate_size_padded", "hidden_size",
-        "num_experts", "wna16_version", "zero_point", "act_order", "bias"};
+        "num_experts", "wna16_version", "zero_point", "act_order", "bias",
+        "input_dtype", "is_k_full"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         TU_CHECK_MSG(wna16_safetensors_metadata_get(st, keys[i]) != NULL,
                      "%s: no metadata '%s'", what, keys[i]);
@@ -93,7 +106,7 @@ static void check_metadata(const char *what, const char *file,
         for (size_t i = 0; i < 3; i++) {
             const char *v = wna16_safetensors_metadata_get(ex, same[i]);
             const char *m = wna16_safetensors_metadata_get(st, same[i]);
-            if (v && strcmp(backend, "marlin") == 0)
+            if (v && strstr(backend, "marlin"))
                 TU_CHECK_MSG(m && strcmp(v, m) == 0, "%s: %s = %s, vLLM "
                              "says %s", what, same[i], m ? m : "(none)", v);
         }
@@ -102,13 +115,22 @@ static void check_metadata(const char *what, const char *file,
     wna16_safetensors_close(st);
 }
 
+static wna16_status_t repack_input(const char *dir, const char *backend,
+                                   wna16_target_t target,
+                                   wna16_input_dtype_t input, const char *out,
+                                   wna16_error_t *err)
+{
+    wna16_repack_options_t o = {.backend = backend, .target = target,
+                                .input_dtype = input};
+    unlink(out);
+    return wna16_repack_checkpoint(ctx, dir, out, &o, NULL, err);
+}
+
 static wna16_status_t repack(const char *dir, const char *backend,
                              wna16_target_t target, const char *out,
                              wna16_error_t *err)
 {
-    wna16_repack_options_t o = {.backend = backend, .target = target};
-    unlink(out);
-    return wna16_repack_checkpoint(ctx, dir, out, &o, NULL, err);
+    return repack_input(dir, backend, target, WNA16_INPUT_16BIT, out, err);
 }
 
 /* Repacks `dir` to `backend` and compares with `expected`: the
@@ -175,6 +197,174 @@ static void check_cpu_target(const char *name, const char *dir)
         compare("cpu target vs reference", ref, cpu, NULL, true);
 }
 
+/* The checkpoint's tensors as one set of views (the file stays open). */
+static wna16_tensor_set_t *file_set(const char *path, wna16_safetensors_t **st)
+{
+    wna16_error_t err;
+    wna16_tensor_set_t *set = NULL;
+    *st = NULL;
+    TU_OK(wna16_safetensors_open(ctx, path, st, &err), &err);
+    TU_OK(wna16_tensor_set_create(ctx, &set, &err), &err);
+    for (size_t i = 0; *st && set && i < wna16_safetensors_count(*st); i++)
+        TU_OK(wna16_tensor_set_add_view(set, wna16_safetensors_at(*st, i),
+                                        &err), &err);
+    return set;
+}
+
+/* The golden GPTQ layer decoded to logical form. */
+static bool decode_case(const char *dir, const wna16_quant_desc_t *q,
+                        const wna16_model_config_t *cfg, wna16_qlayer_t *L)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    wna16_safetensors_t *st;
+    wna16_tensor_set_t *set = file_set(path, &st);
+    wna16_error_t err;
+    wna16_status_t s = set ? wna16_ref_decode(ctx, wna16_spec_find(ctx, 0, "gptq"),
+                                              set, "model.layers.0.mlp.experts",
+                                              cfg->num_experts, cfg->hidden_size,
+                                              cfg->moe_intermediate_size, q, L,
+                                              &err)
+                           : WNA16_EIO;
+    TU_CHECK_MSG(s == WNA16_OK, "%s: %s", dir, err.message);
+    wna16_tensor_set_destroy(set);
+    wna16_safetensors_close(st);
+    return s == WNA16_OK;
+}
+
+/* The GPTQ case as the compressed-tensors checkpoint of the same layer:
+ * symmetric, so no zero-point tensors; g_idx only under actorder "group". */
+static void check_compressed_tensors(const char *name, const char *dir,
+                                     const wna16_model_config_t *cfg,
+                                     const wna16_quant_desc_t *q)
+{
+    wna16_qlayer_t L;
+    if (!decode_case(dir, q, cfg, &L))
+        return;
+    for (int g = 0; g < 2; g++) { /* what only GPTQ checkpoints carry */
+        wna16_qweight_t *w = g ? &L.w2 : &L.w13;
+        free(w->stored_zeros);
+        w->stored_zeros = NULL;
+        w->g_idx_stored = false;
+    }
+    char ck[1200], quant[512], expected[1200];
+    snprintf(ck, sizeof ck, "%s/%s-ct", outdir, name);
+    TU_CHECK(mkdir(ck, 0755) == 0);
+    snprintf(quant, sizeof quant,
+             "{\"quant_method\": \"compressed-tensors\", \"format\": "
+             "\"pack-quantized\", \"config_groups\": {\"group_0\": "
+             "{\"targets\": [\"Linear\"], \"weights\": {\"num_bits\": %d, "
+             "\"type\": \"int\", \"strategy\": \"%s\", \"group_size\": %d, "
+             "\"symmetric\": true, \"actorder\": %s}}}}",
+             q->bits, q->group_size > 0 ? "group" : "channel",
+             q->group_size > 0 ? q->group_size : 0,
+             q->act_order ? "\"group\"" : "null");
+    const char *prefix = "model.layers.0.mlp.experts";
+    wna16_tensor_set_t *set = rt_encode(ctx, "compressed_tensors", &L, prefix);
+    rt_ckpt_t c;
+    rt_ckpt_init(&c, ctx, 1);
+    if (set)
+        rt_ckpt_add_set(&c, 0, set, NULL, NULL, 0, NULL);
+    rt_ckpt_write(&c, ck);
+    rt_write_config(ck, L.E, L.H, L.I, 1, quant);
+    rt_ckpt_free(&c);
+    wna16_tensor_set_destroy(set);
+    wna16_qlayer_free(&L);
+    static const char *const plain[] = {
+        "w13_qweight", "w2_qweight", "w13_scales", "w2_scales",
+        "w13_g_idx_sort_indices", "w2_g_idx_sort_indices", NULL};
+    static const char *const actorder[] = {
+        "w13_qweight", "w2_qweight", "w13_scales", "w2_scales",
+        "w13_g_idx_sort_indices", "w2_g_idx_sort_indices", "w13_g_idx",
+        "w2_g_idx", NULL};
+    const char *const *only = q->act_order ? actorder : plain;
+    size_t want = q->act_order ? 8 : 6;
+    snprintf(expected, sizeof expected, "%s/expected_marlin.safetensors", dir);
+    static const char *const backends[] = {"marlin", "batched_marlin"};
+    for (int b = 0; b < 2; b++)
+        for (int t = WNA16_TARGET_REFERENCE; t <= WNA16_TARGET_CPU; t++) {
+            char what[200], out[1300];
+            wna16_error_t err;
+            const char *tn = wna16_target_name((wna16_target_t)t);
+            snprintf(what, sizeof what, "%s as compressed-tensors -> %s (%s)",
+                     name, backends[b], tn);
+            snprintf(out, sizeof out, "%s.%s.%s.safetensors", ck, backends[b],
+                     tn);
+            wna16_status_t st = repack(ck, backends[b], (wna16_target_t)t, out,
+                                       &err);
+            if (t == WNA16_TARGET_CPU && st == WNA16_EUNAVAILABLE)
+                continue;
+            TU_CHECK_MSG(st == WNA16_OK, "%s: %s", what, err.message);
+            if (st != WNA16_OK)
+                continue;
+            compare(what, expected, out, only, false);
+            wna16_safetensors_t *have = NULL;
+            TU_OK(wna16_safetensors_open(ctx, out, &have, &err), &err);
+            if (have) /* and nothing else: no zero points, no g_idx */
+                TU_CHECK_MSG(wna16_safetensors_count(have) == want,
+                             "%s: %zu tensors, want %zu", what,
+                             wna16_safetensors_count(have), want);
+            wna16_safetensors_close(have);
+        }
+}
+
+/* fp8 activations: the output decodes to what vLLM's 16-bit Marlin file
+ * decodes to (the same layer), on both targets. */
+static void check_fp8(const char *name, const char *dir,
+                      const wna16_model_config_t *cfg, wna16_quant_desc_t q)
+{
+    char expected[1200];
+    snprintf(expected, sizeof expected, "%s/expected_marlin.safetensors", dir);
+    wna16_safetensors_t *est;
+    wna16_tensor_set_t *eset = file_set(expected, &est);
+    const wna16_spec_t *marlin = wna16_spec_find(ctx, 0, "marlin");
+    const char *prefix = "model.layers.0.mlp.experts";
+    int32_t E = cfg->num_experts, H = cfg->hidden_size,
+            I = cfg->moe_intermediate_size;
+    wna16_error_t err;
+    wna16_qlayer_t want, got;
+    q.zeros_stored = true; /* symmetric GPTQ's words, kept by Marlin */
+    q.g_idx_stored = true;
+    TU_OK(wna16_ref_decode(ctx, marlin, eset, prefix, E, H, I, &q, &want, &err),
+          &err);
+    for (int t = WNA16_TARGET_REFERENCE; t <= WNA16_TARGET_CPU; t++) {
+        char what[200], out[1300];
+        const char *tn = wna16_target_name((wna16_target_t)t);
+        snprintf(what, sizeof what, "%s -> marlin fp8 (%s)", name, tn);
+        snprintf(out, sizeof out, "%s/%s.fp8.%s.safetensors", outdir, name, tn);
+        wna16_status_t st = repack_input(dir, "marlin", (wna16_target_t)t,
+                                         WNA16_INPUT_FP8, out, &err);
+        if (t == WNA16_TARGET_CPU && st == WNA16_EUNAVAILABLE)
+            continue;
+        TU_CHECK_MSG(st == WNA16_OK, "%s: %s", what, err.message);
+        wna16_safetensors_t *ost = NULL;
+        wna16_tensor_set_t *oset = st == WNA16_OK ? file_set(out, &ost) : NULL;
+        wna16_quant_desc_t q8 = q;
+        q8.input_dtype = WNA16_INPUT_FP8;
+        if (oset && wna16_ref_decode(ctx, marlin, oset, prefix, E, H, I, &q8,
+                                     &got, &err) == WNA16_OK) {
+            for (int g = 0; g < 2; g++) {
+                const wna16_qweight_t *a = g ? &want.w2 : &want.w13;
+                const wna16_qweight_t *b = g ? &got.w2 : &got.w13;
+                TU_CHECK_MSG(!memcmp(a->codes, b->codes,
+                                     (size_t)a->E * a->N * a->K) &&
+                                 !memcmp(a->scales, b->scales, sizeof(float) *
+                                         (size_t)a->E * a->G * a->N),
+                             "%s: %s decodes to another layer", what,
+                             g ? "w2" : "w13");
+            }
+            wna16_qlayer_free(&got);
+        } else if (oset) {
+            TU_CHECK_MSG(false, "%s: decoding: %s", what, err.message);
+        }
+        wna16_tensor_set_destroy(oset);
+        wna16_safetensors_close(ost);
+    }
+    wna16_qlayer_free(&want);
+    wna16_tensor_set_destroy(eset);
+    wna16_safetensors_close(est);
+}
+
 static void check_case(const char *name)
 {
     char dir[1024], file[1200];
@@ -183,9 +373,11 @@ static void check_case(const char *name)
     wna16_error_t err;
     TU_OK(wna16_checkpoint_open(ctx, dir, &ck, &err), &err);
     wna16_quant_desc_t q = {0};
-    if (ck)
-        TU_OK(wna16_model_config_quant(wna16_checkpoint_config(ck), &q, &err),
-              &err);
+    wna16_model_config_t cfg = {0};
+    if (ck) {
+        cfg = *wna16_checkpoint_config(ck);
+        TU_OK(wna16_model_config_quant(&cfg, &q, &err), &err);
+    }
     wna16_checkpoint_close(ck);
     int n = 0;
     snprintf(file, sizeof file, "%s/expected_triton.safetensors", dir);
@@ -200,10 +392,26 @@ static void check_case(const char *name)
     if (tu_exists(file))
         n += check_backend(name, dir, "emulation", file, NULL, true);
     snprintf(file, sizeof file, "%s/expected_marlin.safetensors", dir);
-    if (tu_exists(file)) /* every tensor, nothing else */
+    if (tu_exists(file)) { /* every tensor, nothing else */
         n += check_backend(name, dir, "marlin", file, NULL, true);
+        n += check_backend(name, dir, "batched_marlin", file, NULL, true);
+    }
     if (q.act_order)
         check_refused(name, dir, "triton", "act-order");
+    bool gptq = strncmp(name, "gptq", 4) == 0;
+    if (gptq && tu_exists(file))
+        check_compressed_tensors(name, dir, &cfg, &q);
+    if (gptq && q.bits == 4 && !q.act_order)
+        check_fp8(name, dir, &cfg, q);
+    if (!gptq) {
+        char out[1300];
+        snprintf(out, sizeof out, "%s/%s.int8.safetensors", outdir, name);
+        wna16_status_t st = repack_input(dir, "marlin", WNA16_TARGET_REFERENCE,
+                                         WNA16_INPUT_INT8, out, &err);
+        RT_EXPECT_ERR(st, &err, WNA16_EUNSUPPORTED,
+                      "awq checkpoints do not run with int8 activations");
+        TU_CHECK(!tu_exists(out));
+    }
     printf("%s: %d repacked tensors equal vLLM's\n", name, n);
     TU_CHECK(n > 0 || q.act_order);
 }

@@ -12,6 +12,8 @@
  */
 #include "select_test.h"
 
+#include <string.h>
+
 #define FI "flashinfer_trtllm"
 #define MA "marlin"
 #define BM "batched_marlin"
@@ -394,6 +396,39 @@ static const st_row_t invalid_rows[] = {
 
 #define RUN(ctx, rows) st_run_all(ctx, rows, sizeof rows / sizeof rows[0])
 
+/* 8-bit activations and is_k_full, which the rows do not carry: Marlin
+ * serves int8 (the result says k is full), act-order over a tensor-parallel
+ * shard of w2 is not k-full, and bad values are EINVAL. */
+static void test_input_and_k_full(wna16_context_t *ctx)
+{
+    static const st_row_t base = {"base", .fmt = "gptq", .want = "marlin"};
+    wna16_select_query_t q;
+    wna16_select_result_t res;
+    wna16_error_t err;
+    st_query(&base, &q);
+    q.quant.input_dtype = WNA16_INPUT_INT8;
+    TU_OK(wna16_select(ctx, &q, &res, &err), &err);
+    TU_CHECK(res.backend && !strcmp(wna16_spec_name(res.backend), "marlin"));
+    TU_CHECK(res.is_k_full);
+    q.quant.input_dtype = WNA16_INPUT_16BIT;
+    q.quant.act_order = true;
+    q.intermediate_size = 128;
+    q.intermediate_size_full = 256;
+    TU_OK(wna16_select(ctx, &q, &res, &err), &err);
+    TU_CHECK_MSG(!res.is_k_full, "act-order over a shard is not k-full");
+    q.quant.act_order = false;
+    TU_OK(wna16_select(ctx, &q, &res, &err), &err);
+    TU_CHECK(res.is_k_full);
+    q.intermediate_size_full = 64;
+    wna16_status_t st = wna16_select(ctx, &q, &res, &err);
+    TU_CHECK(st == WNA16_EINVAL &&
+             strstr(err.message, "intermediate_size_full (64) is smaller"));
+    q.intermediate_size_full = 0;
+    q.quant.input_dtype = (wna16_input_dtype_t)7;
+    st = wna16_select(ctx, &q, &res, &err);
+    TU_CHECK(st == WNA16_EINVAL && strstr(err.message, "input_dtype 7"));
+}
+
 int main(void)
 {
     wna16_context_t *ctx = tu_context();
@@ -407,6 +442,7 @@ int main(void)
     RUN(ctx, platform_rows);
     RUN(ctx, explicit_rows);
     RUN(ctx, invalid_rows);
+    test_input_and_k_full(ctx);
     wna16_context_destroy(ctx);
     return tu_finish("test_select");
 }

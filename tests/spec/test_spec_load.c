@@ -621,6 +621,54 @@ static const bad_case_t bad_cases[] = {
      "\"dtype\": \"I32\", \"dequant_scale_dtype\": \"BF16\",",
      "$.layouts.qweight.dequant_scale_dtype",
      "only the dequantized weight role has it"},
+    /* 8-bit activations: scale transforms, z, input_global_scale */
+    {"multiply_on_qweight", B, "\"dtype\": \"I32\",",
+     "\"dtype\": \"I32\", \"multiply\": \"512\",", "$.layouts.qweight.multiply",
+     "only scales have scale transforms"},
+    {"multiply_not_power_of_two", B, "\"index\": [\"e\", \"g\", \"n\"],",
+     "\"index\": [\"e\", \"g\", \"n\"], \"multiply\": \"3\",",
+     "$.layouts.scales.multiply", "is 3: expected a power of two"},
+    {"int16_codes_out_of_range", B, "\"index\": [\"e\", \"g\", \"n\"],",
+     "\"index\": [\"e\", \"g\", \"n\"], \"int16_codes\": \"40000\",",
+     "$.layouts.scales.int16_codes", "is 40000: expected 0 to 32767"},
+    {"multiply_and_int16_codes", B, "\"index\": [\"e\", \"g\", \"n\"],",
+     "\"index\": [\"e\", \"g\", \"n\"], \"multiply\": \"2\", "
+     "\"int16_codes\": \"4096\",", "$.layouts.scales",
+     "multiply and int16_codes apply together"},
+    {"z_in_qzeros", B, "\"code_bits\": \"8\",",
+     "\"code_bits\": \"8\", \"encode\": \"c ^ z\", \"decode\": \"c ^ z\",",
+     "$.layouts.qzeros.encode", "z (the zero point of a code's group) exists "
+     "for qweight codes only"},
+    {"transforms_not_inverse", B, "\"bit\": \"(k % PF) * BITS\",",
+     "\"bit\": \"(k % PF) * BITS\", \"encode\": \"c / 2\", "
+     "\"decode\": \"c * 2\",", "$.layouts.qweight",
+     "decode(encode(1)) = 0 (z = 0): the value transforms are not inverse"},
+    {"transforms_with_z_not_inverse", B, "\"bit\": \"(k % PF) * BITS\",",
+     "\"bit\": \"(k % PF) * BITS\", \"encode\": \"c >= z ? c - z : MASK - c\", "
+     "\"decode\": \"c + z\",", "$.layouts.qweight",
+     "the value transforms are not inverse"},
+    {"global_scale_without_codes", B, "\"qzeros\": {",
+     "\"input_global_scale\": { \"dtype\": \"F32\", \"shape\": [], "
+     "\"index\": [], \"coord\": {} }, \"qzeros\": {", "$.layouts",
+     "it comes with a \"scales\" layout that has \"int16_codes\""},
+    {"global_scale_where_no_codes", B, "\"index\": [\"e\", \"g\", \"n\"],\n"
+     "      \"coord\": { \"e\": \"i0\", \"g\": \"i1\", \"n\": \"i2\" }\n    },",
+     "\"index\": [\"e\", \"g\", \"n\"], \"int16_codes\": \"G > 1 ? 4096 : 0\",\n"
+     "      \"coord\": { \"e\": \"i0\", \"g\": \"i1\", \"n\": \"i2\" }\n    },"
+     " \"input_global_scale\": { \"dtype\": \"F32\", \"shape\": [], "
+     "\"index\": [], \"coord\": {} },", "$.layouts.input_global_scale",
+     "input_global_scale must exist exactly where the scales are int16 codes"},
+    {"global_scale_f16", B, "\"qzeros\": {",
+     "\"input_global_scale\": { \"dtype\": \"F16\", \"shape\": [], "
+     "\"index\": [], \"coord\": {} }, \"qzeros\": {",
+     "$.layouts.input_global_scale.dtype", "dtype F16 cannot hold global "
+     "activation scale"},
+    {"qweight_zero_dims", B, "\"shape\": [\"E\", \"N\", \"K / PF\"],",
+     "\"shape\": [],", "$.layouts.qweight.shape",
+     "expected 1 to 6 dimensions, found 0"},
+    {"unknown_input_dtype", B, "\"min_cc\": 75", "\"min_cc\": 75, "
+     "\"input_dtypes\": [\"int4\"]", "$.capabilities.input_dtypes",
+     "unknown 8-bit input dtype \"int4\" (int8, fp8)"},
     {"tensor_name_clash", B, "\"dtype\": [\"F16\", \"BF16\"],",
      "\"name\": \"qweight\", \"dtype\": [\"F16\", \"BF16\"],",
      "$.layouts.scales", "tensor name \"qweight\" is already used by qweight"},
