@@ -7,7 +7,7 @@
  * every (source, destination) pair: each checkpoint format, and each
  * stacked layout that holds codes, into each stacked destination (the
  * backends and moe_wna16), x bits {4, 8} x group size {-1, 32, 64, 128} x
- * zero point x act-order x bias x the source's scale dtypes, on one small
+ * zero point x act-order x bias x input dtype (16-bit, int8, fp8) x the source's scale dtypes, on one small
  * layer that every layout accepts; per operand (w13, w2) one kernel per
  * destination tensor present, plus the block-sums kernel where the qweight
  * layout has sums. What a layout cannot hold is refused by the
@@ -329,10 +329,10 @@ static void combination(run_t *R, const wna16_spec_t *src,
 {
     char what[200];
     snprintf(what, sizeof what, "%s -> %s E%lld H%lld I%lld b%lld g%lld "
-             "zp%d ao%d bias%d %s", src->name, dst->name, (long long)base->E,
-             (long long)base->H, (long long)base->I, (long long)base->BITS,
-             (long long)base->GS, base->zp, base->act_order, base->bias,
-             wna16_dtype_name(fd));
+             "zp%d ao%d bias%d a8=%d %s", src->name, dst->name,
+             (long long)base->E, (long long)base->H, (long long)base->I,
+             (long long)base->BITS, (long long)base->GS, base->zp,
+             base->act_order, base->bias, base->a8, wna16_dtype_name(fd));
     R->combos++;
     w16_problem_t p = *base;
     wna16_error_t err;
@@ -396,10 +396,12 @@ static void enumerate(run_t *R, const int32_t *layer)
                 continue;
             for (size_t i = 0; i < W16_ARRAY_LEN(bits); i++)
                 for (size_t j = 0; j < W16_ARRAY_LEN(gss); j++)
-                    for (int m = 0; m < 8; m++) { /* zp, act-order, bias */
+                    for (int m = 0; m < 8 * WNA16_INPUT_COUNT_; m++) {
+                        /* zp, act-order, bias, then the input dtype */
                         w16_problem_t p = {layer[0], layer[1], layer[2],
                                            bits[i], gss[j], m & 1,
-                                           (m >> 1) & 1, (m >> 2) & 1};
+                                           (m >> 1) & 1, (m >> 2) & 1,
+                                           .a8 = m >> 3};
                         for (int d = 0; d < (sl ? sl->n_dtypes : 1); d++)
                             combination(R, src, dst, &p,
                                         sl ? sl->dtypes[d] : WNA16_DTYPE_F16);
