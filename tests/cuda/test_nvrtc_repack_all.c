@@ -7,8 +7,8 @@
  * every (source, destination) pair: each checkpoint format, and each
  * stacked layout that holds codes, into each stacked destination (the
  * backends and moe_wna16), x bits {4, 8} x group size {-1, 32, 64, 128} x
- * zero point x act-order x bias x input dtype (16-bit, int8, fp8) x the source's scale dtypes, on one small
- * layer that every layout accepts; per operand (w13, w2) one kernel per
+ * zero point x act-order x bias x input dtype (16-bit, int8, fp8) x the
+ * source's scale dtypes, on one small layer that every layout accepts; per operand (w13, w2) one kernel per
  * destination tensor present, plus the block-sums kernel where the qweight
  * layout has sums. What a layout cannot hold is refused by the
  * reference's own checks (w16_check_holds, on both sides) or by the
