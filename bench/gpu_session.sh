@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds wna16 on a GPU machine and runs everything that needs the GPU: the
-# GPU tests (labels cuda, gpu), the repack tests (golden files included),
-# then bench_repack_cuda. Logs go to $OUT (default ./gpu-out).
+# GPU tests (labels cuda, gpu: the CUDA runtime, GPU repack, the fused MoE
+# against the reference), the repack tests (golden files included), then
+# bench_repack_cuda and bench_moe_cuda. Logs go to $OUT (default
+# ./gpu-out).
 #
 #   bash bench/gpu_session.sh [GOLDEN_DIR]
 #
@@ -30,3 +32,4 @@ ctest -L 'cuda|gpu' --output-on-failure -j4 > "$OUT/ctest-gpu.log" 2>&1
 ctest -R 'golden|repack' --output-on-failure -j8 > "$OUT/ctest-repack.log" 2>&1
 tail -15 "$OUT/ctest-gpu.log"; tail -6 "$OUT/ctest-repack.log"
 ./bench/bench_repack_cuda 2>&1 | tee "$OUT/bench_repack_cuda.txt"
+./bench/bench_moe_cuda 2>&1 | tee "$OUT/bench_moe_cuda.txt"

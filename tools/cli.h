@@ -20,6 +20,8 @@ int cmd_specs(int argc, char **argv);
 int cmd_select(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
+/* `wna16 gen --kind moe --target cuda` (cmd_gen dispatches to it). */
+int cmd_gen_moe_cuda(int argc, char **argv);
 int cmd_repack(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 
