@@ -408,6 +408,8 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
             for (int j = 0; j < 8; j++) {
                 int n = colbase[t] + 8 * j + gid;
                 float z = ZP ? 0.0f : (float)(1 << (BITS - 1));
+                if constexpr (GROUPED)
+                    s_reg[row][t][j] = 0; // columns past N stay finite
                 if (colbase[t] >= 0) {
                     if constexpr (GROUPED) {
                         scale_t s = sc_e[(size_t)g * N + scale_pos(n)];
