@@ -1057,8 +1057,9 @@ wna16_status_t wna16_cuda_moe_run_batched(wna16_cuda_moe_t *moe,
  * parameters are checked at once; the device data (top-k ids, batched
  * counts) are checked by the kernels, which drop what is out of range and
  * record it: wna16_cuda_moe_sync reports it. p->expert_map is a host
- * array (copied to the GPU when it changes). topk_weights may be 0 only
- * when no weighting is asked for (batched). */
+ * array (copied to the GPU when it changes). `hidden` must be 16-byte
+ * aligned (cudaMalloc'd memory is). Batched: weights may be 0 (no router
+ * weights, as in wna16_ref_moe_batched). */
 wna16_status_t wna16_cuda_moe_run_device(wna16_cuda_moe_t *moe,
                                          const wna16_moe_params_t *p,
                                          uint64_t hidden, int32_t M,

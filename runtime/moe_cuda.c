@@ -555,7 +555,7 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
         return w16_err(err, WNA16_ELIMIT, "moe: %lld routed rows is too many "
                        "for one run", (long long)P);
     bool on_input = p->apply_router_weight_on_input;
-    if (!a->batched && !a->weights && !on_input)
+    if (!a->batched && !a->weights)
         return w16_err(err, WNA16_EINVAL, "moe: topk_weights are required");
     if (!a->hidden || !a->out || (!a->batched && !a->ids) ||
         (a->batched && !a->counts))
