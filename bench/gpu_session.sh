@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds wna16 on a GPU machine and runs everything that needs the GPU: the
-# GPU tests (labels cuda, gpu), the repack tests (golden files included),
-# then bench_repack_cuda. Logs go to $OUT (default ./gpu-out).
+# GPU tests (labels cuda, gpu: the CUDA runtime, GPU repack, the fused MoE
+# against the reference), the repack tests (golden files included), then
+# bench_repack_cuda and bench_moe_cuda. Logs go to $OUT (default
+# ./gpu-out).
 #
-#   bash bench/gpu_session.sh [GOLDEN_DIR]
+#   [STEP=tests|bench|all] bash bench/gpu_session.sh [GOLDEN_DIR]
 #
 # For a machine without network: copy the libcjson1 and libcjson-dev .deb
 # files into .gpu/debs and the golden files into .gpu/golden beside the
@@ -26,7 +28,16 @@ cmake --build build-gpu -j"$(nproc)" >> "$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
 cd build-gpu
 export WNA16_CACHE_DIR=$PWD/kcache
-ctest -L 'cuda|gpu' --output-on-failure -j4 > "$OUT/ctest-gpu.log" 2>&1
-ctest -R 'golden|repack' --output-on-failure -j8 > "$OUT/ctest-repack.log" 2>&1
-tail -15 "$OUT/ctest-gpu.log"; tail -6 "$OUT/ctest-repack.log"
-./bench/bench_repack_cuda 2>&1 | tee "$OUT/bench_repack_cuda.txt"
+STEP=${STEP:-all}
+if [ "$STEP" = all ] || [ "$STEP" = tests ]; then
+  # GPU tests one or two at a time: each process starts its own context
+  ctest -L gpu --output-on-failure -j2 > "$OUT/ctest-gpu.log" 2>&1
+  ctest -R 'golden|checkpoint|target_cuda' --output-on-failure -j4 \
+    > "$OUT/ctest-repack.log" 2>&1
+  ./tests/repack/test_repack_golden > "$OUT/repack_golden.txt" 2>&1
+  tail -25 "$OUT/ctest-gpu.log"; tail -8 "$OUT/ctest-repack.log"
+fi
+if [ "$STEP" = all ] || [ "$STEP" = bench ]; then
+  ./bench/bench_repack_cuda 2>&1 | tee "$OUT/bench_repack_cuda.txt"
+  ./bench/bench_moe_cuda 2>&1 | tee "$OUT/bench_moe_cuda.txt"
+fi

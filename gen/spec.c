@@ -1173,7 +1173,7 @@ static bool load_doc(loader_t *L, const cJSON *root)
         "wna16_spec", "kind", "name", "title", "description", "config",
         "projections", "stacked", "tables", "capabilities", "zero_point",
         "pad", "act_order_sort", "layouts", "rules", "selection", "samples",
-        NULL};
+        "tiling", NULL};
     if (!check_keys(L, root, "$", keys))
         return false;
     wna16_spec_t *s = L->spec;
@@ -1213,7 +1213,7 @@ static bool load_doc(loader_t *L, const cJSON *root)
 
     /* Keys that belong to one kind only. */
     static const char *const format_only[] = {"config", "projections", NULL};
-    static const char *const backend_only[] = {"pad", NULL};
+    static const char *const backend_only[] = {"pad", "tiling", NULL};
     for (const char *const *k = is_format ? backend_only : format_only; *k; k++)
         if (get(root, *k)) {
             char p[PATH_MAX_LEN];
@@ -1268,6 +1268,10 @@ static bool load_doc(loader_t *L, const cJSON *root)
     if (get(root, "rules") &&
         !load_rules(L, get(root, "rules"), "$.rules", W16_VW_DIM,
                     &s->caps.shape_rules, &s->caps.n_shape_rules))
+        return false;
+    if (get(root, "tiling") &&
+        (L->status = w16_spec_load_tiling(s, get(root, "tiling"), L->origin,
+                                          L->err)) != WNA16_OK)
         return false;
     const cJSON *sel = get(root, "selection");
     if (!sel)

@@ -146,6 +146,50 @@ typedef struct w16_spec_proj {
     const char *names[4]; int n_names; /* "gate_proj", "w1" */
 } w16_spec_proj_t;
 
+/* Tile shapes of the CUDA fused-MoE GEMM (templates/moe_marlin_gemm.cu),
+ * chosen per problem from a backend spec's "tiling" section
+ * (docs/specs.md, section 14; gen/spec_tiling.c loads and checks it).
+ * Both lists are first-match tables whose last row has no condition, so
+ * every problem gets a shape. */
+typedef struct w16_tile_bm {
+    int64_t tpe_lo, tpe_hi; /* routed slots per expert, inclusive */
+    int block_m;            /* 16, 32, 48 or 64: also the routing block */
+    const char *json_path;
+} w16_tile_bm_t;
+
+typedef struct w16_tile_rule {
+    int gemm;               /* -1 either, else a wna16_gemm_t */
+    int64_t bm_lo, bm_hi;   /* block_m range, inclusive */
+    int64_t n_lo, n_hi;     /* GEMM output columns N, inclusive */
+    int64_t k_lo, k_hi;     /* GEMM reduction size K, inclusive */
+    int block_n;            /* multiple of 64, <= 256 */
+    int block_k;            /* 64, 128 or 256 (halved to divide K) */
+    int warps_n, warps_k;   /* powers of two */
+    int stages;             /* cp.async pipeline depth, 2 .. 8 */
+    const char *json_path;
+} w16_tile_rule_t;
+
+typedef struct w16_tiling {
+    const char *description;
+    w16_tile_bm_t *bm; int n_bm;
+    w16_tile_rule_t *gemm; int n_gemm;
+} w16_tiling_t;
+
+/* Most shared memory one CTA may use on any device the tiling targets
+ * (sm_90: 227 KiB); a device with less refuses a shape at run time. */
+#define W16_TILING_MAX_SHARED 232448
+
+/* Shared memory of a GEMM CTA of this shape (the template's formula). */
+size_t w16_tile_shared_bytes(int block_m, int block_n, int block_k,
+                             int stages, int bits);
+/* The block_m row for `tokens_per_expert` routed slots per expert. */
+const w16_tile_bm_t *w16_tiling_block_m(const w16_tiling_t *t,
+                                        int64_t tokens_per_expert);
+/* The GEMM row for a problem. */
+const w16_tile_rule_t *w16_tiling_gemm(const w16_tiling_t *t, int block_m,
+                                       wna16_gemm_t gemm, int64_t N,
+                                       int64_t K);
+
 struct wna16_spec {
     wna16_context_t *ctx;
     w16_arena_t arena; /* owns everything below */
@@ -165,6 +209,8 @@ struct wna16_spec {
     /* Dims: padded intermediate size (NULL = I). */
     const w16_expr_t *pad_intermediate;
     const char *pad_forbidden_with_act_order; /* reason, NULL = allowed */
+    /* CUDA fused-MoE tile shapes; NULL when the backend has none. */
+    const w16_tiling_t *tiling;
 
     /* Layouts, by role; NULL where the spec has none. */
     const w16_layout_t *layouts[W16_ROLE_COUNT];
@@ -215,6 +261,12 @@ void w16_spec_free(wna16_spec_t *spec);
  * runs all samples; otherwise only the first. */
 wna16_status_t w16_spec_check_layouts(const wna16_spec_t *spec, bool full,
                                       wna16_error_t *err);
+
+/* Loads "tiling" (backend specs) into spec->tiling; errors name `origin`
+ * and the JSON path. `j` is a cJSON node (spec loaders only). */
+struct cJSON;
+wna16_status_t w16_spec_load_tiling(wna16_spec_t *spec, const struct cJSON *j,
+                                    const char *origin, wna16_error_t *err);
 
 /* ---- binding a layout to a problem -------------------------------------- */
 

@@ -1029,6 +1029,123 @@ wna16_status_t wna16_moe_align_batched(const int32_t *expert_num_tokens,
 void wna16_moe_alignment_free(wna16_moe_alignment_t *a);
 
 /* ------------------------------------------------------------------------ */
+/* Fused MoE on a CUDA GPU                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The fused MoE of wna16_ref_moe / wna16_ref_moe_batched on an NVIDIA GPU
+ * (sm_80 or later), over a layer stored in a Marlin-family backend layout
+ * (specs/backends/marlin.json, batched_marlin.json). The kernels are the
+ * tensor-core templates of templates/, specialized by the generator from
+ * the backend spec (bits, group size, zero points, act-order, dtypes, the
+ * activation) and the spec's "tiling" table (tile shape, warps, pipeline
+ * depth per problem), compiled by NVRTC through the kernel cache. One run:
+ * routing on the GPU (tokens sorted and padded per expert, deterministic),
+ * GEMM 1 with the activation fused, GEMM 2, and the top-k weighted sum in
+ * a fixed order: no float atomics, so a run's output bits depend only on
+ * its inputs.
+ *
+ * Semantics are the reference's (same arguments, same rounding points).
+ * Numerics: float32 accumulation on tensor cores; with grouped scales the
+ * weights (q - z) * s are rounded to the activation dtype before the
+ * product (as Marlin does), channelwise scales multiply the float32 sums;
+ * the activation is computed in float32. tests/cuda/test_moe_cuda.c states
+ * the resulting tolerance against the reference.
+ *
+ * Supported: 4- and 8-bit codes, group sizes the layout holds (-1, 32, 64,
+ * 128 for Marlin), 4-bit zero points, act-order, biases, F16/BF16
+ * activations and scales, expert maps, both activation formats, the gated
+ * activations (silu, gelu, gelu_tanh, swigluoai, swiglustep). Refused with
+ * a reason: non-gated activations (no stacked layout describes a w13 of
+ * N = I yet), 8-bit activations.
+ *
+ * A wna16_cuda_moe_t owns its workspace: one run at a time per object
+ * (use one object per stream). Destroy it before its context. */
+typedef struct wna16_cuda_moe wna16_cuda_moe_t;
+
+/* Puts a layer on the GPU. `tensors` holds the stacked layer in
+ * `backend`'s layout under `prefix` ("{prefix}.w13_qweight", ... as
+ * wna16_repack_layer and wna16_ref_encode write them), for E experts,
+ * hidden size H and (unpadded) intermediate size I quantized as `quant`
+ * says. With device_tensors false the data are host memory and are copied
+ * to the GPU (the object owns the copies); with device_tensors true each
+ * tensor's `data` is a CUDA device address ((void *)(uintptr_t)dptr) that
+ * the caller keeps alive and unchanged while the object lives. Checks
+ * tensor names, dtypes and shapes against the spec, that the spec's
+ * layouts are the ones the kernels read (a differing layout is refused
+ * with the first element stored elsewhere), and act-order tensors on the
+ * GPU (g_idx in range, sort indices a permutation per expert).
+ * EUNAVAILABLE without a GPU or NVRTC. */
+wna16_status_t wna16_cuda_moe_create(wna16_context_t *ctx,
+                                     const wna16_spec_t *backend,
+                                     const wna16_tensor_set_t *tensors,
+                                     const char *prefix, int32_t E, int32_t H,
+                                     int32_t I,
+                                     const wna16_quant_desc_t *quant,
+                                     bool device_tensors,
+                                     wna16_cuda_moe_t **out,
+                                     wna16_error_t *err);
+void wna16_cuda_moe_destroy(wna16_cuda_moe_t *moe);
+
+/* wna16_ref_moe on the GPU, host arrays in and out (synchronous). Same
+ * arguments, checks and error messages as the reference; `out` is
+ * untouched on error. */
+wna16_status_t wna16_cuda_moe_run(wna16_cuda_moe_t *moe,
+                                  const wna16_moe_params_t *p,
+                                  const void *hidden, int32_t M,
+                                  const int32_t *topk_ids,
+                                  const float *topk_weights, int32_t topk,
+                                  void *out, wna16_error_t *err);
+
+/* wna16_ref_moe_batched on the GPU, host arrays (synchronous). */
+wna16_status_t wna16_cuda_moe_run_batched(wna16_cuda_moe_t *moe,
+                                          const wna16_moe_params_t *p,
+                                          const void *hidden,
+                                          int32_t max_tokens,
+                                          const int32_t *expert_num_tokens,
+                                          const float *weights, void *out,
+                                          wna16_error_t *err);
+
+/* The same on device arrays (CUDA device addresses), queued on `stream`
+ * (a CUstream; NULL: the default stream) without waiting. Shapes and
+ * parameters are checked at once; the device data (top-k ids, batched
+ * counts) are checked by the kernels, which drop what is out of range and
+ * record it: wna16_cuda_moe_sync reports it. p->expert_map is a host
+ * array (copied to the GPU when it changes). `hidden` must be 16-byte
+ * aligned (cudaMalloc'd memory is). Batched: weights may be 0 (no router
+ * weights, as in wna16_ref_moe_batched). */
+wna16_status_t wna16_cuda_moe_run_device(wna16_cuda_moe_t *moe,
+                                         const wna16_moe_params_t *p,
+                                         uint64_t hidden, int32_t M,
+                                         uint64_t topk_ids,
+                                         uint64_t topk_weights, int32_t topk,
+                                         uint64_t out, void *stream,
+                                         wna16_error_t *err);
+wna16_status_t wna16_cuda_moe_run_batched_device(
+    wna16_cuda_moe_t *moe, const wna16_moe_params_t *p, uint64_t hidden,
+    int32_t max_tokens, uint64_t expert_num_tokens, uint64_t weights,
+    uint64_t out, void *stream, wna16_error_t *err);
+
+/* Waits for `stream` and reports (EINVAL, naming the first offending
+ * token slot or expert) bad device data seen by the runs since the last
+ * sync; then clears the record. */
+wna16_status_t wna16_cuda_moe_sync(wna16_cuda_moe_t *moe, void *stream,
+                                   wna16_error_t *err);
+
+/* What the last run used: the two GEMM kernels (readable names that spell
+ * out every parameter), the tiling rows that chose them, the routing block
+ * and the NVRTC compile time each kernel cost in that run (0: it came
+ * from the kernel cache). */
+typedef struct wna16_cuda_moe_report {
+    int32_t block_m;
+    char kernel[2][160];      /* [0] w13 + activation, [1] w2 */
+    char tile_rule[2][64];    /* "$.tiling.gemm[1]" */
+    double compile_ms[3];     /* w13, w2, the routing/finalize unit */
+} wna16_cuda_moe_report_t;
+
+void wna16_cuda_moe_last_report(const wna16_cuda_moe_t *moe,
+                                wna16_cuda_moe_report_t *out);
+
+/* ------------------------------------------------------------------------ */
 /* Devices                                                                   */
 /* ------------------------------------------------------------------------ */
 

@@ -24,7 +24,8 @@ static void usage(FILE *f)
         "256, 128 and 2. --target ir (default) prints the kernel IR, --target\n"
         "llvm the LLVM IR before optimization (needs LLVM 19), --target cuda\n"
         "the CUDA C translation unit NVRTC compiles (nvcc compiles it too).\n"
-        "--input-dtype picks the layout's variant for 8-bit activations.\n");
+        "--input-dtype picks the layout's variant for 8-bit activations.\n\n"
+        "wna16 gen --kind moe --target cuda --help: the CUDA fused-MoE kernels.\n");
 }
 
 typedef struct gen_opts {
@@ -83,8 +84,8 @@ static int parse(int argc, char **argv, gen_opts_t *o)
             return cli_usage_error("gen", "%s: bad value '%s'", opt, v);
     }
     if (!o->kind || strcmp(o->kind, "repack") != 0)
-        return cli_usage_error("gen", "--kind repack is required (the fused-MoE "
-                               "kernels come later)");
+        return cli_usage_error("gen", "--kind repack is required (or --kind "
+                               "moe --target cuda for the fused MoE)");
     if (!o->from || !o->to || !o->bits || !o->gs_set)
         return cli_usage_error("gen", "--from, --to, --bits and --group-size "
                                "are required");
@@ -94,8 +95,24 @@ static int parse(int argc, char **argv, gen_opts_t *o)
     return CLI_OK;
 }
 
+/* Is `--name VALUE` (or --name=VALUE) among the arguments? */
+static bool has_opt(int argc, char **argv, const char *name, const char *value)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        if (cli_opt_value(argc, argv, &i, name, &v) && v &&
+            strcmp(v, value) == 0)
+            return true;
+    }
+    return false;
+}
+
 int cmd_gen(int argc, char **argv)
 {
+    /* the CUDA fused MoE from templates/ (tools/cmd_gen_moe_cuda.c) */
+    if (has_opt(argc, argv, "--kind", "moe") &&
+        has_opt(argc, argv, "--target", "cuda"))
+        return cmd_gen_moe_cuda(argc, argv);
     for (int i = 1; i < argc; i++)
         if (cli_is_help(argv[i])) {
             usage(stdout);

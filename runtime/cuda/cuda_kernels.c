@@ -24,14 +24,17 @@ wna16_status_t w16_context_cache(wna16_context_t *ctx, w16_cache_t **out,
 
 struct w16_cuda_kernel {
     w16_cuda_module_t *module;
-    w16_cuda_function_t *fn;
+    int n_fns;
+    w16_cuda_function_t *fns[W16_CUDA_MODULE_MAX_FNS];
 };
 
 typedef struct cuda_job {
     wna16_context_t *ctx;
     w16_cuda_t *cuda;
     const char *source;
-    const char *name;
+    const char *name;          /* the unit, in messages */
+    const char *const *fn_names;
+    int n_fns;
     double compile_ms; /* NVRTC time when this call compiled, else 0 */
 } cuda_job_t;
 
@@ -110,8 +113,10 @@ static wna16_status_t job_load(void *user, const void *blob, size_t size,
     wna16_status_t st = k ? w16_cuda_module_load(j->cuda, &img, &k->module, err)
                           : w16_err_nomem(err, "loading a CUDA kernel");
     free(ptx);
-    if (st == WNA16_OK)
-        st = w16_cuda_function(k->module, j->name, &k->fn, err);
+    for (int i = 0; st == WNA16_OK && i < j->n_fns; i++)
+        st = w16_cuda_function(k->module, j->fn_names[i], &k->fns[i], err);
+    if (k)
+        k->n_fns = j->n_fns;
     if (st != WNA16_OK) {
         if (k)
             w16_cuda_module_unload(k->module);
@@ -163,20 +168,22 @@ void w16_cuda_key(w16_keyer_t *kr, w16_cuda_t *cuda)
     w16_keyer_str(kr, w16_cuda_driver_version(cuda));
 }
 
-wna16_status_t w16_cuda_kernel_get(wna16_context_t *ctx, const kir_kernel_t *k,
-                                   w16_cuda_function_t **fn,
+wna16_status_t w16_cuda_module_get(wna16_context_t *ctx, const char *unit,
+                                   const char *source,
+                                   const char *const *fn_names, int n_fns,
+                                   w16_cuda_function_t **fns,
                                    double *compile_ms, wna16_error_t *err)
 {
     w16_cuda_t *cuda;
     w16_cache_t *cache;
     if (compile_ms)
         *compile_ms = 0;
+    if (n_fns < 1 || n_fns > W16_CUDA_MODULE_MAX_FNS)
+        return w16_err(err, WNA16_EINVAL, "CUDA unit %s: %d kernels (1 to %d)",
+                       unit, n_fns, W16_CUDA_MODULE_MAX_FNS);
     wna16_status_t st = w16_cuda_get(ctx, &cuda, err);
     if (st == WNA16_OK)
         st = w16_context_cache(ctx, &cache, err);
-    char *src = NULL;
-    if (st == WNA16_OK)
-        st = w16_cuda_kernel_source(ctx, k, &src, err);
     if (st != WNA16_OK)
         return st;
     w16_keyer_t kr;
@@ -184,20 +191,39 @@ wna16_status_t w16_cuda_kernel_get(wna16_context_t *ctx, const kir_kernel_t *k,
     w16_keyer_str(&kr, "wna16 cuda kernel");
     w16_keyer_str(&kr, WNA16_VERSION_STRING);
     w16_cuda_key(&kr, cuda);
-    w16_keyer_str(&kr, k->name);
-    w16_keyer_str(&kr, src);
+    for (int i = 0; i < n_fns; i++)
+        w16_keyer_str(&kr, fn_names[i]);
+    w16_keyer_str(&kr, source);
     w16_key_t key = w16_keyer_done(&kr);
-    cuda_job_t job = {.ctx = ctx, .cuda = cuda, .source = src,
-                      .name = k->name};
+    cuda_job_t job = {.ctx = ctx, .cuda = cuda, .source = source,
+                      .name = unit, .fn_names = fn_names, .n_fns = n_fns};
     w16_cache_loader_t loader = {.compile = job_compile, .load = job_load,
                                  .unload = job_unload, .user = &job};
     void *h = NULL;
     st = w16_cache_get(cache, key, &loader, &h, err);
-    free(src);
     if (st != WNA16_OK)
         return st;
-    *fn = ((struct w16_cuda_kernel *)h)->fn;
+    const struct w16_cuda_kernel *k = h;
+    if (k->n_fns != n_fns) /* one key, one artifact: cannot happen */
+        return w16_err(err, WNA16_EINTERNAL, "CUDA unit %s: cached module has "
+                       "%d kernels, expected %d", unit, k->n_fns, n_fns);
+    for (int i = 0; i < n_fns; i++)
+        fns[i] = k->fns[i];
     if (compile_ms)
         *compile_ms = job.compile_ms;
     return WNA16_OK;
+}
+
+wna16_status_t w16_cuda_kernel_get(wna16_context_t *ctx, const kir_kernel_t *k,
+                                   w16_cuda_function_t **fn,
+                                   double *compile_ms, wna16_error_t *err)
+{
+    char *src = NULL;
+    wna16_status_t st = w16_cuda_kernel_source(ctx, k, &src, err);
+    if (st != WNA16_OK)
+        return st;
+    const char *names[1] = {k->name};
+    st = w16_cuda_module_get(ctx, k->name, src, names, 1, fn, compile_ms, err);
+    free(src);
+    return st;
 }

@@ -18,6 +18,20 @@ wna16_status_t w16_cuda_kernel_get(wna16_context_t *ctx, const kir_kernel_t *k,
                                    w16_cuda_function_t **fn,
                                    double *compile_ms, wna16_error_t *err);
 
+/* Most kernels one module may export to w16_cuda_module_get. */
+#define W16_CUDA_MODULE_MAX_FNS 16
+
+/* The functions fn_names[0 .. n_fns) of a whole CUDA C translation unit
+ * (`source`, e.g. a specialized template), compiled on first use through
+ * the kernel cache exactly as w16_cuda_kernel_get does (key: the text and
+ * the kernel names, the architecture, the NVRTC and driver versions).
+ * `unit` names it in messages and NVRTC's log. */
+wna16_status_t w16_cuda_module_get(wna16_context_t *ctx, const char *unit,
+                                   const char *source,
+                                   const char *const *fn_names, int n_fns,
+                                   w16_cuda_function_t **fns,
+                                   double *compile_ms, wna16_error_t *err);
+
 /* The kernel as a whole translation unit (malloc'd, NUL-terminated). */
 wna16_status_t w16_cuda_kernel_source(wna16_context_t *ctx,
                                       const kir_kernel_t *k, char **out,

@@ -398,6 +398,7 @@ wna16_status_t w16_nvrtc_compile(wna16_context_t *ctx, const char *source,
     X(cuModuleUnload)                                                        \
     X(cuModuleGetFunction)                                                   \
     X(cuFuncSetAttribute)                                                    \
+    X(cuFuncGetAttribute)                                                    \
     X(cuLaunchKernel)                                                        \
     X(cuMemAlloc_v2)                                                         \
     X(cuMemFree_v2)                                                          \
@@ -888,8 +889,23 @@ wna16_status_t w16_cuda_launch(w16_cuda_t *c, w16_cuda_function_t *fn,
                        "blocks of %u threads", grid_x, block_x);
     wna16_status_t st = bind(c, err);
     CUfunction f = cu_function(fn);
-    if (st == WNA16_OK && shared_bytes > STATIC_SHARED_LIMIT)
+    /* the 48 KiB default covers static and dynamic shared memory
+     * together: past it, the dynamic part needs the opt-in */
+    int static_bytes = 0;
+    if (st == WNA16_OK && shared_bytes &&
+        c->cu.cuFuncGetAttribute(&static_bytes,
+                                 CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                                 f) != CUDA_SUCCESS)
+        static_bytes = STATIC_SHARED_LIMIT; /* unknown: opt in */
+    if (st == WNA16_OK && shared_bytes &&
+        (size_t)shared_bytes + (size_t)static_bytes > STATIC_SHARED_LIMIT) {
+        if ((size_t)shared_bytes + (size_t)static_bytes > c->max_shared)
+            return w16_err(err, WNA16_ELIMIT, "CUDA launch: %u bytes of "
+                           "dynamic and %d of static shared memory, %s "
+                           "allows at most %zu", shared_bytes, static_bytes,
+                           c->name, c->max_shared);
         st = opt_in_shared(c, f, shared_bytes, err);
+    }
     if (st != WNA16_OK)
         return st;
     CUresult r = c->cu.cuLaunchKernel(f, grid_x, 1, 1, block_x, 1, 1,

@@ -1,0 +1,120 @@
+/*
+ * moe_cuda.h - the CUDA fused-MoE generator: from a backend spec and a
+ * bound problem to specialized CUDA C translation units of the templates
+ * in templates/ (moe_marlin_gemm.cu, moe_aux.cu).
+ *
+ *   backend spec + problem --contract--> operand facts (N, K, G, layouts)
+ *   spec "tiling" + problem --tile-----> w16_moe_gemm_cfg_t
+ *   w16_moe_gemm_cfg_t --source--------> prelude (constants) + template
+ *
+ * The template hard-codes how it reads the Marlin family (a 16x64 tile of
+ * codes feeds mma.m16n8k16 B fragments, scales in one of two column
+ * permutations, 4-bit zero points interleaved, bias in the 32-entry
+ * permutation). The contract check proves, on the bound problem, that the
+ * spec's forward maps send every logical element exactly where the
+ * template reads it, and picks the scale permutation the spec uses for
+ * this operand (Marlin's choice depends on the group size and, for w13, on
+ * the unpadded intermediate size: hazard H1). A spec whose layout is
+ * anything else is refused with the first element that differs, never
+ * read wrongly. Only constants reach the generated text: no spec string.
+ */
+#ifndef W16_MOE_CUDA_H
+#define W16_MOE_CUDA_H
+
+#include "gen/spec.h"
+
+/* Column permutations of a scale row the template can read. */
+typedef enum w16_moe_scales {
+    W16_MOE_SCALES_T64 = 0, /* 8x8 transpose in every 64 columns (grouped) */
+    W16_MOE_SCALES_T32 = 1, /* the 32-entry table (channelwise, bias) */
+} w16_moe_scales_t;
+
+/* What the contract check learns about one operand of a problem. */
+typedef struct w16_moe_operand {
+    int64_t N, K, G;          /* as stored (w13: N = 2*IP, K = H) */
+    int64_t IP;               /* the padded intermediate size */
+    w16_moe_scales_t scales;  /* the scale permutation */
+    /* storage shapes, for checking tensors; ndim 0 = role absent */
+    int ndim[W16_ROLE_COUNT];
+    int64_t shape[W16_ROLE_COUNT][W16_MAX_STORE_DIMS];
+} w16_moe_operand_t;
+
+/* Checks that `spec`'s layouts of operand `gemm` of problem `p` are the
+ * ones the template reads and fills `out`. EUNSUPPORTED with the reason
+ * (and the first logical element placed elsewhere) otherwise. */
+wna16_status_t w16_moe_cuda_contract(const wna16_spec_t *spec,
+                                     const w16_problem_t *p,
+                                     wna16_gemm_t gemm, w16_moe_operand_t *out,
+                                     wna16_error_t *err);
+
+/* Everything that decides one GEMM translation unit. */
+typedef struct w16_moe_gemm_cfg {
+    wna16_gemm_t gemm;       /* W13: + activation; W2: float32 output */
+    int bits;                /* 4 or 8 */
+    bool zp;                 /* explicit 4-bit zero points */
+    bool act_order;          /* per-k groups through g_idx */
+    bool grouped;            /* G > 1: scales in the main loop, else in
+                                the epilogue on the float32 sums */
+    w16_moe_scales_t scales;
+    wna16_dtype_t act_dtype, scale_dtype, bias_dtype; /* F16 or BF16 */
+    wna16_activation_t activation; /* W13 only (gated) */
+    int block_m, block_n, block_k, warps_n, warps_k, stages;
+} w16_moe_gemm_cfg_t;
+
+/* The routing block (block_m) for a number of routed slots per expert;
+ * EUNSUPPORTED when the spec has no tiling. */
+wna16_status_t w16_moe_cuda_block_m(const wna16_spec_t *spec,
+                                    int64_t tokens_per_expert, int *block_m,
+                                    wna16_error_t *err);
+
+/* Fills cfg's tile fields for one GEMM of N x K from the spec's tiling:
+ * the first matching row, with block_k halved until it divides K (K is a
+ * multiple of 64 for every Marlin operand) and warps_k capped to the k16
+ * steps left. `json_path` (may be NULL) receives the row's path. */
+wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
+                                 wna16_gemm_t gemm, int64_t N, int64_t K,
+                                 w16_moe_gemm_cfg_t *cfg,
+                                 const char **json_path, wna16_error_t *err);
+
+/* Threads and dynamic shared memory of one CTA. */
+unsigned w16_moe_gemm_threads(const w16_moe_gemm_cfg_t *c);
+size_t w16_moe_gemm_shared(const w16_moe_gemm_cfg_t *c);
+
+/* The kernel's readable name, every parameter spelled out, e.g.
+ * "w16_moe_marlin_w13_silu_f16_b4_zp_ao_gq_t64_sf16_bf16_m16n128k128_w2x4_p4". */
+void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size);
+
+/* The whole translation unit of one GEMM (NUL-terminated in b). Fails
+ * (EINVAL) on a configuration the template cannot take. */
+wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
+                                   wna16_error_t *err);
+
+/* The routing / gather / finalize kernels of templates/moe_aux.cu, in the
+ * order of w16_moe_aux_names; specialized on the activation dtype only. */
+enum {
+    W16_AUX_ROUTE_COUNT,
+    W16_AUX_ROUTE_SCAN,
+    W16_AUX_ROUTE_FILL,
+    W16_AUX_ROUTE_SCATTER,
+    W16_AUX_GATHER,
+    W16_AUX_FINALIZE,
+    W16_AUX_FINALIZE_BATCHED,
+    W16_AUX_CHECK_ACT_ORDER,
+    W16_AUX_CHECK_SEEN,
+    W16_AUX_COUNT
+};
+extern const char *const w16_moe_aux_names[W16_AUX_COUNT];
+/* Routing constants the host must agree on (templates/moe_aux.cu). */
+#define W16_AUX_CHUNK 1024
+#define W16_AUX_ROUTE_THREADS 256
+#define W16_AUX_SCAN_THREADS 1024
+/* err[] slots written by the aux kernels. */
+enum { W16_AUX_ERR_ID, W16_AUX_ERR_COUNT, W16_AUX_ERR_GIDX, W16_AUX_ERR_PERM,
+       W16_AUX_ERR_SLOTS };
+
+/* "w16_moe_aux_f16" / "w16_moe_aux_bf16" */
+const char *w16_moe_aux_unit(wna16_dtype_t act_dtype);
+wna16_status_t w16_moe_aux_source(wna16_dtype_t act_dtype, w16_buf_t *b,
+                                  wna16_error_t *err);
+
+#endif

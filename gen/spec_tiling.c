@@ -1,0 +1,344 @@
+/*
+ * spec_tiling.c - the "tiling" section of backend specs: the tile shape,
+ * warp layout and pipeline depth of the CUDA fused-MoE GEMM chosen per
+ * problem (routed slots per expert, N, K). Loading checks every row
+ * against what the template (templates/moe_marlin_gemm.cu) can
+ * instantiate, so a bad table is a spec error naming the JSON path, never
+ * a kernel that fails to compile or to launch:
+ *
+ *   "tiling": {
+ *     "description": "...",
+ *     "block_m": [ {"tokens_per_expert": [1, 16], "block_m": 16}, ...,
+ *                  {"block_m": 64} ],
+ *     "gemm":    [ {"gemm": "w2", "block_m": [16, 16], "n": [1, 4096],
+ *                   "k": [1, 65536], "block_n": 128, "block_k": 128,
+ *                   "warps_n": 2, "warps_k": 4, "stages": 4}, ...,
+ *                  {"block_n": 128, "block_k": 64, "warps_n": 2,
+ *                   "warps_k": 2, "stages": 3} ]
+ *   }
+ *
+ * Both lists are first-match; conditions are inclusive integer ranges;
+ * the last row of each has no condition and no other row lacks one. The
+ * language is documented in docs/specs.md, section 14.
+ */
+#include "gen/spec.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { TPATH = 160 };
+
+typedef struct tload {
+    wna16_spec_t *spec;
+    const char *origin;
+    wna16_error_t *err;
+    wna16_status_t st;
+} tload_t;
+
+static bool tfail(tload_t *L, const char *path, const char *fmt, ...)
+    W16_PRINTF(3, 4);
+
+static bool tfail(tload_t *L, const char *path, const char *fmt, ...)
+{
+    if (L->st != WNA16_OK)
+        return false;
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    L->st = w16_err(L->err, WNA16_ESPEC, "%s: %s: %s", L->origin, path, what);
+    return false;
+}
+
+static bool keys_ok(tload_t *L, const cJSON *obj, const char *path,
+                    const char *const *allowed)
+{
+    if (!cJSON_IsObject(obj))
+        return tfail(L, path, "expected an object");
+    for (const cJSON *c = obj->child; c; c = c->next) {
+        bool ok = false;
+        for (const char *const *a = allowed; *a; a++)
+            ok |= strcmp(*a, c->string) == 0;
+        if (!ok)
+            return tfail(L, path, "unknown key \"%s\"", c->string);
+        for (const cJSON *d = obj->child; d != c; d = d->next)
+            if (strcmp(d->string, c->string) == 0)
+                return tfail(L, path, "duplicate key \"%s\"", c->string);
+    }
+    return true;
+}
+
+static bool int_at(tload_t *L, const cJSON *j, const char *path, int64_t lo,
+                   int64_t hi, int64_t *out)
+{
+    if (!cJSON_IsNumber(j) || j->valuedouble != (double)(int64_t)j->valuedouble)
+        return tfail(L, path, "expected an integer");
+    if (!(j->valuedouble >= (double)lo && j->valuedouble <= (double)hi))
+        return tfail(L, path, "%g is out of range [%lld, %lld]",
+                     j->valuedouble, (long long)lo, (long long)hi);
+    *out = (int64_t)j->valuedouble;
+    return true;
+}
+
+/* An optional inclusive range [lo, hi]; absent = [0, INT64_MAX]. */
+static bool range_at(tload_t *L, const cJSON *obj, const char *key,
+                     const char *base, int64_t min, int64_t *lo, int64_t *hi,
+                     bool *present)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    *lo = 0;
+    *hi = INT64_MAX;
+    if (present)
+        *present = j != NULL;
+    if (!j)
+        return true;
+    char p[TPATH];
+    snprintf(p, sizeof p, "%s.%s", base, key);
+    if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != 2)
+        return tfail(L, p, "expected [lo, hi] (inclusive)");
+    if (!int_at(L, j->child, p, min, INT32_MAX, lo) ||
+        !int_at(L, j->child->next, p, min, INT32_MAX, hi))
+        return false;
+    if (*lo > *hi)
+        return tfail(L, p, "empty range [%lld, %lld]", (long long)*lo,
+                     (long long)*hi);
+    return true;
+}
+
+static bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+size_t w16_tile_shared_bytes(int block_m, int block_n, int block_k,
+                             int stages, int bits)
+{
+    size_t stage = (size_t)block_m * block_k * 2 +
+                   (size_t)(block_k / 16) * (block_n / 64) * 128u * bits;
+    size_t pipe = stage * (size_t)stages;
+    size_t c = (size_t)block_m * (block_n + 4) * 4;
+    return pipe > c ? pipe : c;
+}
+
+static bool load_bm(tload_t *L, const cJSON *arr, const char *base,
+                    w16_tiling_t *t)
+{
+    static const char *const keys[] = {"tokens_per_expert", "block_m", NULL};
+    int n = cJSON_GetArraySize(arr);
+    if (!cJSON_IsArray(arr) || n < 1 || n > 16)
+        return tfail(L, base, "expected an array of 1 to 16 rows");
+    t->bm = w16_arena_alloc(&L->spec->arena, sizeof *t->bm * (size_t)n);
+    if (!t->bm)
+        return tfail(L, base, "out of memory");
+    int i = 0;
+    for (const cJSON *r = arr->child; r; r = r->next, i++) {
+        char p[TPATH], pk[TPATH];
+        snprintf(p, sizeof p, "%s[%d]", base, i);
+        snprintf(pk, sizeof pk, "%s.block_m", p);
+        w16_tile_bm_t *b = &t->bm[i];
+        bool cond;
+        int64_t bm;
+        if (!keys_ok(L, r, p, keys) ||
+            !range_at(L, r, "tokens_per_expert", p, 1, &b->tpe_lo,
+                      &b->tpe_hi, &cond))
+            return false;
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, "block_m");
+        if (!v)
+            return tfail(L, p, "\"block_m\" is required");
+        if (!int_at(L, v, pk, 16, 64, &bm))
+            return false;
+        if (bm % 16 != 0)
+            return tfail(L, pk, "expected 16, 32, 48 or 64");
+        if (i == n - 1 && cond)
+            return tfail(L, p, "the last row must have no condition (it "
+                         "catches every problem)");
+        if (i < n - 1 && !cond)
+            return tfail(L, p, "a row without a condition hides the rows "
+                         "after it");
+        b->block_m = (int)bm;
+        snprintf(p, sizeof p, "%s[%d]", base, i);
+        b->json_path = w16_arena_strdup(&L->spec->arena, p);
+        if (!b->json_path)
+            return tfail(L, p, "out of memory");
+    }
+    t->n_bm = n;
+    return true;
+}
+
+/* Checks one GEMM row against the template for every block_m it serves. */
+static bool check_rule(tload_t *L, const char *p, const w16_tile_rule_t *g,
+                       const w16_tiling_t *t)
+{
+    int tiles = g->block_n / 64, nt = tiles / g->warps_n;
+    if (g->gemm != WNA16_GEMM_W2 &&
+        (tiles % 2 != 0 || nt > tiles / 2 || (tiles / 2) % nt != 0))
+        return tfail(L, p, "a w13 shape puts the gate and up halves of "
+                     "block_n in separate warps: block_n must be a multiple "
+                     "of 128 and each warp's %d tile(s) must lie in one half "
+                     "(set \"gemm\": \"w2\" to keep this shape for w2)", nt);
+    for (int i = 0; i < t->n_bm; i++) {
+        int bm = t->bm[i].block_m;
+        if (bm < g->bm_lo || bm > g->bm_hi)
+            continue;
+        if ((bm / 16) * nt > 4)
+            return tfail(L, p, "with block_m %d (from %s) a warp would hold "
+                         "%d x %d m16 x 64 accumulator tiles: at most 4 (128 "
+                         "floats a thread)", bm, t->bm[i].json_path, bm / 16,
+                         nt);
+        size_t sh = w16_tile_shared_bytes(bm, g->block_n, g->block_k,
+                                          g->stages, 8);
+        if (sh > W16_TILING_MAX_SHARED)
+            return tfail(L, p, "with block_m %d and 8-bit weights a CTA "
+                         "needs %zu bytes of shared memory (at most %d)", bm,
+                         sh, W16_TILING_MAX_SHARED);
+    }
+    return true;
+}
+
+static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
+                      w16_tiling_t *t)
+{
+    static const char *const keys[] = {"gemm", "block_m", "n", "k",
+                                       "block_n", "block_k", "warps_n",
+                                       "warps_k", "stages", NULL};
+    int n = cJSON_GetArraySize(arr);
+    if (!cJSON_IsArray(arr) || n < 1 || n > 32)
+        return tfail(L, base, "expected an array of 1 to 32 rows");
+    t->gemm = w16_arena_alloc(&L->spec->arena, sizeof *t->gemm * (size_t)n);
+    if (!t->gemm)
+        return tfail(L, base, "out of memory");
+    int i = 0;
+    for (const cJSON *r = arr->child; r; r = r->next, i++) {
+        char p[TPATH];
+        snprintf(p, sizeof p, "%s[%d]", base, i);
+        w16_tile_rule_t *g = &t->gemm[i];
+        bool c_bm, c_n, c_k;
+        if (!keys_ok(L, r, p, keys) ||
+            !range_at(L, r, "block_m", p, 16, &g->bm_lo, &g->bm_hi, &c_bm) ||
+            !range_at(L, r, "n", p, 1, &g->n_lo, &g->n_hi, &c_n) ||
+            !range_at(L, r, "k", p, 1, &g->k_lo, &g->k_hi, &c_k))
+            return false;
+        g->gemm = -1;
+        const cJSON *gm = cJSON_GetObjectItemCaseSensitive(r, "gemm");
+        if (gm) {
+            char pk[TPATH];
+            snprintf(pk, sizeof pk, "%s.gemm", p);
+            if (!cJSON_IsString(gm) || (strcmp(gm->valuestring, "w13") != 0 &&
+                                        strcmp(gm->valuestring, "w2") != 0))
+                return tfail(L, pk, "expected \"w13\" or \"w2\"");
+            g->gemm = strcmp(gm->valuestring, "w13") == 0 ? WNA16_GEMM_W13
+                                                          : WNA16_GEMM_W2;
+        }
+        bool cond = c_bm || c_n || c_k || gm;
+        if (i == n - 1 && cond)
+            return tfail(L, p, "the last row must have no condition (it "
+                         "catches every problem)");
+        if (i < n - 1 && !cond)
+            return tfail(L, p, "a row without a condition hides the rows "
+                         "after it");
+        static const char *const num_keys[] = {"block_n", "block_k",
+                                               "warps_n", "warps_k", "stages"};
+        static const int64_t lo[] = {64, 64, 1, 1, 2};
+        static const int64_t hi[] = {256, 256, 8, 8, 8};
+        int64_t v[5];
+        for (int k = 0; k < 5; k++) {
+            char pk[TPATH];
+            snprintf(pk, sizeof pk, "%s.%s", p, num_keys[k]);
+            const cJSON *j = cJSON_GetObjectItemCaseSensitive(r, num_keys[k]);
+            if (!j)
+                return tfail(L, p, "\"%s\" is required", num_keys[k]);
+            if (!int_at(L, j, pk, lo[k], hi[k], &v[k]))
+                return false;
+        }
+        char pk[TPATH];
+        if (v[0] % 64 != 0) {
+            snprintf(pk, sizeof pk, "%s.block_n", p);
+            return tfail(L, pk, "expected a multiple of 64 (Marlin tiles are "
+                         "64 columns wide)");
+        }
+        if (v[1] != 64 && v[1] != 128 && v[1] != 256) {
+            snprintf(pk, sizeof pk, "%s.block_k", p);
+            return tfail(L, pk, "expected 64, 128 or 256");
+        }
+        if (!is_pow2(v[2]) || (v[0] / 64) % v[2] != 0) {
+            snprintf(pk, sizeof pk, "%s.warps_n", p);
+            return tfail(L, pk, "expected a power of two dividing block_n / "
+                         "64 = %lld", (long long)(v[0] / 64));
+        }
+        if (!is_pow2(v[3]) || (v[1] / 16) % v[3] != 0) {
+            snprintf(pk, sizeof pk, "%s.warps_k", p);
+            return tfail(L, pk, "expected a power of two dividing block_k / "
+                         "16 = %lld", (long long)(v[1] / 16));
+        }
+        if (v[2] * v[3] > 16)
+            return tfail(L, p, "warps_n * warps_k = %lld: at most 16 warps "
+                         "(512 threads)", (long long)(v[2] * v[3]));
+        g->block_n = (int)v[0];
+        g->block_k = (int)v[1];
+        g->warps_n = (int)v[2];
+        g->warps_k = (int)v[3];
+        g->stages = (int)v[4];
+        if (!check_rule(L, p, g, t))
+            return false;
+        g->json_path = w16_arena_strdup(&L->spec->arena, p);
+        if (!g->json_path)
+            return tfail(L, p, "out of memory");
+    }
+    t->n_gemm = n;
+    return true;
+}
+
+wna16_status_t w16_spec_load_tiling(wna16_spec_t *spec, const cJSON *j,
+                                    const char *origin, wna16_error_t *err)
+{
+    static const char *const keys[] = {"description", "block_m", "gemm",
+                                       NULL};
+    tload_t L = {.spec = spec, .origin = origin, .err = err,
+                 .st = WNA16_OK};
+    const char *base = "$.tiling";
+    w16_tiling_t *t = w16_arena_alloc(&spec->arena, sizeof *t);
+    if (!t)
+        return w16_err_nomem(err, "loading a spec's tiling");
+    if (!keys_ok(&L, j, base, keys))
+        return L.st;
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "description");
+    t->description = "";
+    if (d) {
+        if (!cJSON_IsString(d) || strlen(d->valuestring) > 2000)
+            return tfail(&L, "$.tiling.description", "expected a string of "
+                         "at most 2000 characters"), L.st;
+        if (!(t->description = w16_arena_strdup(&spec->arena, d->valuestring)))
+            return w16_err_nomem(err, "loading a spec's tiling");
+    }
+    const cJSON *bm = cJSON_GetObjectItemCaseSensitive(j, "block_m");
+    const cJSON *gm = cJSON_GetObjectItemCaseSensitive(j, "gemm");
+    if (!bm || !gm)
+        return tfail(&L, base, "\"block_m\" and \"gemm\" are required"), L.st;
+    if (load_bm(&L, bm, "$.tiling.block_m", t) &&
+        load_gemm(&L, gm, "$.tiling.gemm", t))
+        spec->tiling = t;
+    return L.st;
+}
+
+const w16_tile_bm_t *w16_tiling_block_m(const w16_tiling_t *t,
+                                        int64_t tokens_per_expert)
+{
+    for (int i = 0; i < t->n_bm; i++)
+        if (tokens_per_expert >= t->bm[i].tpe_lo &&
+            tokens_per_expert <= t->bm[i].tpe_hi)
+            return &t->bm[i];
+    return &t->bm[t->n_bm - 1]; /* unreachable: the last row catches all */
+}
+
+const w16_tile_rule_t *w16_tiling_gemm(const w16_tiling_t *t, int block_m,
+                                       wna16_gemm_t gemm, int64_t N,
+                                       int64_t K)
+{
+    for (int i = 0; i < t->n_gemm; i++) {
+        const w16_tile_rule_t *g = &t->gemm[i];
+        if ((g->gemm < 0 || g->gemm == (int)gemm) && block_m >= g->bm_lo &&
+            block_m <= g->bm_hi && N >= g->n_lo && N <= g->n_hi &&
+            K >= g->k_lo && K <= g->k_hi)
+            return g;
+    }
+    return &t->gemm[t->n_gemm - 1];
+}

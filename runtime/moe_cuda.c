@@ -1,0 +1,939 @@
+/*
+ * moe_cuda.c - the fused MoE on a CUDA GPU (wna16_cuda_moe_*): a layer in
+ * a Marlin-family layout on the device, and runs that go
+ *
+ *   route (count, scan, fill, scatter)   tokens sorted and padded per
+ *                                        expert into blocks of block_m
+ *   [gather]                             act-order permutation of the
+ *                                        input, router weights on input
+ *   GEMM 1 + activation                  a2 [slots][IP], activation dtype
+ *   [gather]                             act-order permutation of a2
+ *   GEMM 2                               y [slots][H], float32
+ *   finalize                             top-k weighted sum, or the
+ *                                        batched rows, in a fixed order
+ *
+ * all queued on one stream. The kernels come from gen/moe_cuda.c (the
+ * templates specialized from the spec and its tiling table) through the
+ * kernel cache; each object memoizes the functions it used so a run only
+ * hashes when its configuration changes.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "gen/moe_cuda.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/cuda_kernels.h"
+#include "runtime/ref/ref.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MEMO_MAX = 16 };
+
+struct wna16_cuda_moe {
+    wna16_context_t *ctx;
+    w16_cuda_t *cuda;
+    const wna16_spec_t *spec;
+    int32_t E, H, I, IP;
+    wna16_quant_desc_t quant;
+    w16_moe_operand_t op[2];
+    wna16_dtype_t scale_dtype[2], bias_dtype[2];
+    uint64_t t[2][W16_ROLE_COUNT]; /* device address of each role */
+    bool owned;                    /* t[][] allocated by this object */
+    uint64_t ws;                   /* workspace */
+    size_t ws_size;
+    w16_cuda_stream_t *ws_stream;  /* last stream that used it */
+    uint64_t err_dev;              /* int[W16_AUX_ERR_SLOTS] */
+    uint64_t io;                   /* host runs: staged inputs/outputs */
+    size_t io_size;
+    uint64_t map_dev;              /* expert_map copy */
+    int32_t *map_host;
+    int32_t map_len, map_cap;
+    struct {
+        w16_moe_gemm_cfg_t cfg;
+        w16_cuda_function_t *fn;
+    } memo[MEMO_MAX];
+    int n_memo, memo_next;
+    w16_cuda_function_t *aux[2][W16_AUX_COUNT]; /* [bf16] */
+    bool aux_ready[2];
+    /* what the last device run looked like, for sync's messages */
+    int32_t last_topk;
+    bool last_batched;
+    wna16_cuda_moe_report_t report;
+};
+
+static const char *op_name(int g) { return g == WNA16_GEMM_W13 ? "w13" : "w2"; }
+
+/* ---- kernels ------------------------------------------------------------- */
+
+static wna16_status_t get_aux(wna16_cuda_moe_t *m, wna16_dtype_t act,
+                              w16_cuda_function_t ***fns, double *ms,
+                              wna16_error_t *err)
+{
+    int b = act == WNA16_DTYPE_BF16;
+    *ms = 0;
+    if (!m->aux_ready[b]) {
+        w16_buf_t src;
+        w16_buf_init(&src, m->ctx);
+        wna16_status_t st = w16_moe_aux_source(act, &src, err);
+        if (st == WNA16_OK && src.failed)
+            st = w16_err_nomem(err, "writing the MoE routing kernels");
+        if (st == WNA16_OK)
+            st = w16_cuda_module_get(m->ctx, w16_moe_aux_unit(act), src.data,
+                                     w16_moe_aux_names, W16_AUX_COUNT,
+                                     m->aux[b], ms, err);
+        w16_buf_free(&src);
+        if (st != WNA16_OK)
+            return st;
+        m->aux_ready[b] = true;
+    }
+    *fns = m->aux[b];
+    return WNA16_OK;
+}
+
+static wna16_status_t get_gemm(wna16_cuda_moe_t *m, const w16_moe_gemm_cfg_t *c,
+                               w16_cuda_function_t **fn, double *ms,
+                               wna16_error_t *err)
+{
+    *ms = 0;
+    for (int i = 0; i < m->n_memo; i++)
+        if (memcmp(&m->memo[i].cfg, c, sizeof *c) == 0) {
+            *fn = m->memo[i].fn;
+            return WNA16_OK;
+        }
+    char name[160];
+    w16_moe_gemm_name(c, name, sizeof name);
+    w16_buf_t src;
+    w16_buf_init(&src, m->ctx);
+    wna16_status_t st = w16_moe_gemm_source(c, &src, err);
+    if (st == WNA16_OK && src.failed)
+        st = w16_err_nomem(err, "writing a fused-MoE kernel");
+    const char *names[1] = {name};
+    if (st == WNA16_OK)
+        st = w16_cuda_module_get(m->ctx, name, src.data, names, 1, fn, ms,
+                                 err);
+    w16_buf_free(&src);
+    if (st != WNA16_OK)
+        return st;
+    int slot = m->n_memo < MEMO_MAX ? m->n_memo++ : m->memo_next++ % MEMO_MAX;
+    memcpy(&m->memo[slot].cfg, c, sizeof *c); /* padding too: memcmp keys */
+    m->memo[slot].fn = *fn;
+    return WNA16_OK;
+}
+
+/* ---- creation ------------------------------------------------------------ */
+
+static bool role_used(w16_role_t r, const wna16_quant_desc_t *q)
+{
+    switch (r) {
+    case W16_ROLE_QWEIGHT:
+    case W16_ROLE_SCALES: return true;
+    case W16_ROLE_QZEROS: return q->zero_point;
+    case W16_ROLE_BIAS: return q->bias;
+    case W16_ROLE_G_IDX:
+    case W16_ROLE_SORT_IDX: return q->act_order;
+    default: return false;
+    }
+}
+
+static wna16_status_t find_tensor(wna16_cuda_moe_t *m,
+                                  const wna16_tensor_set_t *ts,
+                                  const char *prefix, int g, w16_role_t r,
+                                  const wna16_tensor_t **out,
+                                  wna16_error_t *err)
+{
+    const w16_layout_t *l = m->spec->layouts[r];
+    char name[WNA16_TENSOR_NAME_MAX];
+    if (prefix && *prefix)
+        snprintf(name, sizeof name, "%s.%s_%s", prefix, op_name(g), l->name);
+    else
+        snprintf(name, sizeof name, "%s_%s", op_name(g), l->name);
+    const wna16_tensor_t *t = wna16_tensor_set_find(ts, name);
+    if (!t)
+        return w16_err(err, WNA16_ENOTFOUND, "%s: no tensor %s (%s layout)",
+                       m->spec->name, name, w16_role_key(r));
+    bool dt_ok = false;
+    for (int i = 0; i < l->n_dtypes; i++)
+        dt_ok |= l->dtypes[i] == t->dtype;
+    if (!dt_ok)
+        return w16_err(err, WNA16_EINVAL, "%s: %s has dtype %s, which the "
+                       "layout does not allow", m->spec->name, name,
+                       wna16_dtype_name(t->dtype) ? wna16_dtype_name(t->dtype)
+                                                  : "INVALID");
+    const w16_moe_operand_t *o = &m->op[g];
+    bool same = t->ndim == o->ndim[r];
+    for (int d = 0; same && d < t->ndim; d++)
+        same = t->shape[d] == o->shape[r][d];
+    size_t want = (size_t)wna16_tensor_numel(t) * wna16_dtype_size(t->dtype);
+    if (!same || t->nbytes != want) {
+        char s[96] = "";
+        size_t n = 0;
+        for (int d = 0; d < o->ndim[r]; d++)
+            n += (size_t)snprintf(s + n, sizeof s - n, "%s%lld", d ? ", " : "",
+                                  (long long)o->shape[r][d]);
+        return w16_err(err, WNA16_EINVAL, "%s: %s: expected shape (%s) for "
+                       "E=%d H=%d I=%d", m->spec->name, name, s, m->E, m->H,
+                       m->I);
+    }
+    if (!t->data && t->nbytes)
+        return w16_err(err, WNA16_EINVAL, "%s: %s has no data", m->spec->name,
+                       name);
+    *out = t;
+    return WNA16_OK;
+}
+
+/* Reads the err[] record back and turns it into a message. */
+static wna16_status_t read_err(wna16_cuda_moe_t *m, const char *what,
+                               wna16_error_t *err)
+{
+    int32_t e[W16_AUX_ERR_SLOTS];
+    wna16_status_t st = w16_cuda_copy_d2h(m->cuda, e, m->err_dev, sizeof e, err);
+    if (st != WNA16_OK)
+        return st;
+    /* the record starts at 0x7f7f7f7f: "nothing seen" */
+    const int32_t none = 0x7f7f7f7f;
+    st = WNA16_OK;
+    if (e[W16_AUX_ERR_ID] != none) {
+        int32_t t = e[W16_AUX_ERR_ID], k = m->last_topk > 0 ? m->last_topk : 1;
+        st = w16_err(err, WNA16_EINVAL, "moe: topk_ids[%d][%d] is not an "
+                     "expert id (seen on the GPU%s)", t / k, t % k, what);
+    } else if (e[W16_AUX_ERR_COUNT] != none) {
+        st = w16_err(err, WNA16_EINVAL, "moe: expert_num_tokens[%d] is not in "
+                     "[0, max_tokens] (seen on the GPU%s)",
+                     e[W16_AUX_ERR_COUNT], what);
+    } else if (e[W16_AUX_ERR_GIDX] != none || e[W16_AUX_ERR_PERM] != none) {
+        bool gi = e[W16_AUX_ERR_GIDX] != none;
+        int32_t i = gi ? e[W16_AUX_ERR_GIDX] : e[W16_AUX_ERR_PERM];
+        st = w16_err(err, WNA16_EINVAL, "%s at [%d]: %s", what, i,
+                     gi ? "g_idx is not a scale group"
+                        : "the sort indices are not a permutation of K");
+    }
+    if (st != WNA16_OK) {
+        wna16_error_t e2;
+        w16_cuda_memset(m->cuda, m->err_dev, 0x7f, sizeof e, &e2);
+    }
+    return st;
+}
+
+/* Act-order tensors must be in range: the GEMM reads scales through g_idx
+ * and the gather reads activations through the permutation. */
+static wna16_status_t check_act_order(wna16_cuda_moe_t *m, int g,
+                                      wna16_error_t *err)
+{
+    w16_cuda_function_t **aux;
+    double ms;
+    wna16_status_t st = get_aux(m, WNA16_DTYPE_F16, &aux, &ms, err);
+    int32_t E = m->E, K = (int32_t)m->op[g].K, G = (int32_t)m->op[g].G;
+    uint64_t seen = 0;
+    size_t n = (size_t)E * (size_t)K;
+    if (st == WNA16_OK)
+        st = w16_cuda_alloc(m->cuda, n * sizeof(int32_t), &seen, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_memset(m->cuda, seen, 0, n * sizeof(int32_t), err);
+    unsigned grid = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+    uint64_t gi = m->t[g][W16_ROLE_G_IDX], pm = m->t[g][W16_ROLE_SORT_IDX];
+    void *a1[] = {&gi, &pm, &E, &K, &G, &seen, &m->err_dev};
+    void *a2[] = {&seen, &E, &K, &m->err_dev};
+    if (st == WNA16_OK)
+        st = w16_cuda_launch(m->cuda, aux[W16_AUX_CHECK_ACT_ORDER], grid, 256,
+                             0, NULL, a1, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_launch(m->cuda, aux[W16_AUX_CHECK_SEEN], grid, 256, 0,
+                             NULL, a2, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_stream_sync(m->cuda, NULL, err);
+    w16_cuda_free(m->cuda, seen);
+    if (st != WNA16_OK)
+        return st;
+    char what[96];
+    snprintf(what, sizeof what, "%s: %s act-order tensors (e * K + k, K = %d)",
+             m->spec->name, op_name(g), K);
+    return read_err(m, what, err);
+}
+
+void wna16_cuda_moe_destroy(wna16_cuda_moe_t *m)
+{
+    if (!m)
+        return;
+    if (m->cuda) {
+        if (m->owned)
+            for (int g = 0; g < 2; g++)
+                for (int r = 0; r < W16_ROLE_COUNT; r++)
+                    w16_cuda_free(m->cuda, m->t[g][r]);
+        w16_cuda_free(m->cuda, m->ws);
+        w16_cuda_free(m->cuda, m->io);
+        w16_cuda_free(m->cuda, m->err_dev);
+        w16_cuda_free(m->cuda, m->map_dev);
+    }
+    free(m->map_host);
+    w16_free(m->ctx, m, sizeof *m);
+}
+
+wna16_status_t wna16_cuda_moe_create(wna16_context_t *ctx,
+                                     const wna16_spec_t *backend,
+                                     const wna16_tensor_set_t *tensors,
+                                     const char *prefix, int32_t E, int32_t H,
+                                     int32_t I,
+                                     const wna16_quant_desc_t *quant,
+                                     bool device_tensors,
+                                     wna16_cuda_moe_t **out,
+                                     wna16_error_t *err)
+{
+    if (!ctx || !backend || !tensors || !quant || !out)
+        return w16_err(err, WNA16_EINVAL, "wna16_cuda_moe_create: ctx, "
+                       "backend, tensors, quant and out are required");
+    *out = NULL;
+    if (E < 1 || H < 1 || I < 1 || E > 4096)
+        return w16_err(err, WNA16_EINVAL, "wna16_cuda_moe_create: E = %d, H = "
+                       "%d, I = %d (positive, at most 4096 experts)", E, H, I);
+    wna16_cuda_moe_t *m = w16_calloc(ctx, 1, sizeof *m);
+    if (!m)
+        return w16_err_nomem(err, "creating a CUDA MoE layer");
+    m->ctx = ctx;
+    m->spec = backend;
+    m->E = E;
+    m->H = H;
+    m->I = I;
+    m->quant = *quant;
+    w16_problem_t p = {E, H, I, quant->bits, quant->group_size,
+                       quant->zero_point, quant->act_order, quant->bias,
+                       quant->zeros_stored, quant->g_idx_stored};
+    /* what the layout cannot hold first (the reference's reasons), then
+     * whether the kernels can read the layout */
+    int64_t v[W16_VAR_COUNT];
+    wna16_status_t st = w16_spec_bind(backend, &p, WNA16_GEMM_W13, v, err);
+    if (st == WNA16_OK) {
+        m->IP = (int32_t)v[W16_VAR_IP];
+        st = w16_check_holds(backend, &p, m->IP, err);
+    }
+    for (int g = 0; g < 2 && st == WNA16_OK; g++)
+        st = w16_moe_cuda_contract(backend, &p, (wna16_gemm_t)g, &m->op[g],
+                                   err);
+    if (st == WNA16_OK && !backend->tiling)
+        st = w16_err(err, WNA16_EUNSUPPORTED, "%s: no \"tiling\" section: the "
+                     "spec does not describe CUDA fused-MoE tiles",
+                     backend->name);
+    const wna16_tensor_t *src[2][W16_ROLE_COUNT] = {{0}};
+    for (int g = 0; g < 2 && st == WNA16_OK; g++)
+        for (int r = 0; r < W16_ROLE_COUNT && st == WNA16_OK; r++)
+            if (role_used((w16_role_t)r, quant))
+                st = find_tensor(m, tensors, prefix, g, (w16_role_t)r,
+                                 &src[g][r], err);
+    if (st == WNA16_OK)
+        st = w16_cuda_get(ctx, &m->cuda, err);
+    if (st != WNA16_OK) {
+        wna16_cuda_moe_destroy(m);
+        return st;
+    }
+    m->owned = !device_tensors;
+    for (int g = 0; g < 2; g++) {
+        m->scale_dtype[g] = src[g][W16_ROLE_SCALES]->dtype;
+        m->bias_dtype[g] = quant->bias ? src[g][W16_ROLE_BIAS]->dtype
+                                       : WNA16_DTYPE_F16;
+    }
+    for (int g = 0; g < 2 && st == WNA16_OK; g++)
+        for (int r = 0; r < W16_ROLE_COUNT && st == WNA16_OK; r++) {
+            const wna16_tensor_t *t = src[g][r];
+            if (!t)
+                continue;
+            if (device_tensors) {
+                m->t[g][r] = (uint64_t)(uintptr_t)t->data;
+                /* codes are copied in 16-byte pieces, the rest by element */
+                if (m->t[g][r] % (r == W16_ROLE_QWEIGHT ? 16 : 4) != 0)
+                    st = w16_err(err, WNA16_EINVAL, "%s: %s %s: device "
+                                 "address 0x%llx is not aligned",
+                                 backend->name, op_name(g), t->name,
+                                 (unsigned long long)m->t[g][r]);
+                continue;
+            }
+            st = w16_cuda_alloc(m->cuda, t->nbytes, &m->t[g][r], err);
+            if (st == WNA16_OK)
+                st = w16_cuda_copy_h2d(m->cuda, m->t[g][r], t->data, t->nbytes,
+                                       err);
+        }
+    if (st == WNA16_OK)
+        st = w16_cuda_alloc(m->cuda, W16_AUX_ERR_SLOTS * sizeof(int32_t),
+                            &m->err_dev, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_memset(m->cuda, m->err_dev, 0x7f,
+                             W16_AUX_ERR_SLOTS * sizeof(int32_t), err);
+    for (int g = 0; g < 2 && st == WNA16_OK && quant->act_order; g++)
+        st = check_act_order(m, g, err);
+    if (st != WNA16_OK) {
+        wna16_cuda_moe_destroy(m);
+        return st;
+    }
+    *out = m;
+    return WNA16_OK;
+}
+
+/* ---- checks shared with the reference ------------------------------------ */
+
+static wna16_status_t check_params(const wna16_cuda_moe_t *m,
+                                   const wna16_moe_params_t *p,
+                                   wna16_error_t *err)
+{
+    if (!p)
+        return w16_err(err, WNA16_EINVAL, "moe: params is NULL");
+    const char *an = wna16_activation_name(p->activation);
+    if (!an)
+        return w16_err(err, WNA16_EINVAL, "moe: invalid activation %d",
+                       (int)p->activation);
+    if (!wna16_activation_is_gated(p->activation))
+        return w16_err(err, WNA16_EUNSUPPORTED, "moe: %s on CUDA: the stacked "
+                       "%s layout describes a gated w13 (N = 2 * IP); "
+                       "non-gated layers have no layout yet", an,
+                       m->spec->name);
+    if (p->act_dtype != WNA16_DTYPE_F16 && p->act_dtype != WNA16_DTYPE_BF16) {
+        const char *n = wna16_dtype_name(p->act_dtype);
+        return w16_err(err, WNA16_EINVAL, "moe: activation dtype %s is not "
+                       "supported (F16 or BF16)", n ? n : "INVALID");
+    }
+    bool swiglu = p->activation == WNA16_ACT_SWIGLUOAI ||
+                  p->activation == WNA16_ACT_SWIGLUSTEP;
+    if (swiglu && !(p->swiglu_limit > 0.0f))
+        return w16_err(err, WNA16_EINVAL, "moe: %s needs swiglu_limit > 0 "
+                       "(got %g; INFINITY disables the clamp)", an,
+                       (double)p->swiglu_limit);
+    if (p->activation == WNA16_ACT_SWIGLUOAI &&
+        (!isfinite(p->swiglu_alpha) || !isfinite(p->swiglu_beta)))
+        return w16_err(err, WNA16_EINVAL, "moe: swigluoai needs finite "
+                       "swiglu_alpha and swiglu_beta (got %g, %g)",
+                       (double)p->swiglu_alpha, (double)p->swiglu_beta);
+    return WNA16_OK;
+}
+
+/* The number of ids (global experts) and the map's validity. */
+static wna16_status_t check_map(const wna16_cuda_moe_t *m,
+                                const wna16_moe_params_t *p, int32_t *n_ids,
+                                wna16_error_t *err)
+{
+    if (!p->expert_map) {
+        if (p->global_num_experts != 0 && p->global_num_experts != m->E)
+            return w16_err(err, WNA16_EINVAL, "moe: global_num_experts = %d "
+                           "without an expert_map (must be 0 or E = %d)",
+                           p->global_num_experts, m->E);
+        *n_ids = m->E;
+        return WNA16_OK;
+    }
+    if (p->global_num_experts < 1)
+        return w16_err(err, WNA16_EINVAL, "moe: expert_map needs "
+                       "global_num_experts >= 1 (got %d)",
+                       p->global_num_experts);
+    for (int32_t g = 0; g < p->global_num_experts; g++) {
+        int32_t e = p->expert_map[g];
+        if (e < -1 || e >= m->E)
+            return w16_err(err, WNA16_EINVAL, "moe: expert_map[%d] = %d is "
+                           "neither -1 nor a local expert in [0, %d)", g, e,
+                           m->E);
+    }
+    *n_ids = p->global_num_experts;
+    return WNA16_OK;
+}
+
+/* Copies the expert map to the GPU when it differs from the last one. */
+static wna16_status_t sync_map(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
+                               uint64_t *dev, wna16_error_t *err)
+{
+    *dev = 0;
+    if (!p->expert_map)
+        return WNA16_OK;
+    int32_t n = p->global_num_experts;
+    if (n == m->map_len &&
+        memcmp(m->map_host, p->expert_map, (size_t)n * sizeof(int32_t)) == 0) {
+        *dev = m->map_dev;
+        return WNA16_OK;
+    }
+    if (n > m->map_cap) {
+        int32_t *h = realloc(m->map_host, (size_t)n * sizeof(int32_t));
+        if (!h)
+            return w16_err_nomem(err, "keeping the expert map");
+        m->map_host = h;
+        if (m->ws_stream || m->map_dev)
+            w16_cuda_stream_sync(m->cuda, m->ws_stream, NULL);
+        w16_cuda_free(m->cuda, m->map_dev);
+        m->map_dev = 0;
+        m->map_cap = 0;
+        wna16_status_t st = w16_cuda_alloc(m->cuda, (size_t)n * sizeof(int32_t),
+                                           &m->map_dev, err);
+        if (st != WNA16_OK)
+            return st;
+        m->map_cap = n;
+    }
+    /* the previous map may still be in use by queued work */
+    wna16_status_t st = w16_cuda_stream_sync(m->cuda, m->ws_stream, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_copy_h2d(m->cuda, m->map_dev, p->expert_map,
+                               (size_t)n * sizeof(int32_t), err);
+    if (st != WNA16_OK) {
+        m->map_len = 0;
+        return st;
+    }
+    memcpy(m->map_host, p->expert_map, (size_t)n * sizeof(int32_t));
+    m->map_len = n;
+    *dev = m->map_dev;
+    return WNA16_OK;
+}
+
+/* ---- a run ---------------------------------------------------------------- */
+
+typedef struct run_args {
+    bool batched;
+    int32_t M, topk;       /* standard */
+    int32_t max_tokens;    /* batched */
+    uint64_t hidden, ids, weights, counts, out;
+    w16_cuda_stream_t *stream;
+} run_args_t;
+
+/* Bump allocation inside the workspace, 256-byte aligned. */
+typedef struct ws_plan {
+    size_t size;
+} ws_plan_t;
+
+static size_t ws_take(ws_plan_t *w, size_t bytes)
+{
+    size_t at = w->size;
+    w->size += (bytes + 255) / 256 * 256;
+    return at;
+}
+
+static wna16_status_t ensure_ws(wna16_cuda_moe_t *m, size_t bytes,
+                                w16_cuda_stream_t *stream, wna16_error_t *err)
+{
+    if (bytes <= m->ws_size && m->ws)
+        return WNA16_OK;
+    /* queued work may still read the old workspace */
+    wna16_status_t st = w16_cuda_stream_sync(m->cuda, m->ws_stream, err);
+    if (st == WNA16_OK && stream != m->ws_stream)
+        st = w16_cuda_stream_sync(m->cuda, stream, err);
+    if (st != WNA16_OK)
+        return st;
+    w16_cuda_free(m->cuda, m->ws);
+    m->ws = 0;
+    m->ws_size = 0;
+    st = w16_cuda_alloc(m->cuda, bytes, &m->ws, err);
+    if (st == WNA16_OK)
+        m->ws_size = bytes;
+    return st;
+}
+
+static void fill_cfg(const wna16_cuda_moe_t *m, int g,
+                     const wna16_moe_params_t *p, w16_moe_gemm_cfg_t *c)
+{
+    c->bits = m->quant.bits;
+    c->zp = m->quant.zero_point;
+    c->act_order = m->quant.act_order;
+    c->grouped = m->op[g].G > 1;
+    c->scales = m->op[g].scales;
+    c->act_dtype = p->act_dtype;
+    c->scale_dtype = m->scale_dtype[g];
+    c->bias_dtype = m->bias_dtype[g];
+    c->activation = g == WNA16_GEMM_W13 ? p->activation : WNA16_ACT_INVALID;
+}
+
+static unsigned grid_stride(size_t n)
+{
+    size_t b = (n + 255) / 256;
+    return (unsigned)(b < 8192 ? (b ? b : 1) : 8192);
+}
+
+static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
+                          const run_args_t *a, wna16_error_t *err)
+{
+    wna16_cuda_moe_report_t rep = {0};
+    int32_t n_ids = m->E;
+    wna16_status_t st = check_params(m, p, err);
+    if (st == WNA16_OK && !a->batched)
+        st = check_map(m, p, &n_ids, err);
+    if (st != WNA16_OK)
+        return st;
+    int64_t E = m->E, H = m->H, IP = m->IP;
+    int64_t P = a->batched ? E * a->max_tokens : (int64_t)a->M * a->topk;
+    if (P == 0)
+        return WNA16_OK;
+    if (P > INT32_MAX / 4)
+        return w16_err(err, WNA16_ELIMIT, "moe: %lld routed rows is too many "
+                       "for one run", (long long)P);
+    bool on_input = p->apply_router_weight_on_input;
+    if (!a->batched && !a->weights)
+        return w16_err(err, WNA16_EINVAL, "moe: topk_weights are required");
+    if (!a->hidden || !a->out || (!a->batched && !a->ids) ||
+        (a->batched && !a->counts))
+        return w16_err(err, WNA16_EINVAL, "moe: hidden, out and the routing "
+                       "(topk_ids or expert_num_tokens) are required");
+    /* the GEMM copies activation rows in 16-byte pieces */
+    if (a->hidden % 16 != 0)
+        return w16_err(err, WNA16_EINVAL, "moe: hidden (device address "
+                       "0x%llx) must be 16-byte aligned",
+                       (unsigned long long)a->hidden);
+
+    /* tiles: block_m from the routed slots per expert, shared by both */
+    int64_t tpe = a->batched ? a->max_tokens : (P + E - 1) / E;
+    int bm;
+    w16_moe_gemm_cfg_t cfg[2];
+    memset(cfg, 0, sizeof cfg); /* memo keys compare the bytes */
+    const char *rule[2] = {"", ""};
+    st = w16_moe_cuda_block_m(m->spec, tpe > 0 ? tpe : 1, &bm, err);
+    for (int g = 0; g < 2 && st == WNA16_OK; g++) {
+        st = w16_moe_cuda_tile(m->spec, bm, (wna16_gemm_t)g, m->op[g].N,
+                               m->op[g].K, &cfg[g], &rule[g], err);
+        fill_cfg(m, g, p, &cfg[g]);
+        if (st == WNA16_OK &&
+            w16_moe_gemm_shared(&cfg[g]) > w16_cuda_max_shared(m->cuda))
+            st = w16_err(err, WNA16_EUNSUPPORTED, "%s: %s: a %s CTA needs %zu "
+                         "bytes of shared memory; %s allows %zu", m->spec->name,
+                         rule[g], op_name(g), w16_moe_gemm_shared(&cfg[g]),
+                         w16_cuda_device_name(m->cuda),
+                         w16_cuda_max_shared(m->cuda));
+    }
+    w16_cuda_function_t **aux = NULL, *fn[2] = {NULL, NULL};
+    if (st == WNA16_OK)
+        st = get_aux(m, p->act_dtype, &aux, &rep.compile_ms[2], err);
+    for (int g = 0; g < 2 && st == WNA16_OK; g++)
+        st = get_gemm(m, &cfg[g], &fn[g], &rep.compile_ms[g], err);
+    uint64_t map = 0;
+    if (st == WNA16_OK && !a->batched)
+        st = sync_map(m, p, &map, err);
+    if (st != WNA16_OK)
+        return st;
+
+    /* workspace */
+    int64_t C = a->batched ? 0 : (P + W16_AUX_CHUNK - 1) / W16_AUX_CHUNK;
+    int64_t cap = a->batched
+                      ? E * ((a->max_tokens + bm - 1) / bm * bm)
+                      : (P + (P < E ? P : E) * (bm - 1) + bm - 1) / bm * bm;
+    int64_t nblk = cap / bm;
+    bool gather1 = m->quant.act_order || (on_input && a->weights);
+    bool gather2 = m->quant.act_order;
+    ws_plan_t w = {0};
+    size_t o_num = ws_take(&w, sizeof(int32_t));
+    size_t o_hist = ws_take(&w, (size_t)(C * E) * sizeof(int32_t));
+    size_t o_hoff = ws_take(&w, (size_t)(C * E) * sizeof(int32_t));
+    size_t o_start = ws_take(&w, (size_t)(E + 1) * sizeof(int32_t));
+    size_t o_total = ws_take(&w, (size_t)E * sizeof(int32_t));
+    size_t o_sorted = ws_take(&w, (size_t)cap * sizeof(int32_t));
+    size_t o_eids = ws_take(&w, (size_t)nblk * sizeof(int32_t));
+    size_t o_xs = ws_take(&w, gather1 ? (size_t)(P * H) * 2 : 0);
+    size_t o_a2 = ws_take(&w, (size_t)(P * IP) * 2);
+    size_t o_a2s = ws_take(&w, gather2 ? (size_t)(P * IP) * 2 : 0);
+    size_t o_y = ws_take(&w, (size_t)(P * H) * sizeof(float));
+    if ((st = ensure_ws(m, w.size, a->stream, err)) != WNA16_OK)
+        return st;
+    m->ws_stream = a->stream;
+    uint64_t ws = m->ws;
+    uint64_t d_num = ws + o_num, d_hist = ws + o_hist, d_hoff = ws + o_hoff;
+    uint64_t d_start = ws + o_start, d_total = ws + o_total;
+    uint64_t d_sorted = ws + o_sorted, d_eids = ws + o_eids;
+    uint64_t d_xs = ws + o_xs, d_a2 = ws + o_a2, d_a2s = ws + o_a2s;
+    uint64_t d_y = ws + o_y;
+    uint64_t nul = 0;
+    int32_t iE = (int32_t)E, iP = (int32_t)P, iC = (int32_t)C, ibm = bm;
+    int32_t icap = (int32_t)cap, sentinel = iP, maxt = a->max_tokens;
+    int32_t batched = a->batched, topk = a->topk;
+    w16_cuda_stream_t *s = a->stream;
+
+    /* ---- routing ---- */
+    if (!a->batched) {
+        void *ac[] = {(void *)&a->ids, &iP, &map, &n_ids, &iE, &d_hist,
+                      &m->err_dev};
+        st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_COUNT], (unsigned)C,
+                             W16_AUX_ROUTE_THREADS, (unsigned)(E * 4), s, ac,
+                             err);
+    }
+    if (st == WNA16_OK) {
+        uint64_t cnt = a->batched ? a->counts : 0;
+        void *as[] = {&d_hist, &iC, &cnt, &maxt, &iE, &ibm, &d_hoff,
+                      &d_total, &d_start, &d_num, &m->err_dev};
+        st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_SCAN], 1,
+                             W16_AUX_SCAN_THREADS, 0, s, as, err);
+    }
+    if (st == WNA16_OK) {
+        void *af[] = {&d_start, &d_total, &iE, &ibm, &icap, &sentinel,
+                      &batched, &maxt, &d_sorted, &d_eids};
+        st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_FILL],
+                             (unsigned)((cap + 255) / 256), 256, 0, s, af, err);
+    }
+    if (st == WNA16_OK && !a->batched) {
+        void *ak[] = {(void *)&a->ids, &iP, &map, &n_ids, &iE, &d_start,
+                      &d_hoff, &d_sorted, &m->err_dev};
+        st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_SCATTER], (unsigned)C,
+                             W16_AUX_ROUTE_THREADS, (unsigned)(E * 4), s, ak,
+                             err);
+    }
+
+    /* ---- GEMM 1 ---- */
+    uint64_t ids = a->batched ? 0 : a->ids;
+    uint64_t cnt = a->batched ? a->counts : 0;
+    if (st == WNA16_OK && gather1) {
+        int32_t div = a->batched ? 1 : topk, K = (int32_t)H;
+        uint64_t perm = m->quant.act_order ? m->t[0][W16_ROLE_SORT_IDX] : 0;
+        uint64_t wgt = on_input ? a->weights : 0;
+        void *ag[] = {(void *)&a->hidden, &div, &K, &ids, &map, &n_ids, &cnt,
+                      &maxt, &iE, &perm, &wgt, &d_xs, &m->err_dev};
+        st = w16_cuda_launch(m->cuda, aux[W16_AUX_GATHER], (unsigned)P, 256,
+                             0, s, ag, err);
+    }
+    float limit = p->swiglu_limit, alpha = p->swiglu_alpha;
+    float beta = p->swiglu_beta;
+    int32_t round = p->round_gemm_outputs, iIP = (int32_t)IP;
+    for (int g = 0; g < 2 && st == WNA16_OK; g++) {
+        const w16_moe_operand_t *o = &m->op[g];
+        uint64_t in = g == 0 ? (gather1 ? d_xs : a->hidden)
+                             : (gather2 ? d_a2s : d_a2);
+        int32_t div = (g == 0 && !gather1 && !a->batched) ? topk : 1;
+        uint64_t outp = g == 0 ? d_a2 : d_y;
+        int32_t N = (int32_t)o->N, K = (int32_t)o->K, G = (int32_t)o->G;
+        int32_t gs = m->quant.group_size > 0 ? m->quant.group_size : K;
+        uint64_t *t = m->t[g];
+        void *args[] = {&in, &div, &iP, &d_sorted, &d_eids, &d_num,
+                        &t[W16_ROLE_QWEIGHT], &t[W16_ROLE_SCALES],
+                        m->quant.zero_point ? &t[W16_ROLE_QZEROS] : &nul,
+                        m->quant.bias ? &t[W16_ROLE_BIAS] : &nul,
+                        m->quant.act_order ? &t[W16_ROLE_G_IDX] : &nul, &outp,
+                        &N, &K, &G, &gs, &iIP, &limit, &alpha, &beta, &round};
+        int64_t ncta = g == 0 ? (IP + cfg[g].block_n / 2 - 1) /
+                                    (cfg[g].block_n / 2)
+                              : (N + cfg[g].block_n - 1) / cfg[g].block_n;
+        if (nblk * ncta > INT32_MAX)
+            st = w16_err(err, WNA16_ELIMIT, "moe: %lld CTAs", (long long)(nblk * ncta));
+        if (st == WNA16_OK)
+            st = w16_cuda_launch(m->cuda, fn[g], (unsigned)(nblk * ncta),
+                                 w16_moe_gemm_threads(&cfg[g]),
+                                 (unsigned)w16_moe_gemm_shared(&cfg[g]), s,
+                                 args, err);
+        if (st == WNA16_OK && g == 0 && gather2) {
+            int32_t one = 1;
+            uint64_t perm = m->t[1][W16_ROLE_SORT_IDX];
+            void *ag[] = {&d_a2, &one, &iIP, &ids, &map, &n_ids, &cnt, &maxt,
+                          &iE, &perm, &nul, &d_a2s, &m->err_dev};
+            st = w16_cuda_launch(m->cuda, aux[W16_AUX_GATHER], (unsigned)P,
+                                 256, 0, s, ag, err);
+        }
+    }
+
+    /* ---- finalize ---- */
+    if (st == WNA16_OK) {
+        int32_t N = (int32_t)H;
+        uint64_t wgt = on_input ? 0 : a->weights;
+        if (a->batched) {
+            void *af[] = {&d_y, &iE, &maxt, &N, (void *)&a->counts, &wgt,
+                          (void *)&a->out};
+            st = w16_cuda_launch(m->cuda, aux[W16_AUX_FINALIZE_BATCHED],
+                                 grid_stride((size_t)(P * H)), 256, 0, s, af,
+                                 err);
+        } else {
+            int32_t M = a->M;
+            void *af[] = {&d_y, &M, &topk, &N, (void *)&a->ids, &map, &n_ids,
+                          &wgt, (void *)&a->out};
+            st = w16_cuda_launch(m->cuda, aux[W16_AUX_FINALIZE],
+                                 grid_stride((size_t)a->M * (size_t)H), 256, 0,
+                                 s, af, err);
+        }
+    }
+    if (st != WNA16_OK)
+        return st;
+    m->last_topk = a->topk;
+    m->last_batched = a->batched;
+    rep.block_m = bm;
+    for (int g = 0; g < 2; g++) {
+        w16_moe_gemm_name(&cfg[g], rep.kernel[g], sizeof rep.kernel[g]);
+        snprintf(rep.tile_rule[g], sizeof rep.tile_rule[g], "%s", rule[g]);
+    }
+    m->report = rep;
+    return WNA16_OK;
+}
+
+/* ---- the API ---------------------------------------------------------------- */
+
+wna16_status_t wna16_cuda_moe_run_device(wna16_cuda_moe_t *m,
+                                         const wna16_moe_params_t *p,
+                                         uint64_t hidden, int32_t M,
+                                         uint64_t topk_ids,
+                                         uint64_t topk_weights, int32_t topk,
+                                         uint64_t out, void *stream,
+                                         wna16_error_t *err)
+{
+    if (!m)
+        return w16_err(err, WNA16_EINVAL, "moe: layer is NULL");
+    if (M < 0)
+        return w16_err(err, WNA16_EINVAL, "moe: M = %d (must be >= 0)", M);
+    if (topk < 1)
+        return w16_err(err, WNA16_EINVAL, "moe: topk = %d (must be >= 1)",
+                       topk);
+    if (p) {
+        int32_t n_ids = p->expert_map ? p->global_num_experts : m->E;
+        if (topk > n_ids && n_ids > 0)
+            return w16_err(err, WNA16_EINVAL, "moe: topk = %d exceeds the %d "
+                           "experts", topk, n_ids);
+    }
+    run_args_t a = {.M = M, .topk = topk, .hidden = hidden, .ids = topk_ids,
+                    .weights = topk_weights, .out = out,
+                    .stream = (w16_cuda_stream_t *)stream};
+    return run(m, p, &a, err);
+}
+
+wna16_status_t wna16_cuda_moe_run_batched_device(
+    wna16_cuda_moe_t *m, const wna16_moe_params_t *p, uint64_t hidden,
+    int32_t max_tokens, uint64_t expert_num_tokens, uint64_t weights,
+    uint64_t out, void *stream, wna16_error_t *err)
+{
+    if (!m)
+        return w16_err(err, WNA16_EINVAL, "moe: layer is NULL");
+    if (max_tokens < 0)
+        return w16_err(err, WNA16_EINVAL, "moe: max_tokens = %d (must be >= "
+                       "0)", max_tokens);
+    run_args_t a = {.batched = true, .max_tokens = max_tokens, .topk = 1,
+                    .hidden = hidden, .counts = expert_num_tokens,
+                    .weights = weights, .out = out,
+                    .stream = (w16_cuda_stream_t *)stream};
+    return run(m, p, &a, err);
+}
+
+wna16_status_t wna16_cuda_moe_sync(wna16_cuda_moe_t *m, void *stream,
+                                   wna16_error_t *err)
+{
+    if (!m)
+        return w16_err(err, WNA16_EINVAL, "moe: layer is NULL");
+    wna16_status_t st = w16_cuda_stream_sync(m->cuda,
+                                             (w16_cuda_stream_t *)stream, err);
+    return st == WNA16_OK ? read_err(m, "", err) : st;
+}
+
+/* Host runs stage their arrays in m->io: [hidden | ids | weights | out]. */
+static wna16_status_t ensure_io(wna16_cuda_moe_t *m, size_t bytes,
+                                wna16_error_t *err)
+{
+    if (bytes <= m->io_size && m->io)
+        return WNA16_OK;
+    wna16_status_t st = w16_cuda_stream_sync(m->cuda, m->ws_stream, err);
+    if (st != WNA16_OK)
+        return st;
+    w16_cuda_free(m->cuda, m->io);
+    m->io = 0;
+    m->io_size = 0;
+    st = w16_cuda_alloc(m->cuda, bytes, &m->io, err);
+    if (st == WNA16_OK)
+        m->io_size = bytes;
+    return st;
+}
+
+wna16_status_t wna16_cuda_moe_run(wna16_cuda_moe_t *m,
+                                  const wna16_moe_params_t *p,
+                                  const void *hidden, int32_t M,
+                                  const int32_t *topk_ids,
+                                  const float *topk_weights, int32_t topk,
+                                  void *out, wna16_error_t *err)
+{
+    if (!m)
+        return w16_err(err, WNA16_EINVAL, "moe: layer is NULL");
+    int32_t n_ids = m->E;
+    wna16_status_t st = check_params(m, p, err);
+    if (st == WNA16_OK)
+        st = check_map(m, p, &n_ids, err);
+    if (st != WNA16_OK)
+        return st;
+    if (M < 0)
+        return w16_err(err, WNA16_EINVAL, "moe: M = %d (must be >= 0)", M);
+    if (M == 0)
+        return WNA16_OK;
+    if (!hidden || !topk_ids || !topk_weights || !out)
+        return w16_err(err, WNA16_EINVAL, "moe: hidden, topk_ids, "
+                       "topk_weights and out are required");
+    if (topk < 1)
+        return w16_err(err, WNA16_EINVAL, "moe: topk = %d (must be >= 1)",
+                       topk);
+    if (topk > n_ids)
+        return w16_err(err, WNA16_EINVAL, "moe: topk = %d exceeds the %d "
+                       "experts", topk, n_ids);
+    for (int32_t i = 0; i < M; i++)
+        for (int32_t j = 0; j < topk; j++) {
+            int32_t g = topk_ids[(size_t)i * topk + j];
+            if (g < 0 || g >= n_ids)
+                return w16_err(err, WNA16_EINVAL, "moe: topk_ids[%d][%d] = %d "
+                               "is not an expert id in [0, %d)", i, j, g,
+                               n_ids);
+        }
+    size_t P = (size_t)M * (size_t)topk, nh = (size_t)M * (size_t)m->H * 2;
+    ws_plan_t w = {0};
+    size_t o_h = ws_take(&w, nh), o_i = ws_take(&w, P * 4);
+    size_t o_w = ws_take(&w, P * 4), o_o = ws_take(&w, nh);
+    st = ensure_io(m, w.size, err);
+    uint64_t io = m->io;
+    if (st == WNA16_OK)
+        st = w16_cuda_copy_h2d(m->cuda, io + o_h, hidden, nh, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_copy_h2d(m->cuda, io + o_i, topk_ids, P * 4, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_copy_h2d(m->cuda, io + o_w, topk_weights, P * 4, err);
+    if (st == WNA16_OK)
+        st = wna16_cuda_moe_run_device(m, p, io + o_h, M, io + o_i, io + o_w,
+                                       topk, io + o_o, NULL, err);
+    if (st == WNA16_OK)
+        st = wna16_cuda_moe_sync(m, NULL, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_copy_d2h(m->cuda, out, io + o_o, nh, err);
+    return st;
+}
+
+wna16_status_t wna16_cuda_moe_run_batched(wna16_cuda_moe_t *m,
+                                          const wna16_moe_params_t *p,
+                                          const void *hidden,
+                                          int32_t max_tokens,
+                                          const int32_t *expert_num_tokens,
+                                          const float *weights, void *out,
+                                          wna16_error_t *err)
+{
+    if (!m)
+        return w16_err(err, WNA16_EINVAL, "moe: layer is NULL");
+    wna16_status_t st = check_params(m, p, err);
+    if (st != WNA16_OK)
+        return st;
+    if (max_tokens < 0)
+        return w16_err(err, WNA16_EINVAL, "moe: max_tokens = %d (must be >= "
+                       "0)", max_tokens);
+    if (!hidden || !expert_num_tokens || !out)
+        return w16_err(err, WNA16_EINVAL, "moe: hidden, expert_num_tokens and "
+                       "out are required");
+    for (int32_t e = 0; e < m->E; e++)
+        if (expert_num_tokens[e] < 0 || expert_num_tokens[e] > max_tokens)
+            return w16_err(err, WNA16_EINVAL, "moe: expert_num_tokens[%d] = %d "
+                           "is not in [0, %d]", e, expert_num_tokens[e],
+                           max_tokens);
+    size_t rows = (size_t)m->E * (size_t)max_tokens;
+    size_t nh = rows * (size_t)m->H * 2;
+    if (rows == 0)
+        return WNA16_OK;
+    ws_plan_t w = {0};
+    size_t o_h = ws_take(&w, nh), o_c = ws_take(&w, (size_t)m->E * 4);
+    size_t o_w = ws_take(&w, weights ? rows * 4 : 0), o_o = ws_take(&w, nh);
+    st = ensure_io(m, w.size, err);
+    uint64_t io = m->io;
+    if (st == WNA16_OK)
+        st = w16_cuda_copy_h2d(m->cuda, io + o_h, hidden, nh, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_copy_h2d(m->cuda, io + o_c, expert_num_tokens,
+                               (size_t)m->E * 4, err);
+    if (st == WNA16_OK && weights)
+        st = w16_cuda_copy_h2d(m->cuda, io + o_w, weights, rows * 4, err);
+    if (st == WNA16_OK)
+        st = wna16_cuda_moe_run_batched_device(m, p, io + o_h, max_tokens,
+                                               io + o_c, weights ? io + o_w : 0,
+                                               io + o_o, NULL, err);
+    if (st == WNA16_OK)
+        st = wna16_cuda_moe_sync(m, NULL, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_copy_d2h(m->cuda, out, io + o_o, nh, err);
+    return st;
+}
+
+void wna16_cuda_moe_last_report(const wna16_cuda_moe_t *m,
+                                wna16_cuda_moe_report_t *out)
+{
+    if (!out)
+        return;
+    if (!m) {
+        memset(out, 0, sizeof *out);
+        return;
+    }
+    *out = m->report;
+}

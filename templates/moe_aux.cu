@@ -1,0 +1,330 @@
+// moe_aux.cu - the small kernels around the fused-MoE GEMMs: routing
+// (sort and align the routed slots per expert, deterministically), the row
+// gather that applies act-order permutations and router weights on the
+// input, the finalize step (top-k weighted sum, or the batched output),
+// and the check of act-order tensors. The prelude (gen/moe_cuda.c) defines
+// namespace w16cfg { ACT_BF16, CHUNK, ROUTE_THREADS, SCAN_THREADS, ERR_* },
+// the constants the host launches with.
+//
+// Routing, standard format. P = M * topk slots, slot t = m * topk + j.
+//   count   one CTA per chunk of CHUNK slots: a histogram of the chunk's
+//           experts in shared memory (integer atomics: the counts do not
+//           depend on the order of the additions), stored as hist[c][e];
+//   scan    one CTA: for every expert its offset inside each chunk (the
+//           exclusive sum of hist over earlier chunks), its total, the
+//           total padded to BM, and the exclusive scan of the padded sizes
+//           over experts: start[e], start[E] = num_post;
+//   fill    one thread per position of the padded order: the expert of
+//           each block (expert_ids), padding slots (the sentinel P);
+//   scatter one CTA per chunk: slot t goes to start[e] + (its chunk's
+//           offset for e) + (its rank among earlier slots of the chunk
+//           routed to e). The rank comes from __match_any_sync one warp
+//           at a time, so slots keep their order inside an expert, which
+//           is wna16_moe_align's order (a stable counting sort).
+// Batched format: scan takes the per-expert counts directly and fill also
+// writes the rows e * max_tokens + r.
+//
+// Bad input found on the device (a top-k id out of range, a batched count
+// out of [0, max_tokens], act-order tensors that are not what the layout
+// promises) is recorded in err[] as the smallest offending index (atomicMin
+// on int: deterministic) and reported by the host after it synchronizes;
+// offending slots are dropped, never read out of bounds.
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+namespace w16 {
+
+using namespace w16cfg;
+
+// err[] slots: ERR_ID the first slot whose top-k id is out of range,
+// ERR_COUNT the first expert whose batched count is bad, ERR_GIDX the
+// first e * K + k whose g_idx is not a group, ERR_PERM the first one where
+// the sort indices are not a permutation.
+static_assert(CHUNK % ROUTE_THREADS == 0 && ROUTE_THREADS % 32 == 0, "chunks");
+
+template <bool BF16> struct elem;
+template <> struct elem<false> {
+    typedef __half t;
+    static __device__ __forceinline__ float to_f(t v) { return __half2float(v); }
+    static __device__ __forceinline__ t from_f(float v) { return __float2half_rn(v); }
+};
+template <> struct elem<true> {
+    typedef __nv_bfloat16 t;
+    static __device__ __forceinline__ float to_f(t v) { return __bfloat162float(v); }
+    static __device__ __forceinline__ t from_f(float v) { return __float2bfloat16_rn(v); }
+};
+typedef elem<ACT_BF16> act;
+typedef act::t act_t;
+
+__device__ __forceinline__ float round_act(float v)
+{
+    return act::to_f(act::from_f(v));
+}
+
+// Local expert of slot t (standard format), or -1: absent from this rank
+// (expert_map gives -1) or a bad id (recorded).
+__device__ __forceinline__ int slot_expert(const int *ids, int t,
+                                           const int *expert_map, int n_ids,
+                                           int *err)
+{
+    int id = ids[t];
+    if (id < 0 || id >= n_ids) {
+        atomicMin(err + ERR_ID, t);
+        return -1;
+    }
+    return expert_map ? expert_map[id] : id;
+}
+
+} // namespace w16
+
+using namespace w16;
+
+extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
+w16_route_count(const int *__restrict__ ids, int P,
+                const int *__restrict__ expert_map, int n_ids, int E,
+                int *__restrict__ hist, int *__restrict__ err)
+{
+    extern __shared__ int s_hist[];
+    for (int e = threadIdx.x; e < E; e += ROUTE_THREADS)
+        s_hist[e] = 0;
+    __syncthreads();
+    int c0 = blockIdx.x * CHUNK;
+    for (int i = threadIdx.x; i < CHUNK && c0 + i < P; i += ROUTE_THREADS) {
+        int e = slot_expert(ids, c0 + i, expert_map, n_ids, err);
+        if (e >= 0)
+            atomicAdd(&s_hist[e], 1);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += ROUTE_THREADS)
+        hist[(size_t)blockIdx.x * E + e] = s_hist[e];
+}
+
+// One CTA. Standard: hist [C][E] -> hist_off [C][E] (exclusive over c) and
+// total[e]. Batched (counts != NULL): total[e] = counts[e], checked.
+// Then start[e] = exclusive scan of round_up(total, BM); start[E] is the
+// number of slots after padding (also written to *num_post).
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
+w16_route_scan(const int *__restrict__ hist, int C,
+               const int *__restrict__ counts, int max_tokens, int E, int BM,
+               int *__restrict__ hist_off, int *__restrict__ total,
+               int *__restrict__ start, int *__restrict__ num_post,
+               int *__restrict__ err)
+{
+    __shared__ int s_part[SCAN_THREADS];
+    const int per = (E + SCAN_THREADS - 1) / SCAN_THREADS;
+    const int e0 = threadIdx.x * per;
+    int mine = 0; // padded sizes of this thread's experts
+    for (int e = e0; e < e0 + per && e < E; e++) {
+        int n;
+        if (counts) {
+            n = counts[e];
+            if (n < 0 || n > max_tokens) {
+                atomicMin(err + ERR_COUNT, e);
+                n = 0;
+            }
+        } else {
+            n = 0;
+            for (int c = 0; c < C; c++) {
+                hist_off[(size_t)c * E + e] = n;
+                n += hist[(size_t)c * E + e];
+            }
+        }
+        total[e] = n;
+        mine += (n + BM - 1) / BM * BM;
+    }
+    // inclusive scan of the per-thread sums (Hillis-Steele, in order)
+    s_part[threadIdx.x] = mine;
+    __syncthreads();
+    for (int d = 1; d < SCAN_THREADS; d *= 2) {
+        int v = threadIdx.x >= d ? s_part[threadIdx.x - d] : 0;
+        __syncthreads();
+        s_part[threadIdx.x] += v;
+        __syncthreads();
+    }
+    int run = s_part[threadIdx.x] - mine;
+    for (int e = e0; e < e0 + per && e < E; e++) {
+        start[e] = run;
+        run += (total[e] + BM - 1) / BM * BM;
+    }
+    if (threadIdx.x == SCAN_THREADS - 1) {
+        start[E] = s_part[SCAN_THREADS - 1];
+        *num_post = s_part[SCAN_THREADS - 1];
+    }
+}
+
+// One thread per position p < cap of the padded order.
+extern "C" __global__ void
+w16_route_fill(const int *__restrict__ start, const int *__restrict__ total,
+               int E, int BM, int cap, int sentinel, int batched,
+               int max_tokens, int *__restrict__ sorted_ids,
+               int *__restrict__ expert_ids)
+{
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= cap)
+        return;
+    if (p >= start[E]) {
+        sorted_ids[p] = sentinel;
+        if (p % BM == 0)
+            expert_ids[p / BM] = -1;
+        return;
+    }
+    // the last expert whose run starts at or before p (empty runs are
+    // skipped because the next expert starts at the same place)
+    int lo = 0, hi = E - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (start[mid] <= p)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    int e = lo, r = p - start[e];
+    if (p % BM == 0)
+        expert_ids[p / BM] = e;
+    if (r >= total[e])
+        sorted_ids[p] = sentinel;
+    else if (batched)
+        sorted_ids[p] = e * max_tokens + r;
+}
+
+extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
+w16_route_scatter(const int *__restrict__ ids, int P,
+                  const int *__restrict__ expert_map, int n_ids, int E,
+                  const int *__restrict__ start,
+                  const int *__restrict__ hist_off,
+                  int *__restrict__ sorted_ids, int *__restrict__ err)
+{
+    extern __shared__ int s_base[];
+    for (int e = threadIdx.x; e < E; e += ROUTE_THREADS)
+        s_base[e] = start[e] + hist_off[(size_t)blockIdx.x * E + e];
+    __syncthreads();
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const unsigned lt = (1u << lane) - 1u;
+    const int c0 = blockIdx.x * CHUNK;
+    for (int r0 = 0; r0 < CHUNK; r0 += ROUTE_THREADS) {
+        int t = c0 + r0 + threadIdx.x;
+        int e = t < P ? slot_expert(ids, t, expert_map, n_ids, err) : -1;
+        for (int w = 0; w < ROUTE_THREADS / 32; w++) {
+            if (warp == w) {
+                unsigned peers = __match_any_sync(0xffffffffu, e);
+                int base = e >= 0 ? s_base[e] : 0;
+                __syncwarp();
+                if (e >= 0) {
+                    sorted_ids[base + __popc(peers & lt)] = t;
+                    if ((int)(__ffs(peers) - 1) == lane)
+                        s_base[e] = base + __popc(peers);
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+// dst[t][k] = R(src[t / row_div][perm_e[k]] * R(w[t])) for every slot t
+// that reaches a local expert e (perm NULL: k; w NULL: no scaling).
+// Standard format: e from ids/expert_map; batched (counts != NULL): e =
+// t / max_tokens, rows r < counts[e]. One CTA per slot.
+extern "C" __global__ void
+w16_gather(const act_t *__restrict__ src, int row_div, int K,
+           const int *__restrict__ ids, const int *__restrict__ expert_map,
+           int n_ids, const int *__restrict__ counts, int max_tokens, int E,
+           const int *__restrict__ perm, const float *__restrict__ w,
+           act_t *__restrict__ dst, int *__restrict__ err)
+{
+    const int t = blockIdx.x;
+    int e;
+    if (counts) {
+        e = t / max_tokens;
+        int n = counts[e];
+        if (t % max_tokens >= n || n > max_tokens)
+            return;
+    } else {
+        e = slot_expert(ids, t, expert_map, n_ids, err);
+    }
+    if (e < 0 || e >= E)
+        return;
+    const act_t *s = src + (size_t)(t / row_div) * K;
+    const int *pe = perm ? perm + (size_t)e * K : nullptr;
+    const float wt = w ? round_act(w[t]) : 1.0f;
+    act_t *d = dst + (size_t)t * K;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        act_t v = s[pe ? pe[k] : k];
+        d[k] = w ? act::from_f(act::to_f(v) * wt) : v;
+    }
+}
+
+// out[m][n] = R(sum_j c_j y[m*topk + j][n]) over the slots that reach a
+// local expert, in order j = 0, 1, ...; c_j = w[m][j], or 1 when w is NULL
+// (router weights applied on the input).
+extern "C" __global__ void
+w16_finalize(const float *__restrict__ y, int M, int topk, int N,
+             const int *__restrict__ ids, const int *__restrict__ expert_map,
+             int n_ids, const float *__restrict__ w, act_t *__restrict__ out)
+{
+    size_t total = (size_t)M * N;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int m = (int)(i / N), n = (int)(i % N);
+        float acc = 0.0f;
+        for (int j = 0; j < topk; j++) {
+            int t = m * topk + j, id = ids[t];
+            if (id < 0 || id >= n_ids || (expert_map && expert_map[id] < 0))
+                continue;
+            float c = w ? w[t] : 1.0f;
+            acc += c * y[(size_t)t * N + n];
+        }
+        out[i] = act::from_f(acc);
+    }
+}
+
+// out[e][r][n] = R(c * y[e*max_tokens + r][n]) for r < counts[e], else 0;
+// c = w[e][r], or 1 when w is NULL.
+extern "C" __global__ void
+w16_finalize_batched(const float *__restrict__ y, int E, int max_tokens,
+                     int N, const int *__restrict__ counts,
+                     const float *__restrict__ w, act_t *__restrict__ out)
+{
+    size_t total = (size_t)E * max_tokens * N;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t row = i / N;
+        int e = (int)(row / max_tokens), r = (int)(row % max_tokens);
+        int n = counts[e];
+        float v = 0.0f;
+        if (r < n && n <= max_tokens)
+            v = (w ? w[row] : 1.0f) * y[i];
+        out[i] = act::from_f(v);
+    }
+}
+
+// Act-order tensors of one operand, [E][K] each: g_idx in [0, G), and perm
+// a permutation of [0, K) in every expert. seen [E][K] must be zero.
+extern "C" __global__ void
+w16_check_act_order(const int *__restrict__ g_idx,
+                    const int *__restrict__ perm, int E, int K, int G,
+                    int *__restrict__ seen, int *__restrict__ err)
+{
+    size_t total = (size_t)E * K;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int g = g_idx[i], k = perm[i];
+        if (g < 0 || g >= G)
+            atomicMin(err + ERR_GIDX, (int)i);
+        if (k < 0 || k >= K)
+            atomicMin(err + ERR_PERM, (int)i);
+        else
+            atomicAdd(seen + (i / K) * K + k, 1);
+    }
+}
+
+extern "C" __global__ void
+w16_check_seen(const int *__restrict__ seen, int E, int K,
+               int *__restrict__ err)
+{
+    size_t total = (size_t)E * K;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        if (seen[i] != 1)
+            atomicMin(err + ERR_PERM, (int)i);
+}

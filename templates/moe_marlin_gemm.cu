@@ -1,0 +1,614 @@
+// moe_marlin_gemm.cu - the tensor-core GEMM of the fused MoE over Marlin
+// layouts (mma.sync m16n8k16, sm_80 and later). One translation unit is
+// this text preceded by the prelude that gen/moe_cuda.c writes: the
+// namespace w16cfg with every compile-time parameter and the kernel's
+// name, W16_KERNEL. Nothing here is pasted from a spec: the specializer
+// proves, on the bound problem, that the spec's layouts are the ones the
+// address functions below read (see gen/moe_cuda.c, "contract").
+//
+// What one launch computes: rows are routed slots (token t routed to
+// expert e), sorted and padded per expert into blocks of BM rows by the
+// routing kernels; block b of rows belongs to expert expert_ids[b]. Each
+// CTA computes BM rows x BN columns of  A[rows] . W_e^T  over all of K, in
+// fp32 on tensor cores, then runs the epilogue:
+//   GEMM 1 (w13): gate and up columns of the same output i sit in one CTA
+//     (the CTA's first BN/2 columns are gate, the last BN/2 the matching
+//     up columns); it applies the channelwise scale, the bias, optional
+//     rounding, the activation, and writes act(h_i, h_{IP+i}) rounded to
+//     the activation dtype: out [slots][IP];
+//   GEMM 2 (w2): scale, bias, optional rounding; writes y in float32:
+//     out [slots][N]. The top-k weighting and the sum over top-k happen
+//     in the finalize kernel (moe_aux.cu), in a fixed order: no atomics.
+//
+// Weights. Each expert is (K/16) x (N/64) Marlin tiles of 16(k) x 64(n)
+// codes, TILE_WORDS = 32*BITS int32 words per tile, tile rows contiguous.
+// Lane l of a warp owns words [l*BITS/4 .. ) of a tile: one 16-byte load
+// (4-bit) or two (8-bit). With g = l/4 and q = l%4, those words hold the
+// codes of rows 2q, 2q+1, 2q+8, 2q+9 and columns 8j + g, j = 0..7, which
+// is exactly the B operand of mma.m16n8k16 for the tile's eight n8 blocks:
+//   b0 = (k = 2q, 2q+1), b1 = (k = 2q+8, 2q+9), n = g of block j.
+//   4-bit: word j/2; nibbles (p, p+4) are the pair p, p = 2*(j%2) for b0
+//          and p+1 for b1: nibble p is at bits 4p, nibble p+4 at 16+4p,
+//          so (w >> 4p) & 0x000f000f puts both codes in one 16-bit lane
+//          each (low lane = the even k, as the mma fragment wants).
+//   8-bit: word j; bytes 0,2 are b0 (rows 2q, 2q+1), bytes 1,3 are b1.
+// A code pair becomes two exact values (q - z) in the activation dtype by
+// the exponent trick (fp16: 0x6400 | q = 1024 + q; bf16: 0x4300 | q =
+// 128 + q, exact for q < 128; bf16 8-bit codes go through float), then a
+// correctly rounded product with the scale when grouped. Channelwise
+// scales (one group) multiply the float32 accumulator in the epilogue.
+//
+// Activations. The A tile (BM rows x BK) is copied to shared memory with
+// cp.async (16 bytes per thread, zero-filled for padding rows), its 16-byte
+// chunks XOR-swizzled by row so that ldmatrix.x4 reads are conflict-free.
+// A pipeline of STAGES such A and B tiles hides the loads.
+//
+// Warps. WN x WK warps: warp (wn, wk) computes tiles [wn*NT, wn*NT + NT)
+// of the CTA over the k16 steps [wk*KS, wk*KS + KS) of every stage; the
+// WK partial sums are added in shared memory in the order wk = 0, 1, ...
+// (deterministic), then the epilogue reads them back row-major so that
+// stores are coalesced.
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+namespace w16 {
+
+using namespace w16cfg;
+typedef unsigned int u32;
+
+// ---- derived constants and the checks the specializer relies on ----------
+
+constexpr int NTHREADS = 32 * WN * WK;
+constexpr int MB = BM / 16;               // m16 blocks per CTA
+constexpr int TILES = BN / 64;            // Marlin tiles per CTA along N
+constexpr int NT = TILES / WN;            // tiles per warp
+constexpr int KSTEPS = BK / 16;           // k16 steps per stage
+constexpr int KS = KSTEPS / WK;           // k16 steps per warp and stage
+constexpr int TILE_WORDS = 32 * BITS;     // words per 16 x 64 tile
+constexpr int TILE_VECS = TILE_WORDS / 4; // 16-byte vectors per tile
+constexpr int LANE_VECS = BITS / 4;       // 16-byte vectors per lane
+constexpr int A_CHUNKS = BK / 8;          // 16-byte chunks per A row
+constexpr int A_STAGE = BM * BK;          // activation elements per stage
+constexpr int B_STAGE = KSTEPS * TILES * TILE_VECS; // vectors per stage
+constexpr int C_LD = BN + 4;              // floats per row of the C tile
+constexpr int STAGE_BYTES = A_STAGE * 2 + B_STAGE * 16;
+constexpr int PIPE_BYTES = STAGES * STAGE_BYTES;
+constexpr int C_BYTES = BM * C_LD * 4;
+constexpr int NEED_BYTES = PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES;
+// Rows of per-k-row scale caches: act-order gives each of a thread's four
+// k rows (2q, 2q+1, 2q+8, 2q+9) its own group; otherwise a k16 step lies
+// in one group (group sizes are multiples of 16).
+constexpr int SROWS = (ACT_ORDER && GROUPED) ? 4 : 1;
+
+static_assert(BITS == 4 || BITS == 8, "4- or 8-bit codes");
+static_assert(!(ZP && BITS != 4), "Marlin zero points are 4-bit");
+static_assert(BM % 16 == 0 && BM >= 16 && BM <= 64, "block_m");
+static_assert(BN % 64 == 0 && TILES % WN == 0, "block_n and warps_n");
+static_assert(BK % 64 == 0 && KSTEPS % WK == 0, "block_k and warps_k");
+static_assert(GEMM == 2 || GATED, "GEMM 1 fuses a gated activation");
+static_assert(!GATED || (TILES % 2 == 0 && NT <= TILES / 2 &&
+                         (TILES / 2) % NT == 0), "gated: gate and up tiles");
+static_assert(MB * NT <= 4, "accumulators: at most 128 floats a thread");
+static_assert(GEMM == 2 || ACTIVATION == ACT_SILU || ACTIVATION == ACT_GELU ||
+                  ACTIVATION == ACT_GELU_TANH || ACTIVATION == ACT_SWIGLUOAI ||
+                  ACTIVATION == ACT_SWIGLUSTEP, "a gated activation");
+static_assert(STAGES >= 2 && STAGES <= 8, "pipeline depth");
+static_assert(NTHREADS <= 512, "threads per CTA");
+static_assert(SMEM_BYTES == NEED_BYTES, "shared memory size (prelude)");
+
+// ---- activation and scale element types -----------------------------------
+
+template <bool BF16> struct elem;
+template <> struct elem<false> {
+    typedef __half t;
+    typedef __half2 t2;
+    static __device__ __forceinline__ float to_f(t v) { return __half2float(v); }
+    static __device__ __forceinline__ t from_f(float v) { return __float2half_rn(v); }
+    static __device__ __forceinline__ t2 pair(t lo, t hi) { return __halves2half2(lo, hi); }
+};
+template <> struct elem<true> {
+    typedef __nv_bfloat16 t;
+    typedef __nv_bfloat162 t2;
+    static __device__ __forceinline__ float to_f(t v) { return __bfloat162float(v); }
+    static __device__ __forceinline__ t from_f(float v) { return __float2bfloat16_rn(v); }
+    static __device__ __forceinline__ t2 pair(t lo, t hi) { return __halves2bfloat162(lo, hi); }
+};
+
+typedef elem<ACT_BF16> act;
+typedef elem<SCALE_BF16> sca;
+typedef elem<BIAS_BF16> bia;
+typedef bia::t bias_t;
+typedef act::t act_t;
+typedef act::t2 act2_t;
+typedef sca::t scale_t;
+// Scales kept in registers: in the activation dtype when the dtypes agree
+// (a packed multiply), else as float (the product is then rounded once
+// from float, which gives the same correctly rounded result).
+constexpr bool SCALE_SAME = ACT_BF16 == SCALE_BF16;
+
+template <bool C, typename A, typename B> struct pick { typedef A t; };
+template <typename A, typename B> struct pick<false, A, B> { typedef B t; };
+
+// Bit casts between a 32-bit register and a pair of 16-bit values (the
+// mma operands are plain 32-bit registers). NVRTC has no memcpy builtin;
+// this is the cast CUDA's own headers use for half2.
+template <typename T> __device__ __forceinline__ u32 as_u32(T v)
+{
+    static_assert(sizeof(T) == 4, "32-bit");
+    return *reinterpret_cast<const u32 *>(&v);
+}
+template <typename T> __device__ __forceinline__ T from_u32(u32 v)
+{
+    static_assert(sizeof(T) == 4, "32-bit");
+    return *reinterpret_cast<const T *>(&v);
+}
+
+// ---- addresses of the Marlin family (the specializer's contract) ----------
+
+// Position of logical column n in a row of the scale tensor.
+__device__ __forceinline__ int scale_pos(int n)
+{
+    if (SCALE_LAYOUT == 0) // 8x8 transpose inside every 64 columns
+        return 64 * (n / 64) + 8 * (n % 8) + (n % 64) / 8;
+    // the 32-entry table, an involution: 8a + 2b + d <-> 8b + 2a + d
+    return 32 * (n / 32) + 8 * ((n % 8) / 2) + 2 * ((n % 32) / 8) + n % 2;
+}
+
+// Position of logical column n in a row of the bias tensor (32-entry table).
+__device__ __forceinline__ int bias_pos(int n)
+{
+    return 32 * (n / 32) + 8 * ((n % 8) / 2) + 2 * ((n % 32) / 8) + n % 2;
+}
+
+// 4-bit zero point of column n in one group's row of zero words: word
+// 8*(n/64) + n%8, nibble ZP_SLOT[(n%64)/8], ZP_SLOT = 0,4,1,5,2,6,3,7.
+__device__ __forceinline__ int zero_at(const u32 *row, int n)
+{
+    int j = (n % 64) / 8;
+    int slot = (j % 2) * 4 + j / 2;
+    return (int)((row[8 * (n / 64) + n % 8] >> (4 * slot)) & 15u);
+}
+
+// ---- PTX wrappers ---------------------------------------------------------
+
+__device__ __forceinline__ u32 smem_addr(const void *p)
+{
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes global -> shared, bypassing L1; zero-filled when !valid (the
+// source address is then never read but must still be a global address).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src,
+                                           bool valid)
+{
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, "
+                 "[%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p))
+                 : "memory");
+}
+
+// D = A * B + D, m16n8k16, fp32 accumulate.
+__device__ __forceinline__ void mma16816(float (&d)[4], const u32 (&a)[4],
+                                         u32 b0, u32 b1)
+{
+    if constexpr (ACT_BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                       "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                       "r"(b1));
+}
+
+// ---- dequantization --------------------------------------------------------
+
+// The exponent that turns a small code c in a 16-bit lane into a float of
+// value MAGIC + c (exact while c < 2^mantissa bits).
+constexpr u32 MAGIC_BITS = ACT_BF16 ? 0x4300u : 0x6400u; // 128 or 1024
+constexpr float MAGIC = ACT_BF16 ? 128.0f : 1024.0f;
+// bf16 keeps 8 significant bits: 128 + c is exact for 4-bit codes only.
+constexpr bool USE_MAGIC = !(ACT_BF16 && BITS == 8);
+
+// Two codes (one per 16-bit lane of v, the low lane first) minus their
+// zero points, exact in the activation dtype. zb = the pair (MAGIC + z_lo,
+// MAGIC + z_hi) in the activation dtype when USE_MAGIC, else (z_lo, z_hi).
+__device__ __forceinline__ act2_t codes_minus_zero(u32 v, act2_t zb)
+{
+    if constexpr (USE_MAGIC) {
+        act2_t x = from_u32<act2_t>(v | (MAGIC_BITS << 16) | MAGIC_BITS);
+        return __hsub2(x, zb);
+    } else {
+        float lo = (float)(int)(v & 0xffffu) - act::to_f(zb.x);
+        float hi = (float)(int)(v >> 16) - act::to_f(zb.y);
+        return act::pair(act::from_f(lo), act::from_f(hi));
+    }
+}
+
+// (q - z) * s rounded once to the activation dtype.
+template <typename S>
+__device__ __forceinline__ act2_t apply_scale(act2_t d, S lo, S hi)
+{
+    if constexpr (SCALE_SAME) {
+        return __hmul2(d, act::pair(lo, hi));
+    } else {
+        return act::pair(act::from_f(act::to_f(d.x) * lo),
+                         act::from_f(act::to_f(d.y) * hi));
+    }
+}
+
+// ---- the activation (gated: act(gate, up)) --------------------------------
+
+// Clamps written as comparisons so that NaN stays NaN (as the reference).
+__device__ __forceinline__ float clamp_max(float x, float hi)
+{
+    return x > hi ? hi : x;
+}
+__device__ __forceinline__ float clamp_sym(float x, float lim)
+{
+    return x > lim ? lim : (x < -lim ? -lim : x);
+}
+__device__ __forceinline__ float silu_f(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+__device__ __forceinline__ float activation(float g, float u, float limit,
+                                            float alpha, float beta)
+{
+    if constexpr (ACTIVATION == ACT_SILU) {
+        return silu_f(g) * u;
+    } else if constexpr (ACTIVATION == ACT_GELU) {
+        return 0.5f * g * (1.0f + erff(g * 0.70710678118654752440f)) * u;
+    } else if constexpr (ACTIVATION == ACT_GELU_TANH) {
+        float t = tanhf(0.79788456080286535588f * (g + 0.044715f * g * g * g));
+        return 0.5f * g * (1.0f + t) * u;
+    } else if constexpr (ACTIVATION == ACT_SWIGLUOAI) {
+        float gc = clamp_max(g, limit), uc = clamp_sym(u, limit);
+        return (uc + beta) * gc * (1.0f / (1.0f + expf(-alpha * gc)));
+    } else { // ACT_SWIGLUSTEP (checked below)
+        return clamp_max(silu_f(g), limit) * clamp_sym(u, limit);
+    }
+}
+
+__device__ __forceinline__ float round_act(float v)
+{
+    return act::to_f(act::from_f(v));
+}
+
+// ---- the kernel -----------------------------------------------------------
+
+// Column of the first code of CTA tile tt (0 .. TILES-1), or -1 when the
+// tile lies past the end of its piece (ragged N or IP).
+__device__ __forceinline__ int tile_col(int tt, int ncol, int N, int ip)
+{
+    if constexpr (GATED) {
+        constexpr int HALF = TILES > 1 ? TILES / 2 : 1; // (GATED: TILES even)
+        int local = ncol * (BN / 2) + (tt % HALF) * 64;
+        return local < ip ? (tt / HALF) * ip + local : -1;
+    } else {
+        int c = ncol * BN + tt * 64;
+        return c < N ? c : -1;
+    }
+}
+
+} // namespace w16
+
+using namespace w16;
+
+extern "C" __global__ void __launch_bounds__(NTHREADS)
+W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
+           const int *__restrict__ sorted_ids,
+           const int *__restrict__ expert_ids,
+           const int *__restrict__ num_post,
+           const int4 *__restrict__ qweight,
+           const scale_t *__restrict__ scales,
+           const u32 *__restrict__ qzeros, const bias_t *__restrict__ bias,
+           const int *__restrict__ g_idx, void *__restrict__ out, int N,
+           int K, int G, int group_size, int ip, float limit, float alpha,
+           float beta, int round_out)
+{
+    extern __shared__ int4 smem4[];
+    __shared__ int s_rows[BM];
+
+    // CTA -> (row block, column tile); columns vary fastest so that CTAs
+    // running together share the row block's activations.
+    const int ncta = GATED ? (ip + BN / 2 - 1) / (BN / 2) : (N + BN - 1) / BN;
+    const int mblk = blockIdx.x / ncta, ncol = blockIdx.x % ncta;
+    if (mblk * BM >= *num_post)
+        return;
+    const int e = expert_ids[mblk];
+    if (e < 0)
+        return;
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int wn = warp % WN, wk = warp / WN;
+    const int gid = lane / 4, tig = lane % 4;
+
+    for (int r = tid; r < BM; r += NTHREADS) {
+        int t = sorted_ids[mblk * BM + r];
+        s_rows[r] = (t >= 0 && t < n_slots) ? t : -1;
+    }
+    __syncthreads();
+
+    const size_t tiles_n = (size_t)(N / 64);
+    const int4 *qw_e = qweight + (size_t)e * (size_t)(K / 16) * tiles_n * TILE_VECS;
+    const scale_t *sc_e = scales + (size_t)e * G * N;
+    const u32 *zp_e = ZP ? qzeros + (size_t)e * G * (N / 8) : nullptr;
+    const int *gi_e = ACT_ORDER ? g_idx + (size_t)e * K : nullptr;
+
+    act_t *sA = reinterpret_cast<act_t *>(smem4);
+    int4 *sB = smem4 + STAGES * A_STAGE / 8;
+
+    // ---- one stage of loads: A rows and B tiles for k in [it*BK, +BK) ----
+    auto load_stage = [&](int it, int slot) {
+        const int k0 = it * BK;
+        act_t *dA = sA + slot * A_STAGE;
+        for (int i = tid; i < BM * A_CHUNKS; i += NTHREADS) {
+            int r = i / A_CHUNKS, c = i % A_CHUNKS, t = s_rows[r];
+            const act_t *src =
+                t >= 0 ? a + (size_t)(t / a_row_div) * K + k0 + c * 8 : a;
+            cp_async16(dA + r * BK + ((c ^ (r % 8)) * 8), src, t >= 0);
+        }
+        int4 *dB = sB + slot * B_STAGE;
+        for (int i = tid; i < B_STAGE; i += NTHREADS) {
+            int v = i % TILE_VECS, rest = i / TILE_VECS;
+            int tt = rest % TILES, ks = rest / TILES;
+            int col = tile_col(tt, ncol, N, ip);
+            const int4 *src =
+                col >= 0 ? qw_e + ((size_t)(k0 / 16 + ks) * tiles_n + col / 64) *
+                                      TILE_VECS + v
+                         : qweight;
+            cp_async16(dB + i, src, col >= 0);
+        }
+    };
+
+    // ---- per-thread scale and zero caches --------------------------------
+    // For CTA-local tile wn*NT + t and n8 block j the thread's column is
+    // tile_col + 8j + gid.
+    int colbase[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        colbase[t] = tile_col(wn * NT + t, ncol, N, ip);
+
+    typedef typename pick<SCALE_SAME, act_t, float>::t reg_scale_t;
+    reg_scale_t s_reg[SROWS][NT][8];
+    act_t z_reg[SROWS][NT][8]; // MAGIC + z (or z), per the dequantization
+    int cur_g[SROWS];
+
+    auto load_group = [&](int row, int g) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                int n = colbase[t] + 8 * j + gid;
+                float z = ZP ? 0.0f : (float)(1 << (BITS - 1));
+                if constexpr (GROUPED)
+                    s_reg[row][t][j] = 0; // columns past N stay finite
+                if (colbase[t] >= 0) {
+                    if constexpr (GROUPED) {
+                        scale_t s = sc_e[(size_t)g * N + scale_pos(n)];
+                        if constexpr (SCALE_SAME)
+                            s_reg[row][t][j] = s;
+                        else
+                            s_reg[row][t][j] = sca::to_f(s);
+                    }
+                    if constexpr (ZP)
+                        z = (float)zero_at(zp_e + (size_t)g * (N / 8), n);
+                }
+                z_reg[row][t][j] = act::from_f(USE_MAGIC ? MAGIC + z : z);
+            }
+        }
+        cur_g[row] = g;
+    };
+#pragma unroll
+    for (int r = 0; r < SROWS; r++)
+        load_group(r, 0);
+
+    float acc[MB][NT][8][4];
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    acc[mb][t][j][c] = 0.0f;
+
+    // ---- compute one stage ---------------------------------------------
+    auto compute_stage = [&](int it, int slot) {
+        const act_t *cA = sA + slot * A_STAGE;
+        const int4 *cB = sB + slot * B_STAGE;
+        // Act-order reloads scales for four k rows per step: unrolling the
+        // steps too would multiply that code (compile time) for nothing.
+#pragma unroll(ACT_ORDER ? 1 : KS)
+        for (int s = 0; s < KS; s++) {
+            const int kk = wk * KS + s;
+            const int kg = it * BK + kk * 16; // first k of this step
+            u32 af[MB][4];
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++) {
+                int row = mb * 16 + lane % 16;
+                int chunk = (2 * kk + lane / 16) ^ (row % 8);
+                ldmatrix_x4(af[mb], cA + row * BK + chunk * 8);
+            }
+            if constexpr (GROUPED) {
+                if constexpr (ACT_ORDER) {
+                    const int rk[4] = {2 * tig, 2 * tig + 1, 2 * tig + 8,
+                                       2 * tig + 9};
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        int g = gi_e[kg + rk[r]];
+                        if (g != cur_g[r])
+                            load_group(r, g);
+                    }
+                } else {
+                    int g = kg / group_size;
+                    if (g != cur_g[0])
+                        load_group(0, g);
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const int4 *bp = cB + (kk * TILES + wn * NT + t) * TILE_VECS +
+                                 lane * LANE_VECS;
+                u32 w[LANE_VECS * 4];
+#pragma unroll
+                for (int v = 0; v < LANE_VECS; v++) {
+                    int4 x = bp[v];
+                    w[4 * v + 0] = (u32)x.x;
+                    w[4 * v + 1] = (u32)x.y;
+                    w[4 * v + 2] = (u32)x.z;
+                    w[4 * v + 3] = (u32)x.w;
+                }
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    u32 v0, v1; // code pairs of b0 (k 2q, 2q+1), b1 (+8)
+                    if constexpr (BITS == 4) {
+                        u32 word = w[j / 2];
+                        int p = 2 * (j % 2);
+                        v0 = (word >> (4 * p)) & 0x000f000fu;
+                        v1 = (word >> (4 * p + 4)) & 0x000f000fu;
+                    } else {
+                        u32 word = w[j];
+                        v0 = word & 0x00ff00ffu;
+                        v1 = (word >> 8) & 0x00ff00ffu;
+                    }
+                    // rows: b0 = (k0, k0+1) -> cache rows 0, 1; b1 = 2, 3
+                    constexpr int R1 = SROWS > 1 ? 1 : 0;
+                    constexpr int R2 = SROWS > 1 ? 2 : 0;
+                    constexpr int R3 = SROWS > 1 ? 3 : 0;
+                    act2_t d0 = codes_minus_zero(
+                        v0, act::pair(z_reg[0][t][j], z_reg[R1][t][j]));
+                    act2_t d1 = codes_minus_zero(
+                        v1, act::pair(z_reg[R2][t][j], z_reg[R3][t][j]));
+                    if constexpr (GROUPED) {
+                        d0 = apply_scale(d0, s_reg[0][t][j], s_reg[R1][t][j]);
+                        d1 = apply_scale(d1, s_reg[R2][t][j], s_reg[R3][t][j]);
+                    }
+                    u32 b0 = as_u32(d0), b1 = as_u32(d1);
+#pragma unroll
+                    for (int mb = 0; mb < MB; mb++)
+                        mma16816(acc[mb][t][j], af[mb], b0, b1);
+                }
+            }
+        }
+    };
+
+    // ---- the pipeline: STAGES-1 loads in flight ahead of the compute ----
+    const int iters = K / BK;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < iters)
+            load_stage(s, s);
+        cp_async_commit();
+    }
+    for (int it = 0; it < iters; it++) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads(); // stage `it` visible; stage it-1 fully consumed
+        int next = it + STAGES - 1;
+        if (next < iters)
+            load_stage(next, next % STAGES);
+        cp_async_commit();
+        compute_stage(it, it % STAGES);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // ---- reduce the WK partial sums in shared memory, in order ----------
+    float *cs = reinterpret_cast<float *>(smem4);
+    for (int w = 0; w < WK; w++) {
+        if (wk == w) {
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        int r0 = mb * 16 + gid;
+                        int c = (wn * NT + t) * 64 + 8 * j + 2 * tig;
+                        float *p0 = cs + r0 * C_LD + c;
+                        float *p1 = p0 + 8 * C_LD;
+                        const float *v = acc[mb][t][j];
+                        if (w == 0) {
+                            p0[0] = v[0]; p0[1] = v[1];
+                            p1[0] = v[2]; p1[1] = v[3];
+                        } else {
+                            p0[0] += v[0]; p0[1] += v[1];
+                            p1[0] += v[2]; p1[1] += v[3];
+                        }
+                    }
+        }
+        __syncthreads();
+    }
+
+    // ---- epilogue --------------------------------------------------------
+    const bias_t *bias_e = bias ? bias + (size_t)e * N : nullptr;
+    if constexpr (GEMM == 1) {
+        act_t *o = static_cast<act_t *>(out);
+        constexpr int OUTW = BN / 2;
+        for (int i = tid; i < BM * OUTW; i += NTHREADS) {
+            int r = i / OUTW, c = i % OUTW, t = s_rows[r];
+            int n = ncol * OUTW + c; // gate column; up is ip + n
+            if (t < 0 || n >= ip)
+                continue;
+            float hg = cs[r * C_LD + c], hu = cs[r * C_LD + OUTW + c];
+            if constexpr (!GROUPED) {
+                hg *= sca::to_f(sc_e[scale_pos(n)]);
+                hu *= sca::to_f(sc_e[scale_pos(ip + n)]);
+            }
+            if (bias_e) {
+                hg += bia::to_f(bias_e[bias_pos(n)]);
+                hu += bia::to_f(bias_e[bias_pos(ip + n)]);
+            }
+            if (round_out) {
+                hg = round_act(hg);
+                hu = round_act(hu);
+            }
+            o[(size_t)t * ip + n] =
+                act::from_f(activation(hg, hu, limit, alpha, beta));
+        }
+    } else {
+        float *o = static_cast<float *>(out);
+        for (int i = tid; i < BM * BN; i += NTHREADS) {
+            int r = i / BN, c = i % BN, t = s_rows[r];
+            int n = ncol * BN + c;
+            if (t < 0 || n >= N)
+                continue;
+            float y = cs[r * C_LD + c];
+            if constexpr (!GROUPED)
+                y *= sca::to_f(sc_e[scale_pos(n)]);
+            if (bias_e)
+                y += bia::to_f(bias_e[bias_pos(n)]);
+            if (round_out)
+                y = round_act(y);
+            o[(size_t)t * N + n] = y;
+        }
+    }
+}

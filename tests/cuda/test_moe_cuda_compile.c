@@ -1,0 +1,317 @@
+/*
+ * test_moe_cuda_compile.c - every specialization family of the CUDA fused
+ * MoE compiles with NVRTC for sm_80 and sm_90 without a warning (needs no
+ * GPU; CI runs it). Covered:
+ *   - every row of the tiling table of every built-in backend spec that has
+ *     one, with every block_m the row serves, for both GEMMs (w13 with the
+ *     activation fused, w2), plus each row with block_k halved (the runtime
+ *     halves block_k until it divides K);
+ *   - every value of every other parameter: 4/8 bits, zero points, act
+ *     order, grouped/channelwise scales, both scale permutations, F16/BF16
+ *     activations, scales and biases, the five gated activations (a list of
+ *     quantization variants, cycled through the tiles and also each
+ *     compiled with one fixed tile);
+ *   - the routing/gather/finalize unit for both activation dtypes.
+ * Each image must hold a CUBIN and PTX naming the kernel, and an empty
+ * NVRTC log. The cold compile time of each unit is printed (the aim is
+ * 0.5 s a unit; this machine's figure is reported, not asserted).
+ * Also checks the generator's refusals (bad configurations) and that the
+ * names spell out the parameters. Skips (exit 77) without NVRTC.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "testutil.h"
+#include "gen/moe_cuda.h"
+#include "runtime/cuda/cuda.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct qvariant {
+    int bits;
+    bool zp, act_order, grouped;
+    w16_moe_scales_t scales;
+    wna16_dtype_t act, scale, bias;
+    wna16_activation_t activation;
+} qvariant_t;
+
+#define F16 WNA16_DTYPE_F16
+#define BF16 WNA16_DTYPE_BF16
+
+static const qvariant_t VARIANTS[] = {
+    {4, false, false, true, W16_MOE_SCALES_T64, F16, F16, F16, WNA16_ACT_SILU},
+    {4, true, false, true, W16_MOE_SCALES_T32, BF16, BF16, BF16,
+     WNA16_ACT_GELU},
+    {4, false, true, true, W16_MOE_SCALES_T64, BF16, F16, BF16,
+     WNA16_ACT_GELU_TANH},
+    {4, true, true, true, W16_MOE_SCALES_T64, F16, BF16, F16,
+     WNA16_ACT_SWIGLUOAI},
+    {8, false, false, false, W16_MOE_SCALES_T32, BF16, BF16, F16,
+     WNA16_ACT_SWIGLUSTEP},
+    {8, false, false, true, W16_MOE_SCALES_T64, F16, F16, BF16,
+     WNA16_ACT_SILU},
+    {8, false, true, true, W16_MOE_SCALES_T64, BF16, BF16, BF16,
+     WNA16_ACT_SILU},
+    {4, true, false, false, W16_MOE_SCALES_T32, F16, F16, F16,
+     WNA16_ACT_GELU},
+};
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int n_units;
+static double worst_s, total_s;
+
+/* Compiles one unit for sm_80 and sm_90 and checks the images. */
+static void compile_unit(wna16_context_t *ctx, const char *src,
+                         const char *name, const char *what)
+{
+    static const int archs[][2] = {{8, 0}, {9, 0}};
+    for (size_t a = 0; a < W16_ARRAY_LEN(archs); a++) {
+        wna16_error_t err;
+        w16_cuda_image_t img;
+        double t0 = now_s();
+        wna16_status_t st = w16_nvrtc_compile(ctx, src, name, archs[a][0],
+                                              archs[a][1], &img, &err);
+        double dt = now_s() - t0;
+        TU_CHECK_MSG(st == WNA16_OK, "%s (%s) for sm_%d%d: %s", name, what,
+                     archs[a][0], archs[a][1], err.message);
+        if (st != WNA16_OK)
+            continue;
+        n_units++;
+        total_s += dt;
+        if (dt > worst_s)
+            worst_s = dt;
+        printf("  sm_%d%d %6.3f s  %s\n", archs[a][0], archs[a][1], dt, name);
+        TU_CHECK_MSG(img.log == NULL, "%s for sm_%d%d: NVRTC warned:\n%s", name,
+                     archs[a][0], archs[a][1], img.log ? img.log : "");
+        TU_CHECK(img.cubin && img.cubin_size > 0 && img.ptx);
+        if (img.ptx) {
+            char entry[200];
+            snprintf(entry, sizeof entry, ".entry %s", name);
+            TU_CHECK_MSG(strstr(img.ptx, entry) != NULL, "no %s", entry);
+        }
+        w16_cuda_image_free(&img);
+    }
+}
+
+static void compile_gemm(wna16_context_t *ctx, const w16_moe_gemm_cfg_t *c,
+                         const char *what)
+{
+    w16_buf_t b;
+    w16_buf_init(&b, ctx);
+    wna16_error_t err;
+    char name[160];
+    w16_moe_gemm_name(c, name, sizeof name);
+    TU_OK(w16_moe_gemm_source(c, &b, &err), &err);
+    TU_CHECK(!b.failed);
+    if (!b.failed && b.data && tu_failures == 0)
+        compile_unit(ctx, b.data, name, what);
+    w16_buf_free(&b);
+}
+
+static void apply(w16_moe_gemm_cfg_t *c, const qvariant_t *v)
+{
+    c->bits = v->bits;
+    c->zp = v->zp;
+    c->act_order = v->act_order;
+    c->grouped = v->grouped;
+    c->scales = v->scales;
+    c->act_dtype = v->act;
+    c->scale_dtype = v->scale;
+    c->bias_dtype = v->bias;
+    c->activation = c->gemm == WNA16_GEMM_W13 ? v->activation
+                                              : WNA16_ACT_INVALID;
+}
+
+static void test_tiling_rows(wna16_context_t *ctx)
+{
+    size_t vi = 0;
+    for (size_t s = 0; s < wna16_spec_count(ctx); s++) {
+        const wna16_spec_t *spec = wna16_spec_at(ctx, s);
+        const w16_tiling_t *t = spec->tiling;
+        if (!t)
+            continue;
+        printf("%s: %d block_m rows, %d GEMM rows\n", spec->name, t->n_bm,
+               t->n_gemm);
+        for (int r = 0; r < t->n_gemm; r++) {
+            const w16_tile_rule_t *row = &t->gemm[r];
+            for (int b = 0; b < t->n_bm; b++) {
+                int bm = t->bm[b].block_m;
+                bool dup = false; /* one compile per block_m value */
+                for (int b2 = 0; b2 < b; b2++)
+                    dup |= t->bm[b2].block_m == bm;
+                if (dup || bm < row->bm_lo || bm > row->bm_hi)
+                    continue;
+                for (int g = 0; g < 2; g++) {
+                    if (row->gemm >= 0 && row->gemm != g)
+                        continue;
+                    for (int halve = 0; halve < 2; halve++) {
+                        if (halve && row->block_k == 64)
+                            continue;
+                        w16_moe_gemm_cfg_t c;
+                        memset(&c, 0, sizeof c);
+                        c.gemm = (wna16_gemm_t)g;
+                        c.block_m = bm;
+                        c.block_n = row->block_n;
+                        c.block_k = halve ? 64 : row->block_k;
+                        c.warps_n = row->warps_n;
+                        c.warps_k = row->warps_k < c.block_k / 16
+                                        ? row->warps_k : c.block_k / 16;
+                        c.stages = row->stages;
+                        apply(&c, &VARIANTS[vi++ % W16_ARRAY_LEN(VARIANTS)]);
+                        compile_gemm(ctx, &c, row->json_path);
+                    }
+                }
+            }
+        }
+        break; /* the Marlin specs share one table; the next loop checks */
+    }
+}
+
+/* batched_marlin and marlin read the same layout: their tables agree, so
+ * one compiled family serves both (checked, not assumed). */
+static void test_tables_agree(wna16_context_t *ctx)
+{
+    const wna16_spec_t *a = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, "marlin");
+    const wna16_spec_t *b = wna16_spec_find(ctx, WNA16_SPEC_BACKEND,
+                                            "batched_marlin");
+    TU_CHECK(a && b && a->tiling && b->tiling);
+    if (!a || !b || !a->tiling || !b->tiling)
+        return;
+    TU_CHECK(a->tiling->n_bm == b->tiling->n_bm &&
+             a->tiling->n_gemm == b->tiling->n_gemm);
+    for (int i = 0; i < a->tiling->n_bm && i < b->tiling->n_bm; i++)
+        TU_CHECK(a->tiling->bm[i].block_m == b->tiling->bm[i].block_m &&
+                 a->tiling->bm[i].tpe_lo == b->tiling->bm[i].tpe_lo &&
+                 a->tiling->bm[i].tpe_hi == b->tiling->bm[i].tpe_hi);
+    for (int i = 0; i < a->tiling->n_gemm && i < b->tiling->n_gemm; i++) {
+        const w16_tile_rule_t *x = &a->tiling->gemm[i], *y = &b->tiling->gemm[i];
+        TU_CHECK(x->gemm == y->gemm && x->bm_lo == y->bm_lo &&
+                 x->bm_hi == y->bm_hi && x->n_lo == y->n_lo &&
+                 x->n_hi == y->n_hi && x->k_lo == y->k_lo &&
+                 x->k_hi == y->k_hi && x->block_n == y->block_n &&
+                 x->block_k == y->block_k && x->warps_n == y->warps_n &&
+                 x->warps_k == y->warps_k && x->stages == y->stages);
+    }
+}
+
+/* Every quantization variant with one fixed tile, both GEMMs. */
+static void test_variants(wna16_context_t *ctx)
+{
+    for (size_t v = 0; v < W16_ARRAY_LEN(VARIANTS); v++)
+        for (int g = 0; g < 2; g++) {
+            w16_moe_gemm_cfg_t c;
+            memset(&c, 0, sizeof c);
+            c.gemm = (wna16_gemm_t)g;
+            c.block_m = 32;
+            c.block_n = 128;
+            c.block_k = 64;
+            c.warps_n = 2;
+            c.warps_k = 2;
+            c.stages = 3;
+            apply(&c, &VARIANTS[v]);
+            compile_gemm(ctx, &c, "variant");
+        }
+}
+
+static void test_aux(wna16_context_t *ctx)
+{
+    const wna16_dtype_t dts[] = {F16, BF16};
+    for (size_t i = 0; i < 2; i++) {
+        w16_buf_t b;
+        w16_buf_init(&b, ctx);
+        wna16_error_t err;
+        TU_OK(w16_moe_aux_source(dts[i], &b, &err), &err);
+        /* compile_unit checks the first entry; the module exports all */
+        if (b.data && !b.failed) {
+            compile_unit(ctx, b.data, w16_moe_aux_names[0],
+                         w16_moe_aux_unit(dts[i]));
+            w16_cuda_image_t img;
+            if (w16_nvrtc_compile(ctx, b.data, "aux", 9, 0, &img, &err) ==
+                WNA16_OK) {
+                for (int k = 0; k < W16_AUX_COUNT; k++) {
+                    char entry[96];
+                    snprintf(entry, sizeof entry, ".entry %s",
+                             w16_moe_aux_names[k]);
+                    TU_CHECK_MSG(img.ptx && strstr(img.ptx, entry), "no %s",
+                                 entry);
+                }
+                w16_cuda_image_free(&img);
+            }
+        }
+        w16_buf_free(&b);
+    }
+}
+
+/* The template's static_asserts are refusals with reasons here. */
+static void test_refusals(wna16_context_t *ctx)
+{
+    w16_moe_gemm_cfg_t good;
+    memset(&good, 0, sizeof good);
+    good.gemm = WNA16_GEMM_W13;
+    good.block_m = 16;
+    good.block_n = 128;
+    good.block_k = 64;
+    good.warps_n = 2;
+    good.warps_k = 2;
+    good.stages = 3;
+    apply(&good, &VARIANTS[0]);
+    w16_moe_gemm_cfg_t c;
+    wna16_error_t err;
+    w16_buf_t b;
+    w16_buf_init(&b, ctx);
+#define EXPECT_REFUSED(stmt, needle)                                        \
+    do {                                                                    \
+        c = good;                                                           \
+        stmt;                                                               \
+        w16_buf_reset(&b);                                                  \
+        wna16_status_t st_ = w16_moe_gemm_source(&c, &b, &err);             \
+        TU_CHECK_MSG(st_ == WNA16_EINVAL && strstr(err.message, needle),    \
+                     "%s: %s", #stmt, err.message);                         \
+    } while (0)
+    EXPECT_REFUSED(c.bits = 3, "bits");
+    EXPECT_REFUSED((c.bits = 8, c.zp = true), "zero points");
+    EXPECT_REFUSED(c.block_m = 24, "block_m");
+    EXPECT_REFUSED(c.block_n = 96, "block_n");
+    EXPECT_REFUSED(c.block_k = 32, "block_k");
+    EXPECT_REFUSED(c.warps_n = 3, "warps_n");
+    EXPECT_REFUSED(c.warps_k = 8, "warps_k");
+    EXPECT_REFUSED((c.block_n = 64, c.warps_n = 1), "gate or the up half");
+    EXPECT_REFUSED((c.block_m = 64, c.block_n = 256, c.warps_n = 2),
+                   "accumulator");
+    EXPECT_REFUSED(c.stages = 1, "stages");
+    EXPECT_REFUSED(c.activation = WNA16_ACT_SILU_NO_MUL, "gated activation");
+    EXPECT_REFUSED(c.act_dtype = WNA16_DTYPE_F32, "dtypes");
+#undef EXPECT_REFUSED
+    TU_OK(w16_moe_gemm_source(&good, &b, &err), &err);
+    w16_buf_free(&b);
+
+    char name[160];
+    w16_moe_gemm_name(&good, name, sizeof name);
+    TU_CHECK_MSG(strcmp(name, "w16_moe_marlin_w13_silu_f16_b4_sym_gq_t64_sf16_"
+                        "bf16_m16n128k64_w2x2_p3") == 0, "%s", name);
+}
+
+int main(void)
+{
+    wna16_error_t err;
+    if (!w16_nvrtc_available(NULL, &err))
+        tu_skip(err.message);
+    wna16_context_t *ctx = tu_context();
+    test_refusals(ctx);
+    test_tables_agree(ctx);
+    test_aux(ctx);
+    test_tiling_rows(ctx);
+    test_variants(ctx);
+    if (n_units)
+        printf("%d units compiled: %.3f s each on average, %.3f s the "
+               "slowest (%s)\n", n_units, total_s / n_units, worst_s,
+               w16_nvrtc_version());
+    wna16_context_destroy(ctx);
+    return tu_finish("test_moe_cuda_compile");
+}

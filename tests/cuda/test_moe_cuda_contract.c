@@ -1,0 +1,374 @@
+/*
+ * test_moe_cuda_contract.c - the host side of the CUDA fused MoE, no GPU
+ * needed (CI runs it):
+ *  1. the "tiling" section of backend specs: the built-in tables load and
+ *     pick the rows they say, and malformed tables are refused naming the
+ *     JSON path (bad values, unreachable and missing catch-all rows,
+ *     shapes the template cannot instantiate: accumulators, shared memory,
+ *     w13 gate/up halves), tiling in a format spec;
+ *  2. tile selection: block_k halved until it divides K, warps_k capped;
+ *  3. the layout contract: Marlin problems over bits, group sizes, zero
+ *     points, act-order, bias and padding are accepted with the expected
+ *     shapes and the scale permutation Marlin uses (hazard H1: w13 scales
+ *     use the 32-entry table when the group size is not below the
+ *     unpadded I); specs whose scales or bias are stored elsewhere are
+ *     refused with the first element the template would misread;
+ *  4. wna16_cuda_moe_create's refusals that come before the GPU: missing
+ *     tensors, wrong shapes and dtypes, a backend without tiles.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "testutil.h"
+#include "gen/moe_cuda.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *marlin_text(void)
+{
+    size_t n;
+    char *t = tu_read_file(WNA16_SOURCE_DIR "/specs/backends/marlin.json", &n);
+    if (!t) {
+        fprintf(stderr, "cannot read specs/backends/marlin.json\n");
+        exit(1);
+    }
+    char *z = realloc(t, n + 1);
+    if (!z)
+        exit(1);
+    z[n] = 0;
+    return z;
+}
+
+/* Loads marlin.json after `edit` changed its JSON; returns the status and
+ * leaves the message in err. */
+static wna16_status_t load_edited(wna16_context_t *ctx,
+                                  void (*edit)(cJSON *root, int arg), int arg,
+                                  const wna16_spec_t **out, wna16_error_t *err)
+{
+    char *text = marlin_text();
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root)
+        exit(1);
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "name");
+    cJSON_AddStringToObject(root, "name", "marlin_edit");
+    edit(root, arg);
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    wna16_status_t st = wna16_spec_load_text(ctx, "edit.json", s, strlen(s),
+                                             out, err);
+    free(s);
+    return st;
+}
+
+static cJSON *tiling(cJSON *root)
+{
+    return cJSON_GetObjectItemCaseSensitive(root, "tiling");
+}
+
+static cJSON *row(cJSON *root, const char *list, int i)
+{
+    return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(tiling(root),
+                                                               list), i);
+}
+
+static void set_num(cJSON *obj, const char *key, double v)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
+    cJSON_AddNumberToObject(obj, key, v);
+}
+
+static void set_range(cJSON *obj, const char *key, int lo, int hi)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
+    int v[2] = {lo, hi};
+    cJSON_AddItemToObject(obj, key, cJSON_CreateIntArray(v, 2));
+}
+
+/* ---- edits, one per refusal ---- */
+static void e_bm_value(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 0), "block_m", 24); }
+static void e_bm_last_cond(cJSON *r, int a) { (void)a; set_range(row(r, "block_m", 3), "tokens_per_expert", 1, 9); }
+static void e_bm_hides(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(row(r, "block_m", 1), "tokens_per_expert"); }
+static void e_bn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "block_n", 96); }
+static void e_bk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "block_k", 32); }
+static void e_bk192(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 2), "block_k", 192); }
+static void e_wn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "warps_n", 3); }
+static void e_wk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "warps_k", 8); }
+static void e_acc(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 3), "warps_n", 2); }
+static void e_smem(cJSON *r, int a)
+{
+    (void)a;
+    cJSON *g = row(r, "gemm", 3);
+    set_num(g, "block_k", 256);
+    set_num(g, "stages", 8);
+}
+static void e_key(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", 0), "tile", 1); }
+static void e_gemm(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 0), "gemm", cJSON_CreateString("w3")); }
+static void e_halves(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", 0), "gemm"); }
+static void e_range(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 3), "n", 9, 3); }
+static void e_last(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 4), "k", 1, 64); }
+static void e_missing(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(tiling(r), "gemm"); }
+static void e_stages(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "stages", 1); }
+
+static void test_tiling_refusals(wna16_context_t *ctx)
+{
+    static const struct {
+        void (*edit)(cJSON *, int);
+        const char *needle;
+    } cases[] = {
+        {e_bm_value, "$.tiling.block_m[0].block_m: expected 16, 32, 48 or 64"},
+        {e_bm_last_cond, "$.tiling.block_m[3]: the last row must have no "
+                         "condition"},
+        {e_bm_hides, "$.tiling.block_m[1]: a row without a condition hides"},
+        {e_bn, "$.tiling.gemm[1].block_n: expected a multiple of 64"},
+        {e_bk, "$.tiling.gemm[1].block_k: 32 is out of range [64, 256]"},
+        {e_bk192, "$.tiling.gemm[2].block_k: expected 64, 128 or 256"},
+        {e_wn, "$.tiling.gemm[1].warps_n: expected a power of two dividing "
+               "block_n / 64 = 2"},
+        {e_wk, "$.tiling.gemm[4].warps_k: expected a power of two dividing "
+               "block_k / 16 = 4"},
+        {e_acc, "$.tiling.gemm[3]: with block_m 48 (from $.tiling.block_m[2]) "
+                "a warp would hold 3 x 2"},
+        {e_smem, "bytes of shared memory (at most 232448)"},
+        {e_key, "$.tiling.gemm[0]: unknown key \"tile\""},
+        {e_gemm, "$.tiling.gemm[0].gemm: expected \"w13\" or \"w2\""},
+        {e_halves, "$.tiling.gemm[0]: a w13 shape puts the gate and up "
+                   "halves"},
+        {e_range, "$.tiling.gemm[3].n: empty range [9, 3]"},
+        {e_last, "$.tiling.gemm[4]: the last row must have no condition"},
+        {e_missing, "$.tiling: \"block_m\" and \"gemm\" are required"},
+        {e_stages, "$.tiling.gemm[1].stages: 1 is out of range [2, 8]"},
+    };
+    for (size_t i = 0; i < W16_ARRAY_LEN(cases); i++) {
+        wna16_error_t err;
+        wna16_status_t st = load_edited(ctx, cases[i].edit, 0, NULL, &err);
+        TU_CHECK_MSG(st == WNA16_ESPEC && strstr(err.message, cases[i].needle),
+                     "case %zu: %s: %s", i, wna16_status_name(st),
+                     err.message);
+        TU_CHECK_MSG(strncmp(err.message, "edit.json: ", 11) == 0, "%s",
+                     err.message);
+    }
+    /* formats have no tiles */
+    size_t n;
+    char *t = tu_read_file(WNA16_SOURCE_DIR "/specs/formats/gptq.json", &n);
+    TU_CHECK(t != NULL);
+    if (t) {
+        cJSON *root = cJSON_ParseWithLength(t, n);
+        free(t);
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "name");
+        cJSON_AddStringToObject(root, "name", "gptq_edit");
+        cJSON_AddItemToObject(root, "tiling", cJSON_CreateObject());
+        char *s = cJSON_PrintUnformatted(root);
+        cJSON_Delete(root);
+        wna16_error_t err;
+        wna16_status_t st = wna16_spec_load_text(ctx, "fmt.json", s, strlen(s),
+                                                 NULL, &err);
+        TU_CHECK_MSG(st == WNA16_ESPEC && strstr(err.message, "$.tiling: not "
+                     "allowed in a format spec"), "%s", err.message);
+        free(s);
+    }
+}
+
+static void test_lookups(wna16_context_t *ctx)
+{
+    const wna16_spec_t *m = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, "marlin");
+    TU_CHECK(m && m->tiling);
+    if (!m || !m->tiling)
+        return;
+    static const int64_t tpe[] = {1, 16, 17, 32, 33, 48, 49, 100000};
+    static const int want[] = {16, 16, 32, 32, 48, 48, 64, 64};
+    wna16_error_t err;
+    for (size_t i = 0; i < W16_ARRAY_LEN(tpe); i++) {
+        int bm = 0;
+        TU_OK(w16_moe_cuda_block_m(m, tpe[i], &bm, &err), &err);
+        TU_CHECK_MSG(bm == want[i], "tpe %lld: block_m %d", (long long)tpe[i],
+                     bm);
+    }
+    /* w2 at block_m 16 with N <= 4096: row 0 (block_k 256, 8 K warps);
+     * K = 192 halves block_k to 64 and caps warps_k to 4 */
+    w16_moe_gemm_cfg_t c;
+    const char *path = NULL;
+    TU_OK(w16_moe_cuda_tile(m, 16, WNA16_GEMM_W2, 2048, 768, &c, &path, &err),
+          &err);
+    TU_CHECK(c.block_n == 64 && c.block_k == 256 && c.warps_k == 8 &&
+             strcmp(path, "$.tiling.gemm[0]") == 0);
+    TU_OK(w16_moe_cuda_tile(m, 16, WNA16_GEMM_W2, 2048, 192, &c, &path, &err),
+          &err);
+    TU_CHECK_MSG(c.block_k == 64 && c.warps_k == 4, "bk %d wk %d", c.block_k,
+                 c.warps_k);
+    TU_OK(w16_moe_cuda_tile(m, 16, WNA16_GEMM_W13, 1536, 2048, &c, &path,
+                            &err), &err);
+    TU_CHECK(c.block_n == 128 && strcmp(path, "$.tiling.gemm[1]") == 0);
+    TU_OK(w16_moe_cuda_tile(m, 64, WNA16_GEMM_W13, 1024, 128, &c, &path, &err),
+          &err);
+    TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[3]") == 0);
+    TU_OK(w16_moe_cuda_tile(m, 64, WNA16_GEMM_W13, 512, 128, &c, &path, &err),
+          &err);
+    TU_CHECK(strcmp(path, "$.tiling.gemm[4]") == 0);
+    TU_CHECK(w16_moe_cuda_tile(m, 16, WNA16_GEMM_W2, 256, 96, &c, &path,
+                               &err) == WNA16_EUNSUPPORTED);
+    const wna16_spec_t *tr = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, "triton");
+    int bm;
+    TU_CHECK(tr && w16_moe_cuda_block_m(tr, 1, &bm, &err) ==
+                       WNA16_EUNSUPPORTED && strstr(err.message, "tiling"));
+}
+
+static void test_contract(wna16_context_t *ctx)
+{
+    const wna16_spec_t *m = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, "marlin");
+    static const struct {
+        int64_t E, H, I, bits, gs;
+        bool zp, ao, bias;
+        w16_moe_scales_t s13, s2;
+        int64_t IP;
+    } ok[] = {
+        {2, 256, 128, 4, 128, false, false, false, W16_MOE_SCALES_T32,
+         W16_MOE_SCALES_T32, 128}, /* H1: 128 !< 128 for both */
+        {2, 256, 256, 4, 128, false, false, false, W16_MOE_SCALES_T64,
+         W16_MOE_SCALES_T64, 256},
+        {3, 128, 96, 4, 32, true, false, true, W16_MOE_SCALES_T64,
+         W16_MOE_SCALES_T64, 128},
+        {1, 384, 100, 8, -1, false, false, true, W16_MOE_SCALES_T32,
+         W16_MOE_SCALES_T32, 128},
+        {2, 256, 128, 4, 64, true, true, true, W16_MOE_SCALES_T64,
+         W16_MOE_SCALES_T64, 128},
+        {4, 128, 192, 8, 64, false, true, false, W16_MOE_SCALES_T64,
+         W16_MOE_SCALES_T64, 192},
+    };
+    for (size_t i = 0; i < W16_ARRAY_LEN(ok); i++) {
+        w16_problem_t p = {ok[i].E, ok[i].H, ok[i].I, ok[i].bits, ok[i].gs,
+                           ok[i].zp, ok[i].ao, ok[i].bias};
+        for (int g = 0; g < 2; g++) {
+            w16_moe_operand_t op;
+            wna16_error_t err;
+            TU_OK(w16_moe_cuda_contract(m, &p, (wna16_gemm_t)g, &op, &err),
+                  &err);
+            int64_t N = g ? ok[i].H : 2 * ok[i].IP, K = g ? ok[i].IP : ok[i].H;
+            TU_CHECK_MSG(op.N == N && op.K == K && op.IP == ok[i].IP,
+                         "case %zu: N %lld K %lld", i, (long long)op.N,
+                         (long long)op.K);
+            TU_CHECK_MSG(op.scales == (g ? ok[i].s2 : ok[i].s13),
+                         "case %zu g %d: scales %d", i, g, op.scales);
+            TU_CHECK(op.ndim[W16_ROLE_QWEIGHT] == 3 &&
+                     op.shape[W16_ROLE_QWEIGHT][2] == N * ok[i].bits / 2);
+            TU_CHECK((op.ndim[W16_ROLE_QZEROS] == 3) == ok[i].zp);
+            TU_CHECK((op.ndim[W16_ROLE_SORT_IDX] == 2) == ok[i].ao);
+        }
+    }
+    /* what the template does not read */
+    w16_problem_t p8zp = {2, 256, 128, 8, 128, true};
+    w16_moe_operand_t op;
+    wna16_error_t err;
+    TU_CHECK(w16_moe_cuda_contract(m, &p8zp, WNA16_GEMM_W13, &op, &err) ==
+             WNA16_EUNSUPPORTED && strstr(err.message, "4-bit codes only"));
+    w16_problem_t pa8 = {2, 256, 128, 4, 128};
+    pa8.a8 = 1;
+    TU_CHECK(w16_moe_cuda_contract(m, &pa8, WNA16_GEMM_W13, &op, &err) ==
+             WNA16_EUNSUPPORTED && strstr(err.message, "8-bit activations"));
+    const wna16_spec_t *tr = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, "triton");
+    w16_problem_t pt = {2, 256, 128, 4, 128};
+    TU_CHECK(tr && w16_moe_cuda_contract(tr, &pt, WNA16_GEMM_W13, &op, &err) ==
+                       WNA16_EUNSUPPORTED);
+    TU_CHECK_MSG(strstr(err.message, "cannot read this layout"), "%s",
+                 err.message);
+}
+
+/* Scales (or bias) stored in plain column order: a valid layout the
+ * template does not read. */
+static void e_plain_scales(cJSON *r, int bias)
+{
+    cJSON *l = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(r, "layouts"), bias ? "bias" : "scales");
+    cJSON *idx = cJSON_GetObjectItemCaseSensitive(l, "index");
+    cJSON_ReplaceItemInArray(idx, bias ? 1 : 2, cJSON_CreateString("n"));
+    cJSON *coord = cJSON_GetObjectItemCaseSensitive(l, "coord");
+    cJSON_ReplaceItemInObjectCaseSensitive(coord, "n",
+                                           cJSON_CreateString(bias ? "i1" : "i2"));
+    cJSON_DeleteItemFromObjectCaseSensitive(l, "let");
+}
+
+static void test_contract_refusals(wna16_context_t *ctx)
+{
+    for (int bias = 0; bias < 2; bias++) {
+        const wna16_spec_t *s = NULL;
+        wna16_error_t err;
+        TU_OK(load_edited(ctx, e_plain_scales, bias, &s, &err), &err);
+        if (!s)
+            continue;
+        w16_problem_t p = {2, 256, 128, 4, 64, false, false, true};
+        w16_moe_operand_t op;
+        wna16_status_t st = w16_moe_cuda_contract(s, &p, WNA16_GEMM_W2, &op,
+                                                  &err);
+        const char *want = bias ? "$.layouts.bias: the CUDA fused-MoE template "
+                                  "(templates/moe_marlin_gemm.cu) cannot read "
+                                  "this layout: (e=0, n=2) is stored at [0][2] "
+                                  "bit 0; the template reads [0][8] bit 0"
+                                : "$.layouts.scales: the CUDA fused-MoE "
+                                  "template (templates/moe_marlin_gemm.cu) "
+                                  "cannot read this layout: (e=0, g=0, n=2) is "
+                                  "stored at [0][0][2] bit 0; the template "
+                                  "reads [0][0][8] bit 0";
+        TU_CHECK_MSG(st == WNA16_EUNSUPPORTED && strstr(err.message, want),
+                     "%s", err.message);
+    }
+}
+
+/* wna16_cuda_moe_create checks everything it can before it needs a GPU. */
+static void test_create_refusals(wna16_context_t *ctx)
+{
+    const wna16_spec_t *m = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, "marlin");
+    wna16_qlayer_t L = {.E = 2, .H = 128, .I = 64};
+    wna16_error_t err;
+    TU_OK(wna16_qweight_alloc(&L.w13, 2, 128, 128, 4, 64, false, false, false,
+                              &err), &err);
+    TU_OK(wna16_qweight_alloc(&L.w2, 2, 128, 64, 4, 64, false, false, false,
+                              &err), &err);
+    for (size_t i = 0; i < (size_t)2 * 2 * 128; i++)
+        L.w13.scales[i] = 1.0f;
+    for (size_t i = 0; i < (size_t)2 * 1 * 128; i++)
+        L.w2.scales[i] = 1.0f;
+    wna16_tensor_set_t *set = NULL;
+    TU_OK(wna16_tensor_set_create(ctx, &set, &err), &err);
+    TU_OK(wna16_ref_encode(ctx, m, &L, "L", set, &err), &err);
+    wna16_quant_desc_t q = {.bits = 4, .group_size = 64};
+    wna16_cuda_moe_t *moe = NULL;
+    wna16_status_t st = wna16_cuda_moe_create(ctx, m, set, "X", 2, 128, 64, &q,
+                                              false, &moe, &err);
+    TU_CHECK_MSG(st == WNA16_ENOTFOUND && strstr(err.message, "X.w13_qweight"),
+                 "%s", err.message);
+    st = wna16_cuda_moe_create(ctx, m, set, "L", 2, 256, 64, &q, false, &moe,
+                               &err);
+    TU_CHECK_MSG(st == WNA16_EINVAL && strstr(err.message, "L.w13_qweight: "
+                 "expected shape (2, 16, 256)"), "%s", err.message);
+    wna16_quant_desc_t q8 = {.bits = 8, .group_size = 64};
+    st = wna16_cuda_moe_create(ctx, m, set, "L", 2, 128, 64, &q8, false, &moe,
+                               &err);
+    TU_CHECK_MSG(st == WNA16_EINVAL && strstr(err.message, "expected shape"),
+                 "%s", err.message);
+    const wna16_spec_t *tr = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, "triton");
+    st = wna16_cuda_moe_create(ctx, tr, set, "L", 2, 128, 64, &q, false, &moe,
+                               &err);
+    TU_CHECK_MSG(st == WNA16_EUNSUPPORTED, "%s", err.message);
+    st = wna16_cuda_moe_create(ctx, m, set, "L", 0, 128, 64, &q, false, &moe,
+                               &err);
+    TU_CHECK(st == WNA16_EINVAL && moe == NULL);
+    wna16_quant_desc_t q16 = {.bits = 4, .group_size = 16};
+    st = wna16_cuda_moe_create(ctx, m, set, "L", 2, 128, 64, &q16, false, &moe,
+                               &err);
+    TU_CHECK_MSG(st == WNA16_EUNSUPPORTED && strstr(err.message, "group size"),
+                 "%s", err.message);
+    wna16_tensor_set_destroy(set);
+    wna16_qlayer_free(&L);
+}
+
+int main(void)
+{
+    wna16_context_t *ctx = tu_context();
+    test_tiling_refusals(ctx);
+    test_lookups(ctx);
+    test_contract(ctx);
+    test_contract_refusals(ctx);
+    test_create_refusals(ctx);
+    wna16_context_destroy(ctx);
+    return tu_finish("test_moe_cuda_contract");
+}

@@ -1,0 +1,198 @@
+/*
+ * cmd_gen_moe_cuda.c - `wna16 gen --kind moe --target cuda`: prints one
+ * specialized translation unit of the CUDA fused MoE (templates/ filled in
+ * by gen/moe_cuda.c from a backend spec, its tiling table and a problem),
+ * exactly the text the runtime hands NVRTC. Each unit stands alone: NVRTC
+ * or `nvcc -std=c++17 -arch=sm_80 -c` compiles it.
+ */
+#include "cli.h"
+#include "gen/moe_cuda.h"
+
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: wna16 gen --kind moe --target cuda --to marlin|batched_marlin\n"
+        "                 --bits 4|8 --group-size G [--zero-point] [--act-order]\n"
+        "                 [--bias] [--hidden H] [--intermediate I] [--experts E]\n"
+        "                 [--tokens M] [--topk K] [--dtype F16|BF16]\n"
+        "                 [--scale-dtype F16|BF16] [--activation NAME]\n"
+        "                 [--unit w13|w2|aux]\n\n"
+        "Prints the CUDA C translation unit of one kernel of the fused MoE on\n"
+        "tensor cores: --unit w13 (default; GEMM 1 with the activation fused),\n"
+        "w2 (GEMM 2) or aux (routing, gather and finalize). The layout is\n"
+        "checked against what the template reads, and the tile comes from\n"
+        "the spec's tiling table for the problem: --hidden, --intermediate\n"
+        "and --experts default to 2048, 768 and 8, --tokens and --topk (the\n"
+        "routed slots per expert) to 1 and 8. --dtype is the activation dtype\n"
+        "(default BF16), --scale-dtype defaults to it, --activation to silu.\n"
+        "The unit compiles with NVRTC or nvcc -std=c++17 -arch=sm_80 -c.\n");
+}
+
+typedef struct moe_opts {
+    const char *to, *unit, *activation;
+    long bits, gs, hidden, inter, experts, tokens, topk;
+    bool zp, act_order, bias, gs_set;
+    wna16_dtype_t dtype, scale_dtype;
+} moe_opts_t;
+
+static bool parse_dtype(const char *v, wna16_dtype_t *out)
+{
+    wna16_dtype_t d = v ? wna16_dtype_from_name(v, strlen(v)) : 0;
+    if (d != WNA16_DTYPE_F16 && d != WNA16_DTYPE_BF16)
+        return false;
+    *out = d;
+    return true;
+}
+
+static int parse(int argc, char **argv, moe_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->unit = "w13";
+    o->activation = "silu";
+    o->hidden = 2048;
+    o->inter = 768;
+    o->experts = 8;
+    o->tokens = 1;
+    o->topk = 8;
+    o->dtype = WNA16_DTYPE_BF16;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL, *opt = argv[i], *ignored;
+        long *num = NULL, lo = 1, hi = 1 << 20;
+        const char **str = NULL;
+        if (cli_opt_value(argc, argv, &i, "--kind", &ignored) ||
+            cli_opt_value(argc, argv, &i, "--target", &ignored))
+            continue; /* cmd_gen matched "moe" and "cuda" */
+        if (cli_opt_value(argc, argv, &i, "--to", &v)) str = &o->to;
+        else if (cli_opt_value(argc, argv, &i, "--unit", &v)) str = &o->unit;
+        else if (cli_opt_value(argc, argv, &i, "--activation", &v)) str = &o->activation;
+        else if (cli_opt_value(argc, argv, &i, "--bits", &v)) { num = &o->bits; lo = 4; hi = 8; }
+        else if (cli_opt_value(argc, argv, &i, "--group-size", &v)) { num = &o->gs; lo = -1; o->gs_set = true; }
+        else if (cli_opt_value(argc, argv, &i, "--hidden", &v)) num = &o->hidden;
+        else if (cli_opt_value(argc, argv, &i, "--intermediate", &v)) num = &o->inter;
+        else if (cli_opt_value(argc, argv, &i, "--experts", &v)) { num = &o->experts; hi = 4096; }
+        else if (cli_opt_value(argc, argv, &i, "--tokens", &v)) num = &o->tokens;
+        else if (cli_opt_value(argc, argv, &i, "--topk", &v)) { num = &o->topk; hi = 4096; }
+        else if (cli_opt_value(argc, argv, &i, "--dtype", &v)) {
+            if (!parse_dtype(v, &o->dtype))
+                return cli_usage_error("gen", "--dtype: F16 or BF16");
+            continue;
+        } else if (cli_opt_value(argc, argv, &i, "--scale-dtype", &v)) {
+            if (!parse_dtype(v, &o->scale_dtype))
+                return cli_usage_error("gen", "--scale-dtype: F16 or BF16");
+            continue;
+        }
+        else if (strcmp(opt, "--zero-point") == 0) { o->zp = true; continue; }
+        else if (strcmp(opt, "--act-order") == 0) { o->act_order = true; continue; }
+        else if (strcmp(opt, "--bias") == 0) { o->bias = true; continue; }
+        else return cli_usage_error("gen", "unknown option '%s'", opt);
+        if (!v)
+            return cli_usage_error("gen", "%s needs a value", opt);
+        if (str)
+            *str = v;
+        else if (!cli_parse_int(v, lo, hi, num) ||
+                 (num == &o->bits && *num != 4 && *num != 8) ||
+                 (num == &o->gs && *num == 0))
+            return cli_usage_error("gen", "%s: bad value '%s'", opt, v);
+    }
+    if (strcmp(o->unit, "w13") && strcmp(o->unit, "w2") &&
+        strcmp(o->unit, "aux"))
+        return cli_usage_error("gen", "--unit: w13, w2 or aux");
+    if (!o->to || (strcmp(o->unit, "aux") && (!o->bits || !o->gs_set)))
+        return cli_usage_error("gen", "--to, --bits and --group-size are "
+                               "required (--unit aux: --to)");
+    if (!o->scale_dtype)
+        o->scale_dtype = o->dtype;
+    return CLI_OK;
+}
+
+/* The GEMM unit as the runtime would build it for this problem. */
+static int gemm_unit(wna16_context_t *ctx, const moe_opts_t *o,
+                     const wna16_spec_t *spec, wna16_gemm_t g, w16_buf_t *b)
+{
+    wna16_activation_t act = wna16_activation_from_name(o->activation);
+    if (act == WNA16_ACT_INVALID)
+        return cli_usage_error("gen", "--activation: unknown '%s'",
+                               o->activation);
+    w16_problem_t p = {o->experts, o->hidden, o->inter, o->bits, o->gs,
+                       o->zp, o->act_order, o->bias};
+    wna16_error_t err;
+    w16_moe_operand_t op;
+    if (w16_moe_cuda_contract(spec, &p, g, &op, &err) != WNA16_OK)
+        return cli_fail(&err);
+    int64_t slots = o->tokens * o->topk;
+    int bm;
+    w16_moe_gemm_cfg_t c;
+    memset(&c, 0, sizeof c);
+    const char *rule = "";
+    if (w16_moe_cuda_block_m(spec, (slots + o->experts - 1) / o->experts, &bm,
+                             &err) != WNA16_OK ||
+        w16_moe_cuda_tile(spec, bm, g, op.N, op.K, &c, &rule, &err) != WNA16_OK)
+        return cli_fail(&err);
+    c.bits = (int)o->bits;
+    c.zp = o->zp;
+    c.act_order = o->act_order;
+    c.grouped = op.G > 1;
+    c.scales = op.scales;
+    c.act_dtype = o->dtype;
+    c.scale_dtype = o->scale_dtype;
+    c.bias_dtype = o->scale_dtype;
+    c.activation = g == WNA16_GEMM_W13 ? act : WNA16_ACT_INVALID;
+    int64_t ncta = g == WNA16_GEMM_W13
+                       ? (op.IP + c.block_n / 2 - 1) / (c.block_n / 2)
+                       : (op.N + c.block_n - 1) / c.block_n;
+    w16_buf_printf(b, "// %s: N = %lld, K = %lld, %lld groups; tile %s;\n"
+                   "// %lld column CTAs per row block of %d routed rows, %u "
+                   "threads, %zu bytes of dynamic shared memory\n",
+                   g == WNA16_GEMM_W13 ? "w13" : "w2", (long long)op.N,
+                   (long long)op.K, (long long)op.G, rule, (long long)ncta, bm,
+                   w16_moe_gemm_threads(&c), w16_moe_gemm_shared(&c));
+    if (w16_moe_gemm_source(&c, b, &err) != WNA16_OK)
+        return cli_fail(&err);
+    (void)ctx;
+    return CLI_OK;
+}
+
+int cmd_gen_moe_cuda(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return CLI_OK;
+        }
+    moe_opts_t o;
+    int rc = parse(argc, argv, &o);
+    if (rc != CLI_OK)
+        return rc;
+    wna16_context_t *ctx = cli_context();
+    if (!ctx)
+        return CLI_FAIL;
+    const wna16_spec_t *spec = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, o.to);
+    if (!spec) {
+        fprintf(stderr, "wna16: no backend spec named '%s' (see 'wna16 specs "
+                "list')\n", o.to);
+        wna16_context_destroy(ctx);
+        return CLI_FAIL;
+    }
+    w16_buf_t b;
+    w16_buf_init(&b, ctx);
+    wna16_error_t err;
+    if (strcmp(o.unit, "aux") == 0) {
+        if (w16_moe_aux_source(o.dtype, &b, &err) != WNA16_OK)
+            rc = cli_fail(&err);
+    } else {
+        rc = gemm_unit(ctx, &o, spec,
+                       strcmp(o.unit, "w2") == 0 ? WNA16_GEMM_W2
+                                                 : WNA16_GEMM_W13, &b);
+    }
+    if (rc == CLI_OK && b.failed) {
+        fprintf(stderr, "wna16: out of memory\n");
+        rc = CLI_FAIL;
+    }
+    if (rc == CLI_OK)
+        fputs(b.data, stdout);
+    w16_buf_free(&b);
+    wna16_context_destroy(ctx);
+    return rc;
+}
