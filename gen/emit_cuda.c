@@ -193,6 +193,14 @@ static void emit_expr(cemit_t *E, const kir_expr_t *e)
         emit_expr(E, e->b);
         put(E, ")");
         return;
+    case KIR_OP_FEXP:
+    case KIR_OP_FTANH:
+    case KIR_OP_FERF:
+        put(E, e->op == KIR_OP_FEXP ? "expf(" : e->op == KIR_OP_FTANH
+                                                ? "tanhf(" : "erff(");
+        emit_expr(E, e->a);
+        put(E, ")");
+        return;
     case KIR_OP_EQ: binop(E, e, "==", false); return;
     case KIR_OP_NE: binop(E, e, "!=", false); return;
     case KIR_OP_SLT: binop(E, e, "<", true); return;
