@@ -388,9 +388,10 @@ static const kir_expr_t *float_at(mb_t *B, int g, w16_role_t r,
     return to_f32(B, d, kir_int_cast(B->k, int_type_of(d), v, false));
 }
 
-/* Per-group factors of one weight row: zero point (i64) and scale (f32). */
+/* Per-group factors of one weight row: zero point (i64), scale (f32) and
+ * -zero * scale (f32). */
 typedef struct group_q {
-    const kir_expr_t *zero, *scale;
+    const kir_expr_t *zero, *scale, *neg_zs;
 } group_q_t;
 
 static group_q_t group_at(mb_t *B, int g, const coord_t *e, const coord_t *n,
@@ -404,20 +405,30 @@ static group_q_t group_at(mb_t *B, int g, const coord_t *e, const coord_t *n,
                      : ik(B, INT64_C(1) << (B->p.BITS - 1));
     snprintf(name, sizeof name, "s_%s", tag);
     q.scale = let(B, name, float_at(B, g, W16_ROLE_SCALES, c));
+    snprintf(name, sizeof name, "nzs_%s", tag);
+    const kir_expr_t *zf = kir_convert(B->k, KIR_OP_SITOF, KIR_F32,
+                                       kir_int_cast(B->k, KIR_I32, q.zero, false));
+    q.neg_zs = let(B, name, bin(B, KIR_OP_FSUB, fk(B, 0.0),
+                                bin(B, KIR_OP_FMUL, zf, q.scale)));
     return q;
 }
 
-/* (code - zero) * scale at (e, n, k), f32. */
+/* (code - zero) * scale at (e, n, k), f32, computed as code * scale +
+ * (-zero * scale): one fused multiply-add per weight after the int-to-float
+ * conversion instead of a subtraction, a conversion and a product. Equal
+ * to the reference's value: code * scale and zero * scale are exact in
+ * float32 (8-bit codes times a 16-bit float's 11 significant bits), so the
+ * sum rounds once, as (code - zero) * scale does (f32 scales: within one
+ * rounding). */
 static const kir_expr_t *weight(mb_t *B, int g, const coord_t *e,
                                 const coord_t *n, const kir_expr_t *k,
                                 group_q_t q)
 {
     coord_t c[3] = {*e, *n, {k, B->v[g][W16_VAR_K] - 1}};
     const kir_expr_t *qc = code(B, g, W16_ROLE_QWEIGHT, c, q.zero);
-    const kir_expr_t *d = kir_int_cast(B->k, KIR_I32,
-                                       bin(B, KIR_OP_SUB, qc, q.zero), true);
-    return bin(B, KIR_OP_FMUL, kir_convert(B->k, KIR_OP_SITOF, KIR_F32, d),
-               q.scale);
+    const kir_expr_t *qf = kir_convert(B->k, KIR_OP_SITOF, KIR_F32,
+                                       kir_int_cast(B->k, KIR_I32, qc, false));
+    return bin(B, KIR_OP_FADD, bin(B, KIR_OP_FMUL, qf, q.scale), q.neg_zs);
 }
 
 /* ---- activations --------------------------------------------------------- */
@@ -601,6 +612,31 @@ static void declare_weights(mb_t *B, int g)
     }
 }
 
+/* The K step of operand g's GEMM: the code slots of one storage element
+ * (two 4-bit codes per byte), unrolled in the K loop, when they divide the
+ * logical K (else 1). */
+static int k_step(mb_t *B, int g)
+{
+    int64_t KL = g == WNA16_GEMM_W13 ? B->p.H : B->p.I;
+    int S = w16_layout_slots(&B->lay[g][W16_ROLE_QWEIGHT],
+                             B->dtype[g][W16_ROLE_QWEIGHT], B->v[g]);
+    return S >= 1 && KL % S == 0 ? S : 1;
+}
+
+/* Where input channel k of a row of x (or a) is kept: slot-major for a K
+ * step of S, k = kc*S + s at s*(KL/S) + kc, so that the GEMM reads each
+ * slot's inputs with consecutive loads (no deinterleaving shuffles). */
+static const kir_expr_t *slot_major(mb_t *B, const kir_expr_t *k, int S,
+                                    int64_t KL)
+{
+    if (S == 1)
+        return k;
+    w16_range_t rk = {0, KL - 1};
+    return w16_ir_add(B->k, w16_ir_mul(B->k, w16_ir_floormod(B->k, k, S, rk),
+                                       ik(B, KL / S)),
+                      w16_ir_floordiv(B->k, k, S, rk));
+}
+
 /* Does the router weight scale the input (x = R(x * R(w)))? */
 static bool weight_on_input(const w16_moe_request_t *r)
 {
@@ -613,7 +649,9 @@ static bool weight_on_input(const w16_moe_request_t *r)
 static void build_input(mb_t *B)
 {
     const w16_moe_request_t *r = B->req;
+    kir_kernel_t *k = B->k;
     int64_t H = B->p.H;
+    int S = k_step(B, WNA16_GEMM_W13);
     bool on_input = weight_on_input(r);
     arg(B, W16_MOE_ARG_HIDDEN, KIR_PARAM_BUFFER, KIR_I16, false);
     if (on_input)
@@ -621,21 +659,30 @@ static void build_input(mb_t *B)
     arg(B, W16_MOE_ARG_X, KIR_PARAM_BUFFER, KIR_F32, true);
     if (B->fail)
         return;
+    /* a lane converts the S inputs of one K step and stores them
+     * slot-major: consecutive lanes store consecutive floats */
     const kir_expr_t *row;
-    const kir_expr_t *k = tile_channel(B, H, &row);
+    const kir_expr_t *kc = tile_channel(B, H / S, &row);
+    if (!kc)
+        return;
     /* per-slot rows (weight on the input, standard format) read their
      * token's hidden row */
     const kir_expr_t *src = row;
     if (on_input && !r->batched)
-        src = w16_ir_floordiv(B->k, row, r->topk, (w16_range_t){0, INT64_MAX / 2});
-    const kir_expr_t *x = to_f32(B, r->params.act_dtype,
-                                 load(B, W16_MOE_ARG_HIDDEN,
-                                      w16_ir_add(B->k, w16_ir_mul(B->k, src, ik(B, H)), k)));
-    if (on_input)
-        x = round_act(B, bin(B, KIR_OP_FMUL, x,
-                             round_act(B, load(B, W16_MOE_ARG_TOPK_WEIGHTS, row))));
-    store(B, W16_MOE_ARG_X, w16_ir_add(B->k, w16_ir_mul(B->k, row, ik(B, H)), k),
-          x);
+        src = w16_ir_floordiv(k, row, r->topk, (w16_range_t){0, INT64_MAX / 2});
+    const kir_expr_t *in = let(B, "in", w16_ir_mul(k, src, ik(B, H)));
+    const kir_expr_t *at = let(B, "at", w16_ir_mul(k, row, ik(B, H)));
+    const kir_expr_t *w = on_input
+        ? let(B, "w", round_act(B, load(B, W16_MOE_ARG_TOPK_WEIGHTS, row))) : NULL;
+    for (int s = 0; s < S && !B->fail; s++) {
+        const kir_expr_t *kk = w16_ir_add(k, w16_ir_mul(k, kc, ik(B, S)), ik(B, s));
+        const kir_expr_t *x = to_f32(B, r->params.act_dtype,
+                                     load(B, W16_MOE_ARG_HIDDEN, w16_ir_add(k, in, kk)));
+        if (on_input)
+            x = round_act(B, bin(B, KIR_OP_FMUL, x, w));
+        store(B, W16_MOE_ARG_X, w16_ir_add(k, at, w16_ir_add(k, ik(B, s * (H / S)), kc)),
+              x);
+    }
 }
 
 /* ---- the GEMMs ----------------------------------------------------------- */
@@ -646,65 +693,15 @@ typedef struct slot {
     const kir_expr_t *id, *valid, *base;
 } slot_t;
 
-static void build_gemm(mb_t *B, bool first)
+/* The K loop of one block: acc[t][j] += x[t][k] * w[j][k] over the
+ * block's slots t and the lane's weight rows j. */
+static void k_loop(mb_t *B, int g, const coord_t *e, const coord_t *n,
+                   int rows, const slot_t *s, int BM, const kir_var_t *acc[][2],
+                   w16_moe_arg_t in, int64_t KL)
 {
-    const w16_moe_request_t *r = B->req;
     kir_kernel_t *k = B->k;
-    int g = first ? WNA16_GEMM_W13 : WNA16_GEMM_W2;
-    int64_t H = B->p.H, I = B->p.I, IP = B->v[g][W16_VAR_IP];
-    /* logical sizes: channels this kernel writes, K it reduces over, the
-     * rows of its input and output buffers */
-    int64_t NC = first ? I : H, KL = first ? H : I;
-    int BM = r->block_m;
-    int rows = first && B->gated ? 2 : 1;
-    arg(B, W16_MOE_ARG_SORTED, KIR_PARAM_BUFFER, KIR_I32, false);
-    arg(B, W16_MOE_ARG_EXPERTS, KIR_PARAM_BUFFER, KIR_I32, false);
-    w16_moe_arg_t in = first ? W16_MOE_ARG_X : W16_MOE_ARG_A;
-    w16_moe_arg_t outa = first ? W16_MOE_ARG_A : W16_MOE_ARG_Y;
-    arg(B, in, KIR_PARAM_BUFFER, KIR_F32, false);
-    declare_weights(B, g);
-    arg(B, outa, KIR_PARAM_BUFFER, KIR_F32, true);
-    arg(B, W16_MOE_ARG_NUM_SLOTS, KIR_PARAM_SCALAR, KIR_I64, false);
-    if (B->fail)
-        return;
-    const kir_expr_t *blk;
-    const kir_expr_t *ch = tile_channel(B, NC, &blk);
-    if (!ch)
-        return;
-    coord_t e = {let(B, "e", load_i32(B, W16_MOE_ARG_EXPERTS, blk)),
-                 B->p.E - 1};
-    coord_t n[2] = {{ch, NC - 1}, {w16_ir_add(k, ch, ik(B, IP)), 2 * IP - 1}};
-    /* the input row of a slot: x rows are tokens unless the router weight
-     * made them per slot (or the format is batched) */
-    int64_t xdiv = first && !r->batched && !weight_on_input(r) ? r->topk : 1;
-    slot_t s[16];
-    const kir_var_t *acc[16][2];
-    for (int t = 0; t < BM; t++) {
-        char name[16];
-        snprintf(name, sizeof name, "slot%d", t);
-        s[t].id = let(B, name, load_i32(B, W16_MOE_ARG_SORTED,
-                                        w16_ir_add(k, w16_ir_mul(k, blk, ik(B, BM)),
-                                                   ik(B, t))));
-        snprintf(name, sizeof name, "valid%d", t);
-        s[t].valid = let(B, name, bin(B, KIR_OP_SLT, s[t].id,
-                                      sarg(B, W16_MOE_ARG_NUM_SLOTS)));
-        /* padding slots read row 0 (every launch has one) */
-        const kir_expr_t *xrow = kir_select(k, s[t].valid,
-            xdiv > 1 ? kir_bin(k, KIR_OP_UDIV, s[t].id, ik(B, xdiv)) : s[t].id,
-            ik(B, 0));
-        snprintf(name, sizeof name, "base%d", t);
-        s[t].base = let(B, name, w16_ir_mul(k, xrow, ik(B, KL)));
-        for (int j = 0; j < rows; j++) {
-            snprintf(name, sizeof name, "acc%d_%d", t, j);
-            acc[t][j] = kir_var(k, name, KIR_F32);
-            kir_let(k, B->body, acc[t][j], fk(B, 0.0));
-        }
-    }
     /* K in whole storage elements: S code slots unrolled per step */
-    int S = w16_layout_slots(&B->lay[g][W16_ROLE_QWEIGHT],
-                             B->dtype[g][W16_ROLE_QWEIGHT], B->v[g]);
-    if (S < 1 || KL % S)
-        S = 1;
+    int S = k_step(B, g);
     int64_t GSE = B->v[g][W16_VAR_GSE];
     const kir_var_t *kc = kir_var(k, "kc", KIR_I64);
     kir_stmt_t *loop = kir_for(k, B->body, kc, ik(B, 0), ik(B, KL / S), 1);
@@ -721,23 +718,25 @@ static void build_gemm(mb_t *B, bool first)
     bool shared = GSE % S == 0;
     if (shared)
         for (int j = 0; j < rows; j++)
-            q[j] = group_at(B, g, &e, &n[j], w16_ir_floordiv(k, k0, GSE, rk),
+            q[j] = group_at(B, g, e, &n[j], w16_ir_floordiv(k, k0, GSE, rk),
                             j ? "up" : "gate");
     for (int sl = 0; sl < S && !B->fail; sl++) {
         const kir_expr_t *kk = w16_ir_add(k, k0, ik(B, sl));
         const kir_expr_t *w[2];
         for (int j = 0; j < rows; j++) {
             if (!shared)
-                q[j] = group_at(B, g, &e, &n[j], w16_ir_floordiv(k, kk, GSE, rk),
+                q[j] = group_at(B, g, e, &n[j], w16_ir_floordiv(k, kk, GSE, rk),
                                 j ? "up" : "gate");
             char name[16];
             snprintf(name, sizeof name, "w%d_%d", sl, j);
-            w[j] = let(B, name, weight(B, g, &e, &n[j], kk, q[j]));
+            w[j] = let(B, name, weight(B, g, e, &n[j], kk, q[j]));
         }
+        /* the inputs are slot-major (slot_major): consecutive loads */
         for (int t = 0; t < BM; t++) {
             char name[16];
             snprintf(name, sizeof name, "x%d_%d", sl, t);
-            const kir_expr_t *xv = let(B, name, load(B, in, w16_ir_add(k, s[t].base, kk)));
+            const kir_expr_t *xv = let(B, name, load(B, in, w16_ir_add(k, s[t].base,
+                w16_ir_add(k, kir_ref(k, kc), ik(B, sl * (KL / S))))));
             for (int j = 0; j < rows; j++)
                 kir_assign(k, B->body, acc[t][j],
                            bin(B, KIR_OP_FADD, kir_ref(k, acc[t][j]),
@@ -745,13 +744,92 @@ static void build_gemm(mb_t *B, bool first)
         }
     }
     B->body = outer;
-    /* epilogue per real slot */
+}
+
+/* A workgroup takes one expert's run of blocks (every block of its routed
+ * slots) and a tile of output channels; a lane walks the run block by
+ * block, so the expert's weights come from memory once per call and from
+ * the lane's cache for the run's further blocks. */
+static void build_gemm(mb_t *B, bool first)
+{
+    const w16_moe_request_t *r = B->req;
+    kir_kernel_t *k = B->k;
+    int g = first ? WNA16_GEMM_W13 : WNA16_GEMM_W2;
+    int64_t H = B->p.H, I = B->p.I, IP = B->v[g][W16_VAR_IP];
+    /* logical sizes: channels this kernel writes, K it reduces over (the
+     * row length of its input) */
+    int64_t NC = first ? I : H, KL = first ? H : I;
+    int BM = r->block_m;
+    int rows = first && B->gated ? 2 : 1;
+    arg(B, W16_MOE_ARG_RUNS, KIR_PARAM_BUFFER, KIR_I32, false);
+    arg(B, W16_MOE_ARG_SORTED, KIR_PARAM_BUFFER, KIR_I32, false);
+    arg(B, W16_MOE_ARG_EXPERTS, KIR_PARAM_BUFFER, KIR_I32, false);
+    w16_moe_arg_t in = first ? W16_MOE_ARG_X : W16_MOE_ARG_A;
+    w16_moe_arg_t outa = first ? W16_MOE_ARG_A : W16_MOE_ARG_Y;
+    arg(B, in, KIR_PARAM_BUFFER, KIR_F32, false);
+    declare_weights(B, g);
+    arg(B, outa, KIR_PARAM_BUFFER, KIR_F32, true);
+    arg(B, W16_MOE_ARG_NUM_SLOTS, KIR_PARAM_SCALAR, KIR_I64, false);
+    if (B->fail)
+        return;
+    const kir_expr_t *run;
+    const kir_expr_t *ch = tile_channel(B, NC, &run);
+    if (!ch)
+        return;
+    const kir_expr_t *b0 = let(B, "b0", load_i32(B, W16_MOE_ARG_RUNS, run));
+    const kir_expr_t *b1 = let(B, "b1", load_i32(B, W16_MOE_ARG_RUNS,
+                                                 w16_ir_add(k, run, ik(B, 1))));
+    coord_t e = {let(B, "e", load_i32(B, W16_MOE_ARG_EXPERTS, b0)), B->p.E - 1};
+    coord_t n[2] = {{ch, NC - 1}, {w16_ir_add(k, ch, ik(B, IP)), 2 * IP - 1}};
     const kir_expr_t *bias[2] = {NULL, NULL};
     if (B->p.bias)
         for (int j = 0; j < rows; j++) {
             coord_t c[2] = {e, n[j]};
             bias[j] = let(B, j ? "bias_up" : "bias", float_at(B, g, W16_ROLE_BIAS, c));
         }
+    /* gemm2 reads a slot-major for its own K step */
+    const kir_expr_t *at = first ? let(B, "at", slot_major(B, ch, k_step(B, WNA16_GEMM_W2), I))
+                                 : ch;
+    const kir_var_t *blk = kir_var(k, "blk", KIR_I64);
+    kir_stmt_t *bloop = kir_for(k, B->body, blk, b0, b1, 1);
+    if (!bloop) {
+        mfail(B, "out of memory");
+        return;
+    }
+    kir_block_t *top = B->body;
+    B->body = &bloop->body;
+    /* the input row of a slot: x rows are tokens unless the router weight
+     * made them per slot (or the format is batched) */
+    int64_t xdiv = first && !r->batched && !weight_on_input(r) ? r->topk : 1;
+    slot_t s[16];
+    const kir_var_t *acc[16][2];
+    for (int t = 0; t < BM; t++) {
+        char name[16];
+        snprintf(name, sizeof name, "slot%d", t);
+        s[t].id = let(B, name, load_i32(B, W16_MOE_ARG_SORTED,
+                                        w16_ir_add(k, w16_ir_mul(k, kir_ref(k, blk),
+                                                                 ik(B, BM)),
+                                                   ik(B, t))));
+        snprintf(name, sizeof name, "valid%d", t);
+        s[t].valid = let(B, name, bin(B, KIR_OP_SLT, s[t].id,
+                                      sarg(B, W16_MOE_ARG_NUM_SLOTS)));
+        /* padding slots (ids >= num_slots) read the last real slot's row */
+        const kir_expr_t *real = bin(B, KIR_OP_SMIN, s[t].id,
+                                     bin(B, KIR_OP_SUB, sarg(B, W16_MOE_ARG_NUM_SLOTS),
+                                         ik(B, 1)));
+        const kir_expr_t *xrow = xdiv > 1 ? kir_bin(k, KIR_OP_UDIV, real, ik(B, xdiv))
+                                          : real;
+        snprintf(name, sizeof name, "base%d", t);
+        s[t].base = let(B, name, w16_ir_mul(k, xrow, ik(B, KL)));
+        for (int j = 0; j < rows; j++) {
+            snprintf(name, sizeof name, "acc%d_%d", t, j);
+            acc[t][j] = kir_var(k, name, KIR_F32);
+            kir_let(k, B->body, acc[t][j], fk(B, 0.0));
+        }
+    }
+    k_loop(B, g, &e, n, rows, s, BM, acc, in, KL);
+    /* epilogue per real slot */
+    kir_block_t *blk_body = B->body;
     bool round = r->params.round_gemm_outputs;
     for (int t = 0; t < BM && !B->fail; t++) {
         kir_stmt_t *st = kir_if(k, B->body, s[t].valid);
@@ -771,9 +849,10 @@ static void build_gemm(mb_t *B, bool first)
         }
         const kir_expr_t *v = first ? round_act(B, activation(B, h[0], h[1]))
                                     : h[0];
-        store(B, outa, w16_ir_add(k, w16_ir_mul(k, s[t].id, ik(B, NC)), ch), v);
-        B->body = outer;
+        store(B, outa, w16_ir_add(k, w16_ir_mul(k, s[t].id, ik(B, NC)), at), v);
+        B->body = blk_body;
     }
+    B->body = top;
 }
 
 /* ---- combine ------------------------------------------------------------- */
@@ -874,14 +953,15 @@ wna16_status_t w16_build_moe(wna16_context_t *ctx,
             break;
         case W16_MOE_GEMM1:
             build_gemm(&B, true);
-            comment = "fused MoE gemm1: a = R(act(x W13^T + b13)) for the BM "
-                      "slots of one expert block, one lane per intermediate "
-                      "channel, weights dequantized once per block";
+            comment = "fused MoE gemm1: a = R(act(x W13^T + b13)) for the "
+                      "slots of one expert, BM at a time, one lane per "
+                      "intermediate channel, weights dequantized once per "
+                      "block of BM slots";
             break;
         case W16_MOE_GEMM2:
             build_gemm(&B, false);
-            comment = "fused MoE gemm2: y = a W2^T + b2 for the BM slots of "
-                      "one expert block, one lane per hidden channel";
+            comment = "fused MoE gemm2: y = a W2^T + b2 for the slots of "
+                      "one expert, BM at a time, one lane per hidden channel";
             break;
         case W16_MOE_COMBINE:
             build_combine(&B);

@@ -8,16 +8,17 @@
  *
  *   input    per (row, tile of H):   x = f32(hidden), scaled by the router
  *                                    weight when it applies on the input
- *   gemm1    per (block, tile of I): h = x W13^T + b13 for the BM slots of
- *                                    the block, a = R(act(h_gate, h_up))
- *   gemm2    per (block, tile of H): y = a W2^T + b2
+ *   gemm1    per (expert, tile of I): h = x W13^T + b13 for the slots of
+ *                                    the expert, a = R(act(h_gate, h_up))
+ *   gemm2    per (expert, tile of H): y = a W2^T + b2
  *   combine  per (token, tile of H): out = R(sum_j c_j y_j) in slot order
  *            (batched: per row, out = R(c y), rows past the count 0)
  *
- * The GEMM lanes own output channels; each lane walks K once, dequantizing
- * each weight once for all BM slots of its block ((code - zero) * scale in
- * float32, fp32 accumulators, one per slot and row), so the weights are
- * read once per block. Weights are found only through the layout's forward
+ * The GEMM lanes own output channels; a lane walks K once per block of
+ * its expert's run, dequantizing each weight once for the BM slots of the
+ * block ((code - zero) * scale in float32, fp32 accumulators, one per slot
+ * and row, held in registers), so each expert's weights come from memory
+ * once per call (and from the lane's cache for the run's further blocks). Weights are found only through the layout's forward
  * maps (qweight, scales, qzeros, bias: index, bit, decode), folded for the
  * problem and lowered with gen/lower_expr.c: nothing here names a backend.
  * The K loop steps over whole storage elements with their code slots
@@ -55,6 +56,8 @@ const char *w16_moe_stage_name(w16_moe_stage_t s);
     X(HIDDEN, "hidden")        /* act dtype bits: [M][H] or [E][maxt][H] */  \
     X(TOPK_WEIGHTS, "topk_weights") /* f32 per slot (or batched row) */      \
     X(X, "x")                  /* f32 [rows][H], the input as float */       \
+    X(RUNS, "expert_runs")     /* i32 [runs + 1]: first block of each     \
+                                  expert's run of blocks, then the end */     \
     X(SORTED, "sorted_ids")    /* i32: slot of each sorted position */       \
     X(EXPERTS, "expert_ids")   /* i32: local expert of each block */         \
     X(A, "act")                /* f32 [slots][I]: R(act(h)) */               \
@@ -105,8 +108,8 @@ typedef struct w16_moe_request {
 typedef struct w16_moe_kernel {
     kir_kernel_t *kernel;
     w16_moe_stage_t stage;
-    /* Workgroups per block (GEMMs) or per row (input, combine): the launch
-     * is blocks (rows) x tiles workgroups, row-major. */
+    /* Workgroups per expert run (GEMMs) or per row (input, combine): the
+     * launch is runs (rows) x tiles workgroups, row-major. */
     int64_t tiles;
     /* Parameter index of each argument the kernel takes, else -1. */
     int param[W16_MOE_ARG_COUNT];

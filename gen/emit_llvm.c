@@ -181,7 +181,22 @@ static LLVMValueRef emit_expr(emitter_t *E, const kir_expr_t *e)
     case KIR_OP_LANE_ID: return E->lane;
     case KIR_OP_NUM_GROUPS: return E->num_groups;
     case KIR_OP_LOAD: {
-        LLVMValueRef i = emit_expr(E, e->a);
+        /* buf[a + b] as (buf + a) + b: a pointer recurrence the loop
+         * vectorizer recognizes as consecutive even where instcombine
+         * would turn the integer a + b into an `or` it cannot analyze
+         * (a row base whose low bits are known zero). Neither step is
+         * inbounds: only the sum is known to be in bounds. */
+        const kir_expr_t *ix = e->a;
+        if (ix->op == KIR_OP_ADD) {
+            LLVMValueRef a = emit_expr(E, ix->a), b = emit_expr(E, ix->b);
+            if (!a || !b)
+                return NULL;
+            LLVMTypeRef t = ltype(E, e->type);
+            LLVMValueRef p = LLVMBuildGEP2(B, t, E->params[e->param->index],
+                                           &a, 1, "");
+            return LLVMBuildLoad2(B, t, LLVMBuildGEP2(B, t, p, &b, 1, ""), "");
+        }
+        LLVMValueRef i = emit_expr(E, ix);
         return i ? gep_load(E, ltype(E, e->type), E->params[e->param->index], i)
                  : NULL;
     }

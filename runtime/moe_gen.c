@@ -29,6 +29,10 @@
 /* Largest block of slots one kernel instance takes. */
 #define MAX_BLOCK_M 8
 
+/* Elements up to which the input and combine stages run on the calling
+ * thread rather than the pool. */
+#define SMALL_STAGE (INT64_C(1) << 16)
+
 /* Everything a call's kernels depend on besides the layer. Filled after a
  * memset so that keys compare with memcmp. */
 typedef struct variant_key {
@@ -63,6 +67,8 @@ struct wna16_moe_layer {
     size_t x_cap, a_cap, y_cap; /* elements */
     int32_t *slot_expert;
     size_t se_cap;
+    int32_t *runs; /* first block of each expert's run of blocks, then the end */
+    size_t runs_cap;
 };
 
 static const w16_role_t roles[4] = {W16_ROLE_QWEIGHT, W16_ROLE_SCALES,
@@ -270,6 +276,7 @@ void wna16_moe_layer_destroy(wna16_moe_layer_t *L)
     free(L->a);
     free(L->y);
     free(L->slot_expert);
+    free(L->runs);
     free(L);
 }
 
@@ -415,6 +422,7 @@ static void launch(wna16_moe_layer_t *L, const variant_t *v, w16_moe_stage_t s,
     value[W16_MOE_ARG_HIDDEN] = PTR(c->hidden);
     value[W16_MOE_ARG_TOPK_WEIGHTS] = PTR(c->weights);
     value[W16_MOE_ARG_X] = PTR(L->x);
+    value[W16_MOE_ARG_RUNS] = PTR(L->runs);
     value[W16_MOE_ARG_SORTED] = PTR(c->al.sorted_token_ids);
     value[W16_MOE_ARG_EXPERTS] = PTR(c->al.expert_ids);
     value[W16_MOE_ARG_A] = PTR(L->a);
@@ -432,9 +440,16 @@ static void launch(wna16_moe_layer_t *L, const variant_t *v, w16_moe_stage_t s,
     for (int a = 0; a < W16_MOE_ARG_COUNT; a++)
         if (f->param[a] >= 0)
             args[f->param[a]] = value[a];
+    int64_t groups = major * f->tiles;
+    /* The element-wise stages of small calls run on the calling thread:
+     * waking the pool costs more than they do. */
+    bool small = (s == W16_MOE_INPUT || s == W16_MOE_COMBINE) &&
+                 major * L->problem.H <= SMALL_STAGE;
     w16_cpu_t *cpu;
-    if (w16_cpu_get(L->ctx, &cpu, NULL) == WNA16_OK)
-        w16_cpu_launch(cpu, f->fn, args, major * f->tiles);
+    if (small)
+        f->fn(args, 0, groups, groups);
+    else if (w16_cpu_get(L->ctx, &cpu, NULL) == WNA16_OK)
+        w16_cpu_launch(cpu, f->fn, args, groups);
 }
 
 /* Grows a scratch array to n elements of `size` bytes. */
@@ -487,17 +502,25 @@ static wna16_status_t run_call(wna16_moe_layer_t *L, const wna16_moe_params_t *p
                                call_t *c, bool batched, bool batched_weights,
                                int32_t topk, int block_m, wna16_error_t *err)
 {
-    const variant_t *v;
+    const variant_t *v = NULL;
     variant_key_t key = make_key(p, batched, batched_weights, topk, block_m);
     wna16_status_t st = reserve_scratch(L, c->x_rows, c->num_slots, err);
     if (st == WNA16_OK)
         st = get_variant(L, p, &key, &v, err);
     if (st != WNA16_OK)
         return st;
-    int64_t blocks = c->al.num_tokens_post_padded / block_m;
+    /* the blocks of one expert are consecutive: one run per expert */
+    int64_t blocks = c->al.num_tokens_post_padded / block_m, runs = 0;
+    if (!reserve((void **)&L->runs, &L->runs_cap, (size_t)blocks + 1,
+                 sizeof(int32_t)))
+        return w16_err_nomem(err, "the fused MoE's expert runs");
+    for (int64_t b = 0; b < blocks; b++)
+        if (b == 0 || c->al.expert_ids[b] != c->al.expert_ids[b - 1])
+            L->runs[runs++] = (int32_t)b;
+    L->runs[runs] = (int32_t)blocks;
     launch(L, v, W16_MOE_INPUT, c, c->x_rows);
-    launch(L, v, W16_MOE_GEMM1, c, blocks);
-    launch(L, v, W16_MOE_GEMM2, c, blocks);
+    launch(L, v, W16_MOE_GEMM1, c, runs);
+    launch(L, v, W16_MOE_GEMM2, c, runs);
     launch(L, v, W16_MOE_COMBINE, c, c->out_rows);
     return WNA16_OK;
 }
