@@ -693,13 +693,25 @@ typedef struct slot {
     const kir_expr_t *id, *valid, *base;
 } slot_t;
 
+/* Most weight rows one lane takes (channels times gate/up). */
+#define MAX_LANE_ROWS 2
+
+/* One lane's work: up to MAX_LANE_ROWS weight rows of one expert. */
+typedef struct lane_rows {
+    coord_t n[MAX_LANE_ROWS];
+    int count;
+} lane_rows_t;
+
 /* The K loop of one block: acc[t][j] += x[t][k] * w[j][k] over the
- * block's slots t and the lane's weight rows j. */
-static void k_loop(mb_t *B, int g, const coord_t *e, const coord_t *n,
-                   int rows, const slot_t *s, int BM, const kir_var_t *acc[][2],
-                   w16_moe_arg_t in, int64_t KL)
+ * block's slots t and the lane's weight rows j. Each weight is dequantized
+ * once for all slots; each input once for all rows. */
+static void k_loop(mb_t *B, int g, const coord_t *e, const lane_rows_t *lr,
+                   const slot_t *s, int BM,
+                   const kir_var_t *acc[][MAX_LANE_ROWS], w16_moe_arg_t in,
+                   int64_t KL)
 {
     kir_kernel_t *k = B->k;
+    int rows = lr->count;
     /* K in whole storage elements: S code slots unrolled per step */
     int S = k_step(B, g);
     int64_t GSE = B->v[g][W16_VAR_GSE];
@@ -714,26 +726,28 @@ static void k_loop(mb_t *B, int g, const coord_t *e, const coord_t *n,
     const kir_expr_t *k0 = w16_ir_mul(k, kir_ref(k, kc), ik(B, S));
     w16_range_t rk = {0, KL - 1};
     /* one zero/scale load per storage element when its codes share a group */
-    group_q_t q[2] = {{0}};
+    group_q_t q[MAX_LANE_ROWS] = {{0}};
     bool shared = GSE % S == 0;
-    if (shared)
-        for (int j = 0; j < rows; j++)
-            q[j] = group_at(B, g, e, &n[j], w16_ir_floordiv(k, k0, GSE, rk),
-                            j ? "up" : "gate");
+    char tag[16];
+    for (int j = 0; shared && j < rows; j++) {
+        snprintf(tag, sizeof tag, "r%d", j);
+        q[j] = group_at(B, g, e, &lr->n[j], w16_ir_floordiv(k, k0, GSE, rk), tag);
+    }
     for (int sl = 0; sl < S && !B->fail; sl++) {
         const kir_expr_t *kk = w16_ir_add(k, k0, ik(B, sl));
-        const kir_expr_t *w[2];
+        const kir_expr_t *w[MAX_LANE_ROWS];
         for (int j = 0; j < rows; j++) {
+            snprintf(tag, sizeof tag, "r%d", j);
             if (!shared)
-                q[j] = group_at(B, g, e, &n[j], w16_ir_floordiv(k, kk, GSE, rk),
-                                j ? "up" : "gate");
-            char name[16];
+                q[j] = group_at(B, g, e, &lr->n[j],
+                                w16_ir_floordiv(k, kk, GSE, rk), tag);
+            char name[24];
             snprintf(name, sizeof name, "w%d_%d", sl, j);
-            w[j] = let(B, name, weight(B, g, e, &n[j], kk, q[j]));
+            w[j] = let(B, name, weight(B, g, e, &lr->n[j], kk, q[j]));
         }
         /* the inputs are slot-major (slot_major): consecutive loads */
         for (int t = 0; t < BM; t++) {
-            char name[16];
+            char name[24];
             snprintf(name, sizeof name, "x%d_%d", sl, t);
             const kir_expr_t *xv = let(B, name, load(B, in, w16_ir_add(k, s[t].base,
                 w16_ir_add(k, kir_ref(k, kc), ik(B, sl * (KL / S))))));
@@ -744,6 +758,18 @@ static void k_loop(mb_t *B, int g, const coord_t *e, const coord_t *n,
         }
     }
     B->body = outer;
+}
+
+/* Output channels per lane: enough for two weight rows (gate and up of
+ * one channel, or two channels of gemm2), when they divide the channel
+ * count. Two rows share each input load between two rows of weights;
+ * measured on znver4 (AVX-512), more rows per lane lose: the extra weight
+ * streams and the dequantization temporaries cost more than the input
+ * loads they save. */
+static int lane_channels(int64_t NC, int per_channel)
+{
+    int c = per_channel >= 2 ? 1 : 2;
+    return NC % c == 0 ? c : 1;
 }
 
 /* A workgroup takes one expert's run of blocks (every block of its routed
@@ -760,7 +786,8 @@ static void build_gemm(mb_t *B, bool first)
      * row length of its input) */
     int64_t NC = first ? I : H, KL = first ? H : I;
     int BM = r->block_m;
-    int rows = first && B->gated ? 2 : 1;
+    int per_channel = first && B->gated ? 2 : 1; /* gate and up rows */
+    int CH = lane_channels(NC, per_channel);
     arg(B, W16_MOE_ARG_RUNS, KIR_PARAM_BUFFER, KIR_I32, false);
     arg(B, W16_MOE_ARG_SORTED, KIR_PARAM_BUFFER, KIR_I32, false);
     arg(B, W16_MOE_ARG_EXPERTS, KIR_PARAM_BUFFER, KIR_I32, false);
@@ -773,23 +800,35 @@ static void build_gemm(mb_t *B, bool first)
     if (B->fail)
         return;
     const kir_expr_t *run;
-    const kir_expr_t *ch = tile_channel(B, NC, &run);
-    if (!ch)
+    const kir_expr_t *cg = tile_channel(B, NC / CH, &run);
+    if (!cg)
         return;
     const kir_expr_t *b0 = let(B, "b0", load_i32(B, W16_MOE_ARG_RUNS, run));
     const kir_expr_t *b1 = let(B, "b1", load_i32(B, W16_MOE_ARG_RUNS,
                                                  w16_ir_add(k, run, ik(B, 1))));
     coord_t e = {let(B, "e", load_i32(B, W16_MOE_ARG_EXPERTS, b0)), B->p.E - 1};
-    coord_t n[2] = {{ch, NC - 1}, {w16_ir_add(k, ch, ik(B, IP)), 2 * IP - 1}};
-    const kir_expr_t *bias[2] = {NULL, NULL};
-    if (B->p.bias)
-        for (int j = 0; j < rows; j++) {
-            coord_t c[2] = {e, n[j]};
-            bias[j] = let(B, j ? "bias_up" : "bias", float_at(B, g, W16_ROLE_BIAS, c));
-        }
-    /* gemm2 reads a slot-major for its own K step */
-    const kir_expr_t *at = first ? let(B, "at", slot_major(B, ch, k_step(B, WNA16_GEMM_W2), I))
-                                 : ch;
+    /* the lane's channels c and rows: c (gate or down) and IP + c (up) */
+    const kir_expr_t *ch[4];
+    lane_rows_t lr = {.count = 0};
+    for (int c = 0; c < CH; c++) {
+        char name[16];
+        snprintf(name, sizeof name, "ch%d", c);
+        ch[c] = let(B, name, w16_ir_add(k, w16_ir_mul(k, cg, ik(B, CH)), ik(B, c)));
+        for (int j = 0; j < per_channel; j++)
+            lr.n[lr.count++] = j ? (coord_t){w16_ir_add(k, ch[c], ik(B, IP)), 2 * IP - 1}
+                                 : (coord_t){ch[c], NC - 1};
+    }
+    const kir_expr_t *bias[MAX_LANE_ROWS] = {NULL};
+    for (int j = 0; B->p.bias && j < lr.count; j++) {
+        coord_t c[2] = {e, lr.n[j]};
+        bias[j] = let(B, "bias", float_at(B, g, W16_ROLE_BIAS, c));
+    }
+    /* where each channel goes in its output row: gemm2 reads a slot-major
+     * for its own K step */
+    const kir_expr_t *at[4];
+    for (int c = 0; c < CH; c++)
+        at[c] = first ? let(B, "at", slot_major(B, ch[c], k_step(B, WNA16_GEMM_W2), I))
+                      : ch[c];
     const kir_var_t *blk = kir_var(k, "blk", KIR_I64);
     kir_stmt_t *bloop = kir_for(k, B->body, blk, b0, b1, 1);
     if (!bloop) {
@@ -802,7 +841,7 @@ static void build_gemm(mb_t *B, bool first)
      * made them per slot (or the format is batched) */
     int64_t xdiv = first && !r->batched && !weight_on_input(r) ? r->topk : 1;
     slot_t s[16];
-    const kir_var_t *acc[16][2];
+    const kir_var_t *acc[16][MAX_LANE_ROWS];
     for (int t = 0; t < BM; t++) {
         char name[16];
         snprintf(name, sizeof name, "slot%d", t);
@@ -821,14 +860,14 @@ static void build_gemm(mb_t *B, bool first)
                                           : real;
         snprintf(name, sizeof name, "base%d", t);
         s[t].base = let(B, name, w16_ir_mul(k, xrow, ik(B, KL)));
-        for (int j = 0; j < rows; j++) {
+        for (int j = 0; j < lr.count; j++) {
             snprintf(name, sizeof name, "acc%d_%d", t, j);
             acc[t][j] = kir_var(k, name, KIR_F32);
             kir_let(k, B->body, acc[t][j], fk(B, 0.0));
         }
     }
-    k_loop(B, g, &e, n, rows, s, BM, acc, in, KL);
-    /* epilogue per real slot */
+    k_loop(B, g, &e, &lr, s, BM, acc, in, KL);
+    /* epilogue per real slot and channel */
     kir_block_t *blk_body = B->body;
     bool round = r->params.round_gemm_outputs;
     for (int t = 0; t < BM && !B->fail; t++) {
@@ -838,18 +877,22 @@ static void build_gemm(mb_t *B, bool first)
             return;
         }
         B->body = &st->body;
-        const kir_expr_t *h[2] = {NULL, NULL};
-        for (int j = 0; j < rows; j++) {
-            const kir_expr_t *v = kir_ref(k, acc[t][j]);
-            if (bias[j])
-                v = bin(B, KIR_OP_FADD, v, bias[j]);
-            if (round)
-                v = round_act(B, v);
-            h[j] = let(B, j ? "h_up" : "h", v);
+        const kir_expr_t *orow = let(B, "orow", w16_ir_mul(k, s[t].id, ik(B, NC)));
+        for (int c = 0; c < CH; c++) {
+            const kir_expr_t *h[2] = {NULL, NULL};
+            for (int j = 0; j < per_channel; j++) {
+                int row = c * per_channel + j;
+                const kir_expr_t *v = kir_ref(k, acc[t][row]);
+                if (bias[row])
+                    v = bin(B, KIR_OP_FADD, v, bias[row]);
+                if (round)
+                    v = round_act(B, v);
+                h[j] = let(B, j ? "h_up" : "h", v);
+            }
+            const kir_expr_t *v = first ? round_act(B, activation(B, h[0], h[1]))
+                                        : h[0];
+            store(B, outa, w16_ir_add(k, orow, at[c]), v);
         }
-        const kir_expr_t *v = first ? round_act(B, activation(B, h[0], h[1]))
-                                    : h[0];
-        store(B, outa, w16_ir_add(k, w16_ir_mul(k, s[t].id, ik(B, NC)), at), v);
         B->body = blk_body;
     }
     B->body = top;

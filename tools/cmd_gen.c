@@ -30,7 +30,7 @@ static void usage(FILE *f)
         "--kind moe prints the fused-MoE kernels that run a layer stored in\n"
         "BACKEND's layout: input, gemm1 (gate/up and the activation), gemm2\n"
         "and combine, or only --stage NAME; --activation (default silu),\n"
-        "--act-dtype (BF16), --topk (8), --block-m (slots per block, 8) and\n"
+        "--act-dtype (BF16), --topk (8), --block-m (slots per block, 4) and\n"
         "--batched (the batched activation format) select the configuration.\n"
         "Every dimension is a constant in the kernels, so the shape matters:\n"
         "--hidden, --intermediate and --experts default to 256, 128 and 2.\n"
@@ -59,7 +59,7 @@ static int parse(int argc, char **argv, gen_opts_t *o)
     o->act_dtype = WNA16_DTYPE_BF16;
     o->activation = WNA16_ACT_SILU;
     o->topk = 8;
-    o->block_m = 8;
+    o->block_m = 4;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL, *opt = argv[i];
         long *num = NULL, lo = 1, hi = 1 << 20;
