@@ -195,7 +195,9 @@ int main(int argc, char **argv)
            w16_cpu_compiler_version());
     printf("memory read bandwidth (%d threads, 1 GiB, best of 5): %.2f GB/s\n",
            threads, bw / 1e9);
-    printf("%5s %10s %9s %8s %11s %9s %9s %s\n", "M", "time", "experts",
+    printf("times: median of %d calls [best]; bandwidth and GFLOP/s from the "
+           "median [best]\n", calls);
+    printf("%5s %19s %8s %8s %13s %13s %13s %s\n", "M", "time", "experts",
            "MB read", "weight GB/s", "of memory", "GFLOP/s", "first call");
     wna16_moe_params_t p;
     wna16_moe_params_init(&p);
@@ -251,12 +253,14 @@ int main(int argc, char **argv)
                 experts_sum += n_used;
             }
         }
-        double tm = median(t, calls), experts = experts_sum / calls;
+        double tm = median(t, calls), tb = t[0], experts = experts_sum / calls;
         double bytes = experts * (double)expert_bytes;
         double flops = 2.0 * M * TOPK * (3.0 * H * I);
-        printf("%5d %8.3f ms %9.1f %8.1f %11.2f %8.0f%% %9.1f %.0f ms\n", M,
-               tm * 1e3, experts, bytes / 1e6, bytes / tm / 1e9,
-               100.0 * bytes / tm / bw, flops / tm / 1e9, first * 1e3);
+        printf("%5d %8.3f [%6.3f] ms %8.1f %8.1f %6.2f [%5.2f] %5.0f%% [%4.0f%%] "
+               "%5.1f [%5.1f] %.0f ms\n", M, tm * 1e3, tb * 1e3, experts,
+               bytes / 1e6, bytes / tm / 1e9, bytes / tb / 1e9,
+               100.0 * bytes / tm / bw, 100.0 * bytes / tb / bw, flops / tm / 1e9,
+               flops / tb / 1e9, first * 1e3);
         free(hidden);
         free(out);
         free(ids);

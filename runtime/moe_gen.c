@@ -26,11 +26,6 @@
  * W16_CPU_EMITTER_VERSION for the repack kernels in repack_gen.c). */
 #define W16_MOE_CPU_EMITTER_VERSION 1
 
-/* Largest block of slots the GEMM lanes take at once: 4 slots of 2 weight
- * rows are 8 vector accumulators, which measured best on znver4 (with 16
- * the vectorized loop spills and reads twice the inputs per weight). */
-#define MAX_BLOCK_M 4
-
 /* Elements up to which the input and combine stages run on the calling
  * thread rather than the pool. */
 #define SMALL_STAGE (INT64_C(1) << 16)
@@ -484,20 +479,32 @@ static wna16_status_t reserve_scratch(wna16_moe_layer_t *L, int64_t x_rows,
     return WNA16_OK;
 }
 
-/* Slots per block: the smallest power of two (at most MAX_BLOCK_M) that
- * holds the average routed slots of an expert that has any, so a block
- * rarely carries padding and large batches reuse each weight BM times. */
+/* Slots per block: the block size with the least GEMM work, counted as
+ * the blocks the routing needs (sum over experts of ceil(slots / BM))
+ * times the cost of one block relative to a block of one slot. Every
+ * expert's weights are read once whatever BM is (its blocks run
+ * together), so the choice trades padded slots against the per-weight
+ * work that a bigger block shares: a block of 2 slots costs about 1.4
+ * blocks of 1, a block of 4 about 2.4 (gemm1 and gemm2 on znver4). */
 static int pick_block_m(const int64_t *per_expert, int32_t E)
 {
-    int64_t slots = 0, used = 0;
-    for (int32_t e = 0; e < E; e++) {
-        slots += per_expert[e];
-        used += per_expert[e] > 0;
+    static const struct {
+        int bm;
+        double cost;
+    } sizes[] = {{1, 1.0}, {2, 1.4}, {4, 2.4}};
+    int best = 1;
+    double best_cost = 0;
+    for (size_t i = 0; i < W16_ARRAY_LEN(sizes); i++) {
+        int64_t blocks = 0;
+        for (int32_t e = 0; e < E; e++)
+            blocks += (per_expert[e] + sizes[i].bm - 1) / sizes[i].bm;
+        double cost = (double)blocks * sizes[i].cost;
+        if (i == 0 || cost < best_cost) {
+            best = sizes[i].bm;
+            best_cost = cost;
+        }
     }
-    int bm = 1;
-    while (bm < MAX_BLOCK_M && (int64_t)bm * used < slots)
-        bm *= 2;
-    return bm;
+    return best;
 }
 
 static wna16_status_t run_call(wna16_moe_layer_t *L, const wna16_moe_params_t *p,
