@@ -1,14 +1,15 @@
 /*
  * build_moe.c - the fused-MoE kernel builder (see build_moe.h).
  *
- *   gemm lane: channel c of its tile, expert e of its block
- *     for each of the BM slots: row of x (or a), valid?
- *     for kc in [0, K / S):            S = code slots per storage element
- *       for s < S (unrolled): k = kc*S + s
- *         w = (decode(code(e, n, k)) - zero(e, g, n)) * scale(e, g, n)
- *             for n = c (and IP + c, the up row, when gated)
- *         acc[slot][row] += x[slot][k] * w      (f32)
- *     epilogue per valid slot: + bias, activation or not, store
+ *   gemm workgroup: one expert e's run of blocks, one tile of channels
+ *   gemm lane: two weight rows n (gate c and up IP + c, or two channels)
+ *     for each block of the run:
+ *       for each of its BM slots: row of x (or a), real or padding?
+ *       for kc in [0, K / S):          S = code slots per storage element
+ *         for s < S (unrolled): k = kc*S + s
+ *           w = (decode(code(e, n, k)) - zero(e, g, n)) * scale(e, g, n)
+ *           acc[slot][row] += x[slot][k] * w    (f32; x slot-major)
+ *       epilogue per real slot: + bias, rounding, activation, store
  *
  * Layout expressions are lowered with every coordinate bound to an IR
  * value and its range, so floor divisions by powers of two become shifts
@@ -110,7 +111,8 @@ wna16_status_t w16_moe_check(const w16_moe_request_t *req, wna16_error_t *err)
         return w16_err(err, WNA16_EINVAL, "moe: block size %d outside [1, 16]",
                        req->block_m);
     if (!req->batched && (req->topk < 1 || req->topk > 1024))
-        return w16_err(err, WNA16_EINVAL, "moe: topk = %d", req->topk);
+        return w16_err(err, WNA16_EUNSUPPORTED, "moe: topk = %d is outside "
+                       "[1, 1024], what the generated kernels take", req->topk);
     for (int g = 0; g < 2; g++) {
         int64_t v[W16_VAR_COUNT];
         wna16_status_t st = w16_spec_bind(s, &p, (wna16_gemm_t)g, v, err);
