@@ -792,23 +792,25 @@ static void build_gemm(mb_t *B, bool first)
     int CH = lane_channels(NC, per_channel);
     arg(B, W16_MOE_ARG_RUNS, KIR_PARAM_BUFFER, KIR_I32, false);
     arg(B, W16_MOE_ARG_SORTED, KIR_PARAM_BUFFER, KIR_I32, false);
-    arg(B, W16_MOE_ARG_EXPERTS, KIR_PARAM_BUFFER, KIR_I32, false);
     w16_moe_arg_t in = first ? W16_MOE_ARG_X : W16_MOE_ARG_A;
     w16_moe_arg_t outa = first ? W16_MOE_ARG_A : W16_MOE_ARG_Y;
     arg(B, in, KIR_PARAM_BUFFER, KIR_F32, false);
     declare_weights(B, g);
     arg(B, outa, KIR_PARAM_BUFFER, KIR_F32, true);
-    arg(B, W16_MOE_ARG_NUM_SLOTS, KIR_PARAM_SCALAR, KIR_I64, false);
     if (B->fail)
         return;
     const kir_expr_t *run;
     const kir_expr_t *cg = tile_channel(B, NC / CH, &run);
     if (!cg)
         return;
-    const kir_expr_t *b0 = let(B, "b0", load_i32(B, W16_MOE_ARG_RUNS, run));
-    const kir_expr_t *b1 = let(B, "b1", load_i32(B, W16_MOE_ARG_RUNS,
-                                                 w16_ir_add(k, run, ik(B, 1))));
-    coord_t e = {let(B, "e", load_i32(B, W16_MOE_ARG_EXPERTS, b0)), B->p.E - 1};
+    /* the run: sorted positions [p0, p1), all of expert e */
+    const kir_expr_t *r3 = let(B, "r3", w16_ir_mul(k, run, ik(B, 3)));
+    const kir_expr_t *p0 = let(B, "p0", load_i32(B, W16_MOE_ARG_RUNS, r3));
+    const kir_expr_t *p1 = let(B, "p1", load_i32(B, W16_MOE_ARG_RUNS,
+                                                 w16_ir_add(k, r3, ik(B, 1))));
+    coord_t e = {let(B, "e", load_i32(B, W16_MOE_ARG_RUNS,
+                                      w16_ir_add(k, r3, ik(B, 2)))),
+                 B->p.E - 1};
     /* the lane's channels c and rows: c (gate or down) and IP + c (up) */
     const kir_expr_t *ch[4];
     lane_rows_t lr = {.count = 0};
@@ -831,8 +833,8 @@ static void build_gemm(mb_t *B, bool first)
     for (int c = 0; c < CH; c++)
         at[c] = first ? let(B, "at", slot_major(B, ch[c], k_step(B, WNA16_GEMM_W2), I))
                       : ch[c];
-    const kir_var_t *blk = kir_var(k, "blk", KIR_I64);
-    kir_stmt_t *bloop = kir_for(k, B->body, blk, b0, b1, 1);
+    const kir_var_t *pos = kir_var(k, "pos", KIR_I64);
+    kir_stmt_t *bloop = kir_for(k, B->body, pos, p0, p1, BM);
     if (!bloop) {
         mfail(B, "out of memory");
         return;
@@ -846,20 +848,18 @@ static void build_gemm(mb_t *B, bool first)
     const kir_var_t *acc[16][MAX_LANE_ROWS];
     for (int t = 0; t < BM; t++) {
         char name[16];
+        const kir_expr_t *at_t = w16_ir_add(k, kir_ref(k, pos), ik(B, t));
+        snprintf(name, sizeof name, "valid%d", t);
+        s[t].valid = let(B, name, bin(B, KIR_OP_SLT, at_t, p1));
+        /* past the run's end a slot repeats the run's last one (computed,
+         * never stored) */
         snprintf(name, sizeof name, "slot%d", t);
         s[t].id = let(B, name, load_i32(B, W16_MOE_ARG_SORTED,
-                                        w16_ir_add(k, w16_ir_mul(k, kir_ref(k, blk),
-                                                                 ik(B, BM)),
-                                                   ik(B, t))));
-        snprintf(name, sizeof name, "valid%d", t);
-        s[t].valid = let(B, name, bin(B, KIR_OP_SLT, s[t].id,
-                                      sarg(B, W16_MOE_ARG_NUM_SLOTS)));
-        /* padding slots (ids >= num_slots) read the last real slot's row */
-        const kir_expr_t *real = bin(B, KIR_OP_SMIN, s[t].id,
-                                     bin(B, KIR_OP_SUB, sarg(B, W16_MOE_ARG_NUM_SLOTS),
-                                         ik(B, 1)));
-        const kir_expr_t *xrow = xdiv > 1 ? kir_bin(k, KIR_OP_UDIV, real, ik(B, xdiv))
-                                          : real;
+                                        bin(B, KIR_OP_SMIN, at_t,
+                                            bin(B, KIR_OP_SUB, p1, ik(B, 1)))));
+        const kir_expr_t *xrow = xdiv > 1 ? kir_bin(k, KIR_OP_UDIV, s[t].id,
+                                                    ik(B, xdiv))
+                                          : s[t].id;
         snprintf(name, sizeof name, "base%d", t);
         s[t].base = let(B, name, w16_ir_mul(k, xrow, ik(B, KL)));
         for (int j = 0; j < lr.count; j++) {

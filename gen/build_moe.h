@@ -3,30 +3,30 @@
  * a backend's layout spec.
  *
  * A fused MoE call runs four kernels over the routing of wna16_moe_align
- * (slots sorted by expert, each expert's run padded to blocks of BM slots;
- * one block = one expert):
+ * with blocks of one slot (slots sorted by expert, no padding), cut into
+ * runs: the sorted positions [begin, end) of one expert.
  *
  *   input    per (row, tile of H):   x = f32(hidden), scaled by the router
  *                                    weight when it applies on the input
- *   gemm1    per (expert, tile of I): h = x W13^T + b13 for the slots of
- *                                    the expert, a = R(act(h_gate, h_up))
- *   gemm2    per (expert, tile of H): y = a W2^T + b2
+ *   gemm1    per (run, tile of I):   h = x W13^T + b13 for the run's slots,
+ *                                    a = R(act(h_gate, h_up))
+ *   gemm2    per (run, tile of H):   y = a W2^T + b2
  *   combine  per (token, tile of H): out = R(sum_j c_j y_j) in slot order
  *            (batched: per row, out = R(c y), rows past the count 0)
  *
- * The GEMM lanes own output channels; a lane walks K once per block of
- * its expert's run, dequantizing each weight once for the BM slots of the
- * block ((code - zero) * scale in float32, fp32 accumulators, one per slot
- * and row, held in registers), so each expert's weights come from memory
- * once per call (and from the lane's cache for the run's further blocks). Weights are found only through the layout's forward
- * maps (qweight, scales, qzeros, bias: index, bit, decode), folded for the
- * problem and lowered with gen/lower_expr.c: nothing here names a backend.
- * The K loop steps over whole storage elements with their code slots
- * unrolled, so that after LLVM's simplification consecutive k read
- * consecutive elements and the loop vectorizes (fp_reassoc lets the float
- * reductions vectorize). Every dimension, the activation and its constants,
- * the top-k and BM are constants of the kernels; the token count and the
- * routing are arguments.
+ * The GEMM lanes own two weight rows; a lane walks K once per BM slots of
+ * its run, dequantizing each weight once for those slots ((code - zero) *
+ * scale in float32, fp32 accumulators, one per slot and row, held in
+ * registers), so each expert's weights come from memory once per launch
+ * and from the lane's cache for the run's further slots. Weights are found
+ * only through the layout's forward maps (qweight, scales, qzeros, bias:
+ * index, bit, decode), folded for the problem and lowered with
+ * gen/lower_expr.c: nothing here names a backend. The K loop steps over
+ * whole storage elements with their code slots unrolled, so that after
+ * LLVM's simplification consecutive k read consecutive elements and the
+ * loop vectorizes (fp_reassoc lets the float reductions vectorize). Every
+ * dimension, the activation and its constants, the top-k and BM are
+ * constants of the kernels; the token count and the routing are arguments.
  */
 #ifndef W16_BUILD_MOE_H
 #define W16_BUILD_MOE_H
@@ -56,10 +56,9 @@ const char *w16_moe_stage_name(w16_moe_stage_t s);
     X(HIDDEN, "hidden")        /* act dtype bits: [M][H] or [E][maxt][H] */  \
     X(TOPK_WEIGHTS, "topk_weights") /* f32 per slot (or batched row) */      \
     X(X, "x")                  /* f32 [rows][H], the input as float */       \
-    X(RUNS, "expert_runs")     /* i32 [runs + 1]: first block of each     \
-                                  expert's run of blocks, then the end */     \
+    X(RUNS, "expert_runs")     /* i32 [runs][3]: sorted positions         \
+                                  [begin, end) of one expert, the expert */   \
     X(SORTED, "sorted_ids")    /* i32: slot of each sorted position */       \
-    X(EXPERTS, "expert_ids")   /* i32: local expert of each block */         \
     X(A, "act")                /* f32 [slots][I]: R(act(h)) */               \
     X(Y, "y")                  /* f32 [slots][H]: expert outputs */          \
     X(SLOT_EXPERT, "slot_expert") /* i32 [M*topk]: local expert or -1 */     \
@@ -73,7 +72,6 @@ const char *w16_moe_stage_name(w16_moe_stage_t s);
     X(W2_SCALES, "w2_scales")                                                \
     X(W2_QZEROS, "w2_qzeros")                                                \
     X(W2_BIAS, "w2_bias")                                                    \
-    X(NUM_SLOTS, "num_slots")  /* scalar: sorted ids >= this are padding */  \
     X(MAX_TOKENS, "max_tokens") /* scalar (batched) */
 
 typedef enum w16_moe_arg {
@@ -101,7 +99,7 @@ typedef struct w16_moe_request {
     bool batched;        /* batched activation format */
     bool batched_weights; /* batched: router weights are given */
     int32_t topk;        /* standard format: experts per token */
-    int block_m;         /* BM: slots per block, 1 .. 16 */
+    int block_m;         /* BM: slots per K pass of a GEMM lane, 1 .. 16 */
     int lanes;           /* GEMM workgroup size; 0: 16 */
 } w16_moe_request_t;
 

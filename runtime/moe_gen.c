@@ -1,13 +1,14 @@
 /*
  * moe_gen.c - the generated fused MoE (wna16_moe_layer_*): binds a layer's
- * stacked backend tensors, routes each call (wna16_moe_align with a block
- * size picked from the routing), builds the four kernels of the
- * configuration (gen/build_moe.c) on first use, compiles them through the
- * context's kernel cache and launches them on the CPU target's threads:
+ * stacked backend tensors, routes each call (wna16_moe_align: slots sorted
+ * by expert, cut into one run per expert, each run with the block size
+ * that costs it least), builds the kernels of the configuration
+ * (gen/build_moe.c) on first use, compiles them through the context's
+ * kernel cache and launches them on the CPU target's threads:
  *
- *   check args -> route (slot experts, block size, align) -> scratch
- *   -> kernels of the configuration (memo, else build + cache)
- *   -> input, gemm1, gemm2, combine
+ *   check args -> route (slot experts, align, runs by block size)
+ *   -> scratch -> kernels of the configuration (memo, else build + cache)
+ *   -> input, gemm1 per block size, gemm2 per block size, combine
  *
  * Arguments are checked exactly as the reference checks them (same
  * messages), before any work.
@@ -30,24 +31,31 @@
  * thread rather than the pool. */
 #define SMALL_STAGE (INT64_C(1) << 16)
 
-/* Everything a call's kernels depend on besides the layer. Filled after a
- * memset so that keys compare with memcmp. */
+/* GEMM kernels are built for these slots per K pass; each expert's run
+ * takes the one with the least work (pick_block). */
+static const int block_sizes[] = {1, 2, 4};
+#define N_BLOCK_SIZES 3
+
+/* Everything a call's kernels depend on besides the layer and the block
+ * size. Filled after a memset so that keys compare with memcmp. */
 typedef struct variant_key {
-    int32_t activation, act_dtype, topk, block_m;
+    int32_t activation, act_dtype, topk;
     float limit, alpha, beta; /* swiglu constants, 0 for the others */
     uint8_t on_input, round, batched, batched_weights;
 } variant_key_t;
 
 typedef struct stage_fn {
-    w16_cpu_fn fn;
+    w16_cpu_fn fn; /* NULL until built */
     int64_t tiles;
     int param[W16_MOE_ARG_COUNT];
-    int n_params;
 } stage_fn_t;
 
+/* A configuration's kernels: input and combine, and the GEMMs for each
+ * block size, built when first needed. */
 typedef struct variant {
     variant_key_t key;
-    stage_fn_t stage[W16_MOE_STAGE_COUNT];
+    stage_fn_t input, combine;
+    stage_fn_t gemm[2][N_BLOCK_SIZES]; /* [gemm1, gemm2][block size] */
 } variant_t;
 
 struct wna16_moe_layer {
@@ -64,8 +72,9 @@ struct wna16_moe_layer {
     size_t x_cap, a_cap, y_cap; /* elements */
     int32_t *slot_expert;
     size_t se_cap;
-    int32_t *runs; /* first block of each expert's run of blocks, then the end */
-    size_t runs_cap;
+    /* expert runs (begin, end, expert), one list per block size */
+    int32_t *runs[N_BLOCK_SIZES];
+    size_t runs_cap[N_BLOCK_SIZES];
 };
 
 static const w16_role_t roles[4] = {W16_ROLE_QWEIGHT, W16_ROLE_SCALES,
@@ -273,7 +282,8 @@ void wna16_moe_layer_destroy(wna16_moe_layer_t *L)
     free(L->a);
     free(L->y);
     free(L->slot_expert);
-    free(L->runs);
+    for (int i = 0; i < N_BLOCK_SIZES; i++)
+        free(L->runs[i]);
     free(L);
 }
 
@@ -323,21 +333,19 @@ static wna16_status_t compile_stage(wna16_moe_layer_t *L,
     if (st == WNA16_OK) {
         out->tiles = mk.tiles;
         memcpy(out->param, mk.param, sizeof out->param);
-        out->n_params = mk.kernel->n_params;
     }
     w16_moe_kernel_free(&mk);
     return st;
 }
 
 static variant_key_t make_key(const wna16_moe_params_t *p, bool batched,
-                              bool batched_weights, int32_t topk, int block_m)
+                              bool batched_weights, int32_t topk)
 {
     variant_key_t k;
     memset(&k, 0, sizeof k);
     k.activation = p->activation;
     k.act_dtype = p->act_dtype;
     k.topk = batched ? 0 : topk;
-    k.block_m = block_m;
     if (p->activation == WNA16_ACT_SWIGLUOAI ||
         p->activation == WNA16_ACT_SWIGLUSTEP) {
         k.limit = p->swiglu_limit;
@@ -353,12 +361,28 @@ static variant_key_t make_key(const wna16_moe_params_t *p, bool batched,
     return k;
 }
 
-/* The configuration's kernels: from the layer's memo, else built and
- * compiled (or found in the kernel cache). */
+/* The request that builds a configuration's kernels. */
+static w16_moe_request_t variant_request(const wna16_moe_layer_t *L,
+                                         const wna16_moe_params_t *p,
+                                         const variant_key_t *key, int block_m)
+{
+    w16_moe_request_t req = base_request(L);
+    req.params = *p;
+    req.params.expert_map = NULL;
+    req.params.global_num_experts = 0;
+    req.batched = key->batched;
+    req.batched_weights = key->batched_weights;
+    req.topk = key->batched ? 1 : key->topk;
+    req.block_m = block_m;
+    return req;
+}
+
+/* The configuration's entry in the layer's memo, with its input and
+ * combine kernels (built, or found in the kernel cache, when new). */
 static wna16_status_t get_variant(wna16_moe_layer_t *L,
                                   const wna16_moe_params_t *p,
-                                  const variant_key_t *key,
-                                  const variant_t **out, wna16_error_t *err)
+                                  const variant_key_t *key, variant_t **out,
+                                  wna16_error_t *err)
 {
     for (int i = 0; i < L->n_variants; i++)
         if (memcmp(&L->variants[i].key, key, sizeof *key) == 0) {
@@ -376,22 +400,32 @@ static wna16_status_t get_variant(wna16_moe_layer_t *L,
     variant_t *v = &L->variants[L->n_variants];
     memset(v, 0, sizeof *v);
     v->key = *key;
-    w16_moe_request_t req = base_request(L);
-    req.params = *p;
-    req.params.expert_map = NULL;
-    req.params.global_num_experts = 0;
-    req.batched = key->batched;
-    req.batched_weights = key->batched_weights;
-    req.topk = key->batched ? 1 : key->topk;
-    req.block_m = key->block_m;
-    for (int s = 0; s < W16_MOE_STAGE_COUNT; s++) {
-        wna16_status_t st = compile_stage(L, &req, (w16_moe_stage_t)s,
-                                          &v->stage[s], err);
-        if (st != WNA16_OK)
-            return st;
-    }
+    w16_moe_request_t req = variant_request(L, p, key, 1);
+    wna16_status_t st = compile_stage(L, &req, W16_MOE_INPUT, &v->input, err);
+    if (st == WNA16_OK)
+        st = compile_stage(L, &req, W16_MOE_COMBINE, &v->combine, err);
+    if (st != WNA16_OK)
+        return st;
     L->n_variants++;
     *out = v;
+    return WNA16_OK;
+}
+
+/* The GEMM kernel of `stage` for block size index b, built if needed. */
+static wna16_status_t get_gemm(wna16_moe_layer_t *L, const wna16_moe_params_t *p,
+                               variant_t *v, w16_moe_stage_t stage, int b,
+                               const stage_fn_t **out, wna16_error_t *err)
+{
+    stage_fn_t *f = &v->gemm[stage == W16_MOE_GEMM1 ? 0 : 1][b];
+    if (!f->fn) {
+        w16_moe_request_t req = variant_request(L, p, &v->key, block_sizes[b]);
+        wna16_status_t st = compile_stage(L, &req, stage, f, err);
+        if (st != WNA16_OK) {
+            f->fn = NULL;
+            return st;
+        }
+    }
+    *out = f;
     return WNA16_OK;
 }
 
@@ -404,13 +438,15 @@ typedef struct call {
     uint16_t *out;
     const int32_t *counts;
     int64_t x_rows, out_rows, num_slots, max_tokens;
-    wna16_moe_alignment_t al;
+    wna16_moe_alignment_t al; /* block size 1: positions sorted by expert */
 } call_t;
 
-static void launch(wna16_moe_layer_t *L, const variant_t *v, w16_moe_stage_t s,
-                   const call_t *c, int64_t major)
+/* Runs `major` x f->tiles workgroups of kernel f; `runs` is the GEMMs'
+ * run list. */
+static void launch(wna16_moe_layer_t *L, const stage_fn_t *f,
+                   w16_moe_stage_t s, const call_t *c, const int32_t *runs,
+                   int64_t major)
 {
-    const stage_fn_t *f = &v->stage[s];
     if (major <= 0)
         return;
     uint64_t args[W16_MOE_ARG_COUNT] = {0};
@@ -419,9 +455,8 @@ static void launch(wna16_moe_layer_t *L, const variant_t *v, w16_moe_stage_t s,
     value[W16_MOE_ARG_HIDDEN] = PTR(c->hidden);
     value[W16_MOE_ARG_TOPK_WEIGHTS] = PTR(c->weights);
     value[W16_MOE_ARG_X] = PTR(L->x);
-    value[W16_MOE_ARG_RUNS] = PTR(L->runs);
+    value[W16_MOE_ARG_RUNS] = PTR(runs);
     value[W16_MOE_ARG_SORTED] = PTR(c->al.sorted_token_ids);
-    value[W16_MOE_ARG_EXPERTS] = PTR(c->al.expert_ids);
     value[W16_MOE_ARG_A] = PTR(L->a);
     value[W16_MOE_ARG_Y] = PTR(L->y);
     value[W16_MOE_ARG_SLOT_EXPERT] = PTR(L->slot_expert);
@@ -431,7 +466,6 @@ static void launch(wna16_moe_layer_t *L, const variant_t *v, w16_moe_stage_t s,
         for (int i = 0; i < 4; i++)
             value[w16_moe_weight_arg((wna16_gemm_t)g, roles[i])] =
                 PTR(L->data[g][roles[i]]);
-    value[W16_MOE_ARG_NUM_SLOTS] = (uint64_t)c->num_slots;
     value[W16_MOE_ARG_MAX_TOKENS] = (uint64_t)c->max_tokens;
 #undef PTR
     for (int a = 0; a < W16_MOE_ARG_COUNT; a++)
@@ -479,58 +513,69 @@ static wna16_status_t reserve_scratch(wna16_moe_layer_t *L, int64_t x_rows,
     return WNA16_OK;
 }
 
-/* Slots per block: the block size with the least GEMM work, counted as
- * the blocks the routing needs (sum over experts of ceil(slots / BM))
- * times the cost of one block relative to a block of one slot. Every
- * expert's weights are read once whatever BM is (its blocks run
- * together), so the choice trades padded slots against the per-weight
- * work that a bigger block shares: a block of 2 slots costs about 1.4
- * blocks of 1, a block of 4 about 2.4 (gemm1 and gemm2 on znver4). */
-static int pick_block_m(const int64_t *per_expert, int32_t E)
+/* The block size (index into block_sizes) for an expert's run of n
+ * slots: the least GEMM work, counted as the K passes the run needs,
+ * ceil(n / BM), times the cost of a pass relative to a pass of one slot.
+ * The run's weights are read from memory once whatever BM is, so the
+ * choice trades computed padding slots against the dequantization that a
+ * bigger block shares: a pass of 2 slots costs about 1.4 passes of 1, a
+ * pass of 4 about 2.4 (gemm1 and gemm2 on znver4). */
+static int pick_block(int64_t n)
 {
-    static const struct {
-        int bm;
-        double cost;
-    } sizes[] = {{1, 1.0}, {2, 1.4}, {4, 2.4}};
-    int best = 1;
-    double best_cost = 0;
-    for (size_t i = 0; i < W16_ARRAY_LEN(sizes); i++) {
-        int64_t blocks = 0;
-        for (int32_t e = 0; e < E; e++)
-            blocks += (per_expert[e] + sizes[i].bm - 1) / sizes[i].bm;
-        double cost = (double)blocks * sizes[i].cost;
-        if (i == 0 || cost < best_cost) {
-            best = sizes[i].bm;
-            best_cost = cost;
-        }
+    static const double cost[N_BLOCK_SIZES] = {1.0, 1.4, 2.4};
+    int best = 0;
+    for (int b = 1; b < N_BLOCK_SIZES; b++) {
+        int64_t bm = block_sizes[b], bb = block_sizes[best];
+        if ((double)((n + bm - 1) / bm) * cost[b] <
+            (double)((n + bb - 1) / bb) * cost[best])
+            best = b;
     }
     return best;
 }
 
 static wna16_status_t run_call(wna16_moe_layer_t *L, const wna16_moe_params_t *p,
                                call_t *c, bool batched, bool batched_weights,
-                               int32_t topk, int block_m, wna16_error_t *err)
+                               int32_t topk, wna16_error_t *err)
 {
-    const variant_t *v = NULL;
-    variant_key_t key = make_key(p, batched, batched_weights, topk, block_m);
+    variant_t *v = NULL;
+    variant_key_t key = make_key(p, batched, batched_weights, topk);
     wna16_status_t st = reserve_scratch(L, c->x_rows, c->num_slots, err);
     if (st == WNA16_OK)
         st = get_variant(L, p, &key, &v, err);
     if (st != WNA16_OK)
         return st;
-    /* the blocks of one expert are consecutive: one run per expert */
-    int64_t blocks = c->al.num_tokens_post_padded / block_m, runs = 0;
-    if (!reserve((void **)&L->runs, &L->runs_cap, (size_t)blocks + 1,
-                 sizeof(int32_t)))
-        return w16_err_nomem(err, "the fused MoE's expert runs");
-    for (int64_t b = 0; b < blocks; b++)
-        if (b == 0 || c->al.expert_ids[b] != c->al.expert_ids[b - 1])
-            L->runs[runs++] = (int32_t)b;
-    L->runs[runs] = (int32_t)blocks;
-    launch(L, v, W16_MOE_INPUT, c, c->x_rows);
-    launch(L, v, W16_MOE_GEMM1, c, runs);
-    launch(L, v, W16_MOE_GEMM2, c, runs);
-    launch(L, v, W16_MOE_COMBINE, c, c->out_rows);
+    /* cut the sorted positions into one run per expert, listed by the
+     * block size each run takes */
+    int64_t n_pos = c->al.num_tokens_post_padded, n_runs[N_BLOCK_SIZES] = {0};
+    for (int b = 0; b < N_BLOCK_SIZES; b++)
+        if (!reserve((void **)&L->runs[b], &L->runs_cap[b],
+                     3 * (size_t)(n_pos > 0 ? n_pos : 1), sizeof(int32_t)))
+            return w16_err_nomem(err, "the fused MoE's expert runs");
+    for (int64_t p0 = 0, p1; p0 < n_pos; p0 = p1) {
+        int32_t e = c->al.expert_ids[p0];
+        for (p1 = p0 + 1; p1 < n_pos && c->al.expert_ids[p1] == e; p1++)
+            ;
+        int b = pick_block(p1 - p0);
+        int32_t *r = L->runs[b] + 3 * n_runs[b]++;
+        r[0] = (int32_t)p0;
+        r[1] = (int32_t)p1;
+        r[2] = e;
+    }
+    const stage_fn_t *gemm[2][N_BLOCK_SIZES] = {{NULL}};
+    for (int s = 0; s < 2; s++)
+        for (int b = 0; b < N_BLOCK_SIZES && st == WNA16_OK; b++)
+            if (n_runs[b])
+                st = get_gemm(L, p, v, s ? W16_MOE_GEMM2 : W16_MOE_GEMM1, b,
+                              &gemm[s][b], err);
+    if (st != WNA16_OK)
+        return st;
+    launch(L, &v->input, W16_MOE_INPUT, c, NULL, c->x_rows);
+    for (int s = 0; s < 2; s++)
+        for (int b = 0; b < N_BLOCK_SIZES; b++)
+            if (n_runs[b])
+                launch(L, gemm[s][b], s ? W16_MOE_GEMM2 : W16_MOE_GEMM1, c,
+                       L->runs[b], n_runs[b]);
+    launch(L, &v->combine, W16_MOE_COMBINE, c, NULL, c->out_rows);
     return WNA16_OK;
 }
 
@@ -553,7 +598,7 @@ static wna16_status_t check_gating(const wna16_moe_layer_t *L,
 static wna16_status_t route_slots(wna16_moe_layer_t *L,
                                   const wna16_moe_params_t *p,
                                   const int32_t *ids, int32_t M, int32_t topk,
-                                  int64_t *per_expert, wna16_error_t *err)
+                                  wna16_error_t *err)
 {
     int32_t E = (int32_t)L->problem.E, n_ids = E;
     if (!p->expert_map) {
@@ -588,10 +633,7 @@ static wna16_status_t route_slots(wna16_moe_layer_t *L,
             return w16_err(err, WNA16_EINVAL, "moe: topk_ids[%d][%d] = %d is "
                            "not an expert id in [0, %d)", (int32_t)(s / topk),
                            (int32_t)(s % topk), g, n_ids);
-        int32_t e = p->expert_map ? p->expert_map[g] : g;
-        L->slot_expert[s] = e;
-        if (e >= 0)
-            per_expert[e]++;
+        L->slot_expert[s] = p->expert_map ? p->expert_map[g] : g;
     }
     return WNA16_OK;
 }
@@ -626,25 +668,20 @@ wna16_status_t wna16_moe_layer_run(wna16_moe_layer_t *L,
                        !hidden ? "hidden" : !topk_ids ? "topk_ids" :
                        !topk_weights ? "topk_weights" : "out");
     int32_t E = (int32_t)L->problem.E;
-    int64_t *per_expert = calloc((size_t)E, sizeof *per_expert);
-    if (!per_expert)
-        return w16_err_nomem(err, "routing the fused MoE");
     pthread_mutex_lock(&L->mu);
-    st = route_slots(L, p, topk_ids, M, topk, per_expert, err);
+    st = route_slots(L, p, topk_ids, M, topk, err);
     if (st == WNA16_OK && M > 0) {
-        int bm = pick_block_m(per_expert, E);
         call_t c = {.hidden = hidden, .weights = topk_weights, .out = out,
                     .num_slots = (int64_t)M * topk, .out_rows = M};
         c.x_rows = p->apply_router_weight_on_input ? c.num_slots : M;
         st = wna16_moe_align(topk_ids, M, topk, p->expert_map
                                  ? p->global_num_experts : E,
-                             p->expert_map, bm, &c.al, err);
+                             p->expert_map, 1, &c.al, err);
         if (st == WNA16_OK)
-            st = run_call(L, p, &c, false, false, topk, bm, err);
+            st = run_call(L, p, &c, false, false, topk, err);
         wna16_moe_alignment_free(&c.al);
     }
     pthread_mutex_unlock(&L->mu);
-    free(per_expert);
     return st;
 }
 
@@ -669,35 +706,24 @@ wna16_status_t wna16_moe_layer_run_batched(wna16_moe_layer_t *L,
     if (max_tokens > 0 && (!hidden || !out))
         return w16_err(err, WNA16_EINVAL, "moe batched: %s is NULL",
                        !hidden ? "hidden" : "out");
-    int64_t *per_expert = calloc((size_t)E, sizeof *per_expert);
-    if (!per_expert)
-        return w16_err_nomem(err, "routing the fused MoE");
-    for (int32_t e = 0; e < E; e++) {
-        int32_t n = expert_num_tokens[e];
-        if (n < 0 || n > max_tokens) {
-            free(per_expert);
+    for (int32_t e = 0; e < E; e++)
+        if (expert_num_tokens[e] < 0 || expert_num_tokens[e] > max_tokens)
             return w16_err(err, WNA16_EINVAL, "moe batched: "
                            "expert_num_tokens[%d] = %d is outside [0, "
-                           "max_tokens = %d]", e, n, max_tokens);
-        }
-        per_expert[e] = n;
-    }
-    if (max_tokens == 0) {
-        free(per_expert);
+                           "max_tokens = %d]", e, expert_num_tokens[e],
+                           max_tokens);
+    if (max_tokens == 0)
         return WNA16_OK;
-    }
     pthread_mutex_lock(&L->mu);
-    int bm = pick_block_m(per_expert, E);
     int64_t rows = (int64_t)E * max_tokens;
     call_t c = {.hidden = hidden, .weights = weights, .out = out,
                 .counts = expert_num_tokens, .x_rows = rows, .out_rows = rows,
                 .num_slots = rows, .max_tokens = max_tokens};
-    st = wna16_moe_align_batched(expert_num_tokens, E, max_tokens, bm, &c.al,
+    st = wna16_moe_align_batched(expert_num_tokens, E, max_tokens, 1, &c.al,
                                  err);
     if (st == WNA16_OK)
-        st = run_call(L, p, &c, true, weights != NULL, 1, bm, err);
+        st = run_call(L, p, &c, true, weights != NULL, 1, err);
     wna16_moe_alignment_free(&c.al);
     pthread_mutex_unlock(&L->mu);
-    free(per_expert);
     return st;
 }
