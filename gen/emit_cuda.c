@@ -11,6 +11,7 @@
  */
 #include "gen/emit_cuda.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -90,6 +91,25 @@ static void arith(cemit_t *E, const kir_expr_t *e, const char *op, bool sgn)
     put(E, ")");
 }
 
+/* An f32 constant as a C++ literal: nine significant digits round-trip
+ * every float; a literal needs a '.' or an exponent before its 'f' ("0f"
+ * is not one); infinities and NaNs have no literal. */
+static void emit_f32(cemit_t *E, double v)
+{
+    float f = (float)v;
+    if (isnan(f)) {
+        put(E, "__int_as_float(0x7fc00000)");
+        return;
+    }
+    if (isinf(f)) {
+        put(E, f > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)");
+        return;
+    }
+    char num[40];
+    snprintf(num, sizeof num, "%.9g", (double)f);
+    w16_buf_printf(E->b, "%s%sf", num, strpbrk(num, ".e") ? "" : ".0");
+}
+
 static void emit_expr(cemit_t *E, const kir_expr_t *e)
 {
     w16_buf_t *b = E->b;
@@ -98,7 +118,7 @@ static void emit_expr(cemit_t *E, const kir_expr_t *e)
         if (e->type == KIR_I1)
             put(E, e->ival ? "true" : "false");
         else if (e->type == KIR_F32)
-            w16_buf_printf(b, "%#.9gf", e->fval); /* "4096.00000f": a point */
+            emit_f32(E, e->fval);
         else if (kir_type_is_float(e->type))
             E->fail = "non-f32 float constants are not emitted";
         else
@@ -191,6 +211,14 @@ static void emit_expr(cemit_t *E, const kir_expr_t *e)
         emit_expr(E, e->a);
         put(E, ", ");
         emit_expr(E, e->b);
+        put(E, ")");
+        return;
+    case KIR_OP_FEXP:
+    case KIR_OP_FTANH:
+    case KIR_OP_FERF:
+        put(E, e->op == KIR_OP_FEXP ? "expf(" : e->op == KIR_OP_FTANH
+                                                ? "tanhf(" : "erff(");
+        emit_expr(E, e->a);
         put(E, ")");
         return;
     case KIR_OP_EQ: binop(E, e, "==", false); return;

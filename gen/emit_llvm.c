@@ -51,6 +51,44 @@ static LLVMValueRef efail(emitter_t *E, const char *why)
 
 static LLVMValueRef emit_expr(emitter_t *E, const kir_expr_t *e);
 
+/* Kernels that allow it (fp_reassoc) mark float arithmetic reassociable
+ * and contractible, which is what the loop vectorizer needs to vectorize
+ * a float reduction; never nnan/ninf, so NaN and infinity propagate. */
+static LLVMValueRef fp_flags(emitter_t *E, LLVMValueRef v)
+{
+    if (E->k->fp_reassoc && v && LLVMCanValueUseFastMathFlags(v))
+        LLVMSetFastMathFlags(v, LLVMFastMathAllowReassoc |
+                                    LLVMFastMathAllowContract);
+    return v;
+}
+
+/* exp is LLVM's intrinsic; tanh and erf (no intrinsic in LLVM 19) call
+ * the C library's tanhf/erff, which the JIT resolves in the process. All
+ * three are pure, so LLVM may hoist and combine them. */
+static LLVMValueRef emit_math(emitter_t *E, const kir_expr_t *e,
+                              LLVMValueRef a)
+{
+    const char *name = e->op == KIR_OP_FEXP ? "llvm.exp.f32"
+                       : e->op == KIR_OP_FTANH ? "tanhf" : "erff";
+    LLVMTypeRef f32 = LLVMFloatTypeInContext(E->c);
+    LLVMTypeRef ft = LLVMFunctionType(f32, &f32, 1, 0);
+    LLVMValueRef fn = LLVMGetNamedFunction(E->m, name);
+    if (!fn) {
+        fn = LLVMAddFunction(E->m, name, ft);
+        const char *attrs[] = {"nounwind", "willreturn", "nosync"};
+        for (size_t i = 0; i < W16_ARRAY_LEN(attrs); i++) {
+            unsigned kind = LLVMGetEnumAttributeKindForName(attrs[i],
+                                                            strlen(attrs[i]));
+            LLVMAddAttributeAtIndex(fn, (unsigned)LLVMAttributeFunctionIndex,
+                                    LLVMCreateEnumAttribute(E->c, kind, 0));
+        }
+        unsigned mem = LLVMGetEnumAttributeKindForName("memory", 6);
+        LLVMAddAttributeAtIndex(fn, (unsigned)LLVMAttributeFunctionIndex,
+                                LLVMCreateEnumAttribute(E->c, mem, 0));
+    }
+    return LLVMBuildCall2(E->b, ft, fn, &a, 1, "");
+}
+
 static LLVMValueRef emit_binary(emitter_t *E, const kir_expr_t *e,
                                 LLVMValueRef a, LLVMValueRef b)
 {
@@ -73,9 +111,9 @@ static LLVMValueRef emit_binary(emitter_t *E, const kir_expr_t *e,
         return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, a, b, ""), a, b, "");
     case KIR_OP_SMAX:
         return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSGT, a, b, ""), a, b, "");
-    case KIR_OP_FADD: return LLVMBuildFAdd(B, a, b, "");
-    case KIR_OP_FSUB: return LLVMBuildFSub(B, a, b, "");
-    case KIR_OP_FMUL: return LLVMBuildFMul(B, a, b, "");
+    case KIR_OP_FADD: return fp_flags(E, LLVMBuildFAdd(B, a, b, ""));
+    case KIR_OP_FSUB: return fp_flags(E, LLVMBuildFSub(B, a, b, ""));
+    case KIR_OP_FMUL: return fp_flags(E, LLVMBuildFMul(B, a, b, ""));
     case KIR_OP_FDIV: return LLVMBuildFDiv(B, a, b, "");
     case KIR_OP_FMAX:
         return LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, a, b, ""), a, b, "");
@@ -143,7 +181,22 @@ static LLVMValueRef emit_expr(emitter_t *E, const kir_expr_t *e)
     case KIR_OP_LANE_ID: return E->lane;
     case KIR_OP_NUM_GROUPS: return E->num_groups;
     case KIR_OP_LOAD: {
-        LLVMValueRef i = emit_expr(E, e->a);
+        /* buf[a + b] as (buf + a) + b: a pointer recurrence the loop
+         * vectorizer recognizes as consecutive even where instcombine
+         * would turn the integer a + b into an `or` it cannot analyze
+         * (a row base whose low bits are known zero). Neither step is
+         * inbounds: only the sum is known to be in bounds. */
+        const kir_expr_t *ix = e->a;
+        if (ix->op == KIR_OP_ADD) {
+            LLVMValueRef a = emit_expr(E, ix->a), b = emit_expr(E, ix->b);
+            if (!a || !b)
+                return NULL;
+            LLVMTypeRef t = ltype(E, e->type);
+            LLVMValueRef p = LLVMBuildGEP2(B, t, E->params[e->param->index],
+                                           &a, 1, "");
+            return LLVMBuildLoad2(B, t, LLVMBuildGEP2(B, t, p, &b, 1, ""), "");
+        }
+        LLVMValueRef i = emit_expr(E, ix);
         return i ? gep_load(E, ltype(E, e->type), E->params[e->param->index], i)
                  : NULL;
     }
@@ -180,6 +233,12 @@ static LLVMValueRef emit_expr(emitter_t *E, const kir_expr_t *e)
         LLVMValueRef c = emit_expr(E, e->a), a = emit_expr(E, e->b),
                      b = emit_expr(E, e->c);
         return c && a && b ? LLVMBuildSelect(B, c, a, b, "") : NULL;
+    }
+    case KIR_OP_FEXP:
+    case KIR_OP_FTANH:
+    case KIR_OP_FERF: {
+        LLVMValueRef a = emit_expr(E, e->a);
+        return a ? emit_math(E, e, a) : NULL;
     }
     default:
         break;

@@ -269,6 +269,8 @@ static kir_type_t result_type(kir_op_t op, kir_type_t a, kir_type_t b)
         return kir_type_is_int(a) ? a : KIR_VOID;
     case KIR_OP_NOT:
         return ai ? a : KIR_VOID;
+    case KIR_OP_FEXP: case KIR_OP_FTANH: case KIR_OP_FERF:
+        return a == KIR_F32 ? a : KIR_VOID;
     case KIR_OP_ADD: case KIR_OP_SUB: case KIR_OP_MUL: case KIR_OP_UDIV:
     case KIR_OP_SDIV: case KIR_OP_UREM: case KIR_OP_SREM: case KIR_OP_SHL:
     case KIR_OP_LSHR: case KIR_OP_ASHR: case KIR_OP_SMIN: case KIR_OP_SMAX:
@@ -780,7 +782,8 @@ void kir_print(w16_buf_t *b, const kir_kernel_t *k)
 {
     if (k->comment)
         w16_buf_printf(b, "; %s\n", k->comment);
-    w16_buf_printf(b, "kernel %s lanes %d (", k->name, k->lanes);
+    w16_buf_printf(b, "kernel %s lanes %d%s (", k->name, k->lanes,
+                   k->fp_reassoc ? " fp_reassoc" : "");
     static const char *const kinds[] = {"", "*", "**"};
     for (int i = 0; i < k->n_params; i++) {
         const kir_param_t *p = k->params[i];

@@ -99,7 +99,10 @@ bool kir_type_is_int(kir_type_t t); /* I8..I64 (not I1) */
     X(LOAD, "load", 1)           /* a = element index into buffer param */   \
     X(TLOAD, "tload", 2)         /* a = slot in a buffer table, b = index */ \
     X(SHARED_LOAD, "shared_load", 1)                                         \
-    X(CTLOAD, "ctload", 1)       /* a = index into a constant table */
+    X(CTLOAD, "ctload", 1)       /* a = index into a constant table */       \
+    X(FEXP, "fexp", 1)           /* e^a, f32 (libm accuracy) */              \
+    X(FTANH, "ftanh", 1)         /* tanh(a), f32 */                          \
+    X(FERF, "ferf", 1)           /* erf(a), f32 */
 
 typedef enum kir_op {
 #define X(e, name, arity) KIR_OP_##e,
@@ -209,6 +212,11 @@ typedef struct kir_kernel {
     int n_ctables, cap_ctables;
     kir_block_t body;
     int lanes;             /* workgroup size */
+    /* Float additions and multiplications may be reassociated and
+     * contracted (never NaN/inf assumptions): what lets a CPU emitter
+     * vectorize float reductions. Results then depend on the order the
+     * target picks, within floating-point rounding. */
+    bool fp_reassoc;
     /* Documentation carried to every emitter's output. */
     const char *comment;
     /* The first construction failure (an ill-typed or NULL operand, out of

@@ -277,12 +277,16 @@ typedef struct w16_problem {
     /* what the source checkpoint carries besides what the math uses */
     bool zeros_stored, g_idx_stored;
     int a8; /* 8-bit activations: 0 none, 1 int8, 2 fp8 */
+    /* A non-gated MLP (the *_no_mul activations): a stacked w13 holds one
+     * projection, N = IP, instead of [gate; up]. */
+    bool ungated;
 } w16_problem_t;
 
 /* Fills vars[] (dims only) for the given operand; computes IP from the
- * spec's padding rule. Stacked specs describe the whole operand (w13: K = H,
- * N = 2*IP; w2: K = IP, N = H); per-expert format specs describe one
- * projection (gate/up: K = H, N = I; down: K = I, N = H). Fails if the
+ * spec's padding rule. Stacked specs describe the whole operand (w13:
+ * K = H, N = 2*IP, or IP when ungated; w2: K = IP, N = H); per-expert
+ * format specs describe one projection (gate/up: K = H, N = I; down:
+ * K = I, N = H). Fails if the
  * padding expression fails or the dimensions are inconsistent (GS not
  * dividing K, ...). */
 wna16_status_t w16_spec_bind(const wna16_spec_t *spec,

@@ -56,7 +56,7 @@ wna16_status_t w16_spec_bind(const wna16_spec_t *spec,
     bool per_proj = !spec->stacked;
     if (gemm == WNA16_GEMM_W13) {
         v[W16_VAR_K] = p->H;
-        v[W16_VAR_N] = per_proj ? ip : 2 * ip;
+        v[W16_VAR_N] = per_proj || p->ungated ? ip : 2 * ip;
     } else {
         v[W16_VAR_K] = ip;
         v[W16_VAR_N] = p->H;

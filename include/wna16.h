@@ -377,7 +377,9 @@ wna16_status_t wna16_ref_decode(wna16_context_t *ctx, const wna16_spec_t *spec,
 
 /* Reference encode of `layer` into `spec`'s layout: adds the tensors (named
  * under prefix) to `out`. Refuses, with the reason, what the layout cannot
- * hold (bits, group size, zero points, act order, bias, shapes). */
+ * hold (bits, group size, zero points, act order, bias, shapes). A
+ * non-gated layer (w13 N = I, the *_no_mul activations) goes into stacked
+ * layouts only, as a w13 of I rows, and is not padded. */
 wna16_status_t wna16_ref_encode(wna16_context_t *ctx, const wna16_spec_t *spec,
                                 const wna16_qlayer_t *layer,
                                 const char *prefix, wna16_tensor_set_t *out,
@@ -1027,6 +1029,72 @@ wna16_status_t wna16_moe_align_batched(const int32_t *expert_num_tokens,
 /* Frees the arrays and zeroes the struct; NULL and zeroed structs are
  * fine. */
 void wna16_moe_alignment_free(wna16_moe_alignment_t *a);
+
+/* The generated fused MoE: a layer whose weights sit in a backend's
+ * stacked layout (what wna16_repack_layer writes), run by kernels that
+ * wna16 generates from that backend's spec and compiles for the target
+ * (JIT, through the context's kernel cache). The same arguments, the same
+ * refusals and the same semantics as wna16_ref_moe and
+ * wna16_ref_moe_batched (same rounding points: h, a, y, out), with one
+ * difference: the dot products and the top-k sum accumulate in float32 in
+ * an order the kernel chooses (vectorized), not in double. Results agree
+ * with the reference within the rounding of float32 sums of H (then I)
+ * products plus, rarely, one activation-dtype ulp where a value lands on
+ * a rounding boundary (tests/moe/test_moe_gen.c states the tolerance).
+ *
+ * Kernels: an input conversion, gate/up GEMM + activation, down GEMM and
+ * the top-k combine, over tokens sorted per expert (wna16_moe_align with
+ * a block size the layer picks from the routing). Weights are dequantized
+ * on the fly through the layout's maps. `wna16 gen --kind moe` prints
+ * them. */
+typedef struct wna16_moe_layer wna16_moe_layer_t;
+
+/* Binds a layer: `tensors` holds "{prefix}.w13_{name}" and
+ * "{prefix}.w2_{name}" for every layout of `backend` the layer uses
+ * (qweight, scales, qzeros with zero points, bias with quant->bias), with
+ * the shapes the spec gives for E experts, hidden size H and intermediate
+ * size I (unpadded; the spec's padding applies). A w13 of one projection
+ * (N = I, padded) is a non-gated layer and runs the *_no_mul activations;
+ * otherwise [gate; up] and the gated ones. Tensors are checked (present,
+ * dtype listed by the layout, shape) but not copied: they must outlive the
+ * layer. `target`: WNA16_TARGET_CPU (EUNAVAILABLE in builds without LLVM);
+ * other targets are EUNAVAILABLE. Refuses act-order, per-expert layouts and
+ * what the layouts cannot hold, naming the spec. */
+wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
+                                      const wna16_spec_t *backend,
+                                      const wna16_tensor_set_t *tensors,
+                                      const char *prefix, int32_t E,
+                                      int32_t H, int32_t I,
+                                      const wna16_quant_desc_t *quant,
+                                      wna16_target_t target,
+                                      wna16_moe_layer_t **out,
+                                      wna16_error_t *err);
+/* NULL is fine. */
+void wna16_moe_layer_destroy(wna16_moe_layer_t *layer);
+
+/* wna16_ref_moe with generated kernels (arguments and errors as there;
+ * an activation whose gating does not match the layer's w13 is EINVAL).
+ * Kernels are built and compiled on first use of each configuration
+ * (activation and its constants, dtype, top-k, on-input weighting, block
+ * size) and kept by the layer. Runs on one layer are serialized: the layer
+ * owns the scratch buffers (float32 copies of the input, the activations
+ * and the per-slot expert outputs); different layers run concurrently.
+ * The work is split over the CPU target's threads. */
+wna16_status_t wna16_moe_layer_run(wna16_moe_layer_t *layer,
+                                   const wna16_moe_params_t *p,
+                                   const void *hidden, int32_t M,
+                                   const int32_t *topk_ids,
+                                   const float *topk_weights, int32_t topk,
+                                   void *out, wna16_error_t *err);
+
+/* wna16_ref_moe_batched with generated kernels. */
+wna16_status_t wna16_moe_layer_run_batched(wna16_moe_layer_t *layer,
+                                           const wna16_moe_params_t *p,
+                                           const void *hidden,
+                                           int32_t max_tokens,
+                                           const int32_t *expert_num_tokens,
+                                           const float *weights, void *out,
+                                           wna16_error_t *err);
 
 /* ------------------------------------------------------------------------ */
 /* Fused MoE on a CUDA GPU                                                   */

@@ -13,7 +13,7 @@
  * GEMM, as vLLM's kernels do). Every argument is validated before any
  * work, so a bad input gets an error and never an out-of-bounds access.
  */
-#include "runtime/base/base.h"
+#include "runtime/moe.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -149,8 +149,8 @@ static void store_act(wna16_dtype_t dt, uint16_t *dst, size_t i, float v)
 
 /* ---- validation --------------------------------------------------------- */
 
-static wna16_status_t check_params(const wna16_moe_params_t *p,
-                                   wna16_error_t *err)
+wna16_status_t w16_moe_check_params(const wna16_moe_params_t *p,
+                                    wna16_error_t *err)
 {
     if (!p)
         return w16_err(err, WNA16_EINVAL, "moe: params is NULL");
@@ -500,7 +500,7 @@ static wna16_status_t check_moe_args(const wna16_qlayer_t *layer,
                                      const wna16_moe_params_t *p,
                                      const moe_call_t *c, wna16_error_t *err)
 {
-    wna16_status_t st = check_params(p, err);
+    wna16_status_t st = w16_moe_check_params(p, err);
     if (st == WNA16_OK)
         st = check_layer(layer, p, err);
     if (st != WNA16_OK)
@@ -548,7 +548,7 @@ static wna16_status_t check_batched_args(const wna16_qlayer_t *layer,
                                          const int32_t *counts, void *out,
                                          wna16_error_t *err)
 {
-    wna16_status_t st = check_params(p, err);
+    wna16_status_t st = w16_moe_check_params(p, err);
     if (st == WNA16_OK)
         st = check_layer(layer, p, err);
     if (st != WNA16_OK)

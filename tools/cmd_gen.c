@@ -1,8 +1,10 @@
 /*
- * cmd_gen.c - `wna16 gen`: prints the generated kernels of one job, as the
- * kernel IR or as LLVM IR, for debugging and review.
+ * cmd_gen.c - `wna16 gen`: prints the generated kernels of one job (the
+ * repack kernels of a format/backend pair, or the fused-MoE kernels of a
+ * backend), as the kernel IR, LLVM IR or CUDA C, for debugging and review.
  */
 #include "cli.h"
+#include "gen/build_moe.h"
 #include "gen/build_repack.h"
 #include "gen/emit_llvm.h"
 #include "gen/emit_cuda.h"
@@ -16,23 +18,38 @@ static void usage(FILE *f)
         "                 --bits 4|8 --group-size G [--zero-point] [--act-order]\n"
         "                 [--bias] [--hidden H] [--intermediate I] [--experts E]\n"
         "                 [--scale-dtype F16|BF16] [--input-dtype int8|fp8]\n"
-        "                 [--tensor NAME]\n\n"
-        "Prints the repack kernels that turn a layer in FORMAT into BACKEND's\n"
-        "layout: one kernel per destination tensor (w13_qweight, w2_scales, ...),\n"
-        "or only --tensor NAME. Every dimension is a constant in the kernel, so\n"
-        "the shape matters: --hidden, --intermediate and --experts default to\n"
-        "256, 128 and 2. --target ir (default) prints the kernel IR, --target\n"
-        "llvm the LLVM IR before optimization (needs LLVM 19), --target cuda\n"
-        "the CUDA C translation unit NVRTC compiles (nvcc compiles it too).\n"
-        "--input-dtype picks the layout's variant for 8-bit activations.\n\n"
-        "wna16 gen --kind moe --target cuda --help: the CUDA fused-MoE kernels.\n");
+        "                 [--tensor NAME]\n"
+        "       wna16 gen --kind moe --to BACKEND [--target ir|llvm|cuda]\n"
+        "                 --bits 4|8 --group-size G [--zero-point] [--bias]\n"
+        "                 [--activation NAME] [--act-dtype F16|BF16] [--topk K]\n"
+        "                 [--block-m BM] [--batched] [--stage NAME]\n"
+        "                 [--hidden H] [--intermediate I] [--experts E]\n"
+        "                 [--scale-dtype F16|BF16]\n\n"
+        "--kind repack prints the repack kernels that turn a layer in FORMAT\n"
+        "into BACKEND's layout: one kernel per destination tensor (w13_qweight,\n"
+        "w2_scales, ...), or only --tensor NAME.\n"
+        "--kind moe prints the fused-MoE kernels that run a layer stored in\n"
+        "BACKEND's layout: input, gemm1 (gate/up and the activation), gemm2\n"
+        "and combine, or only --stage NAME; --activation (default silu),\n"
+        "--act-dtype (BF16), --topk (8), --block-m (slots per block, 4) and\n"
+        "--batched (the batched activation format) select the configuration.\n"
+        "Every dimension is a constant in the kernels, so the shape matters:\n"
+        "--hidden, --intermediate and --experts default to 256, 128 and 2.\n"
+        "--target ir (default) prints the kernel IR, --target llvm the LLVM IR\n"
+        "before optimization (needs LLVM 19), --target cuda the CUDA C\n"
+        "translation unit NVRTC compiles (nvcc compiles it too).\n"
+        "--input-dtype picks the layout's variant for 8-bit activations.\n"
+        "--kind moe --target cuda --to marlin|batched_marlin prints the\n"
+        "tensor-core kernels instead (wna16 gen --kind moe --target cuda\n"
+        "--to marlin --help).\n");
 }
 
 typedef struct gen_opts {
-    const char *from, *to, *target, *tensor, *kind;
-    long bits, gs, hidden, inter, experts;
-    bool zp, act_order, bias, gs_set;
-    wna16_dtype_t scale_dtype;
+    const char *from, *to, *target, *tensor, *kind, *stage;
+    long bits, gs, hidden, inter, experts, topk, block_m;
+    bool zp, act_order, bias, gs_set, batched;
+    wna16_dtype_t scale_dtype, act_dtype;
+    wna16_activation_t activation;
     wna16_input_dtype_t input;
 } gen_opts_t;
 
@@ -45,6 +62,10 @@ static int parse(int argc, char **argv, gen_opts_t *o)
     o->inter = 128;
     o->experts = 2;
     o->scale_dtype = WNA16_DTYPE_F16;
+    o->act_dtype = WNA16_DTYPE_BF16;
+    o->activation = WNA16_ACT_SILU;
+    o->topk = 8;
+    o->block_m = 4;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL, *opt = argv[i];
         long *num = NULL, lo = 1, hi = 1 << 20;
@@ -59,6 +80,22 @@ static int parse(int argc, char **argv, gen_opts_t *o)
         else if (cli_opt_value(argc, argv, &i, "--hidden", &v)) num = &o->hidden;
         else if (cli_opt_value(argc, argv, &i, "--intermediate", &v)) num = &o->inter;
         else if (cli_opt_value(argc, argv, &i, "--experts", &v)) { num = &o->experts; hi = 1024; }
+        else if (cli_opt_value(argc, argv, &i, "--stage", &v)) str = &o->stage;
+        else if (cli_opt_value(argc, argv, &i, "--topk", &v)) { num = &o->topk; hi = 1024; }
+        else if (cli_opt_value(argc, argv, &i, "--block-m", &v)) { num = &o->block_m; hi = 16; }
+        else if (cli_opt_value(argc, argv, &i, "--activation", &v)) {
+            o->activation = wna16_activation_from_name(v);
+            if (o->activation == WNA16_ACT_INVALID)
+                return cli_usage_error("gen", "--activation: unknown '%s'",
+                                       v ? v : "");
+            continue;
+        }
+        else if (cli_opt_value(argc, argv, &i, "--act-dtype", &v)) {
+            o->act_dtype = v ? wna16_dtype_from_name(v, strlen(v)) : 0;
+            if (o->act_dtype != WNA16_DTYPE_F16 && o->act_dtype != WNA16_DTYPE_BF16)
+                return cli_usage_error("gen", "--act-dtype: F16 or BF16");
+            continue;
+        }
         else if (cli_opt_value(argc, argv, &i, "--scale-dtype", &v)) {
             o->scale_dtype = v ? wna16_dtype_from_name(v, strlen(v)) : 0;
             if (o->scale_dtype != WNA16_DTYPE_F16 && o->scale_dtype != WNA16_DTYPE_BF16)
@@ -74,6 +111,7 @@ static int parse(int argc, char **argv, gen_opts_t *o)
         else if (strcmp(opt, "--zero-point") == 0) { o->zp = true; continue; }
         else if (strcmp(opt, "--act-order") == 0) { o->act_order = true; continue; }
         else if (strcmp(opt, "--bias") == 0) { o->bias = true; continue; }
+        else if (strcmp(opt, "--batched") == 0) { o->batched = true; continue; }
         else return cli_usage_error("gen", "unknown option '%s'", opt);
         if (!v)
             return cli_usage_error("gen", "%s needs a value", opt);
@@ -83,15 +121,93 @@ static int parse(int argc, char **argv, gen_opts_t *o)
                  (num == &o->gs && *num == 0))
             return cli_usage_error("gen", "%s: bad value '%s'", opt, v);
     }
-    if (!o->kind || strcmp(o->kind, "repack") != 0)
-        return cli_usage_error("gen", "--kind repack is required (or --kind "
-                               "moe --target cuda for the fused MoE)");
-    if (!o->from || !o->to || !o->bits || !o->gs_set)
-        return cli_usage_error("gen", "--from, --to, --bits and --group-size "
-                               "are required");
+    if (!o->kind || (strcmp(o->kind, "repack") && strcmp(o->kind, "moe")))
+        return cli_usage_error("gen", "--kind repack or --kind moe is required");
+    bool moe = strcmp(o->kind, "moe") == 0;
+    if ((!moe && !o->from) || !o->to || !o->bits || !o->gs_set)
+        return cli_usage_error("gen", "%s--to, --bits and --group-size are "
+                               "required", moe ? "" : "--from, ");
+    if (moe && (o->from || o->tensor || o->act_order))
+        return cli_usage_error("gen", "--kind moe takes no --from, --tensor "
+                               "or --act-order");
+    if (!moe && (o->stage || o->batched))
+        return cli_usage_error("gen", "--stage and --batched are for --kind "
+                               "moe");
     if (strcmp(o->target, "ir") && strcmp(o->target, "llvm") &&
         strcmp(o->target, "cuda"))
         return cli_usage_error("gen", "--target: ir, llvm or cuda");
+    return CLI_OK;
+}
+
+/* Prints one kernel in the chosen target's form after a comment line. */
+static int print_kernel(const gen_opts_t *o, wna16_context_t *ctx,
+                        const kir_kernel_t *k, const char *header, bool first)
+{
+    wna16_error_t err;
+    w16_buf_t b;
+    w16_buf_init(&b, ctx);
+    int rc = CLI_OK;
+    bool cuda = strcmp(o->target, "cuda") == 0;
+    if (strcmp(o->target, "ir") == 0)
+        kir_print(&b, k);
+    else if (cuda) {
+        if (w16_emit_cuda(k, first, &b, &err) != WNA16_OK)
+            rc = cli_fail(&err);
+    } else if (w16_emit_llvm_text(k, &b, &err) != WNA16_OK)
+        rc = cli_fail(&err);
+    if (rc == CLI_OK)
+        printf("%s%s %s\n%s\n", first ? "" : "\n", cuda ? "//" : ";", header,
+               b.data ? b.data : "");
+    w16_buf_free(&b);
+    return rc;
+}
+
+/* --kind moe: the four fused-MoE kernels (or --stage). */
+static int gen_moe(const gen_opts_t *o, wna16_context_t *ctx,
+                   const wna16_spec_t *dst)
+{
+    w16_moe_request_t req = {.backend = dst,
+                             .problem = {o->experts, o->hidden, o->inter, o->bits,
+                                         o->gs, o->zp, false, o->bias},
+                             .batched = o->batched, .batched_weights = o->batched,
+                             .topk = (int32_t)o->topk, .block_m = (int)o->block_m};
+    wna16_moe_params_init(&req.params);
+    req.params.activation = o->activation;
+    req.params.act_dtype = o->act_dtype;
+    for (int g = 0; g < 2; g++) {
+        const w16_layout_t *ls = dst->layouts[W16_ROLE_SCALES];
+        const w16_layout_t *lb = dst->layouts[W16_ROLE_BIAS];
+        for (int i = 0; ls && i < ls->n_dtypes; i++)
+            if (ls->dtypes[i] == o->scale_dtype)
+                req.dtype[g][W16_ROLE_SCALES] = o->scale_dtype;
+        for (int i = 0; lb && i < lb->n_dtypes; i++)
+            if (lb->dtypes[i] == o->scale_dtype)
+                req.dtype[g][W16_ROLE_BIAS] = o->scale_dtype;
+    }
+    int printed = 0;
+    for (int s = 0; s < W16_MOE_STAGE_COUNT; s++) {
+        const char *name = w16_moe_stage_name((w16_moe_stage_t)s);
+        if (o->stage && strcmp(o->stage, name) != 0)
+            continue;
+        wna16_error_t err;
+        w16_moe_kernel_t mk;
+        if (w16_build_moe(ctx, &req, (w16_moe_stage_t)s, &mk, &err) != WNA16_OK)
+            return cli_fail(&err);
+        char header[160];
+        snprintf(header, sizeof header, "%s: per call, %s x %lld workgroups "
+                 "of %d lanes", name, s == W16_MOE_GEMM1 || s == W16_MOE_GEMM2
+                 ? "blocks" : "rows", (long long)mk.tiles, mk.kernel->lanes);
+        int rc = print_kernel(o, ctx, mk.kernel, header, printed == 0);
+        w16_moe_kernel_free(&mk);
+        if (rc != CLI_OK)
+            return rc;
+        printed++;
+    }
+    if (!printed) {
+        fprintf(stderr, "wna16: no fused-MoE stage '%s' (input, gemm1, gemm2, "
+                "combine)\n", o->stage);
+        return CLI_FAIL;
+    }
     return CLI_OK;
 }
 
@@ -107,11 +223,27 @@ static bool has_opt(int argc, char **argv, const char *name, const char *value)
     return false;
 }
 
+/* Is `--name` among the arguments at all? */
+static bool has_any(int argc, char **argv, const char *name)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        if (cli_opt_value(argc, argv, &i, name, &v))
+            return true;
+    }
+    return false;
+}
+
 int cmd_gen(int argc, char **argv)
 {
-    /* the CUDA fused MoE from templates/ (tools/cmd_gen_moe_cuda.c) */
+    /* the tensor-core fused MoE of the Marlin layouts, from templates/
+     * (tools/cmd_gen_moe_cuda.c, also its --help and usage errors); other
+     * layouts print the portable IR kernels as CUDA C */
     if (has_opt(argc, argv, "--kind", "moe") &&
-        has_opt(argc, argv, "--target", "cuda"))
+        has_opt(argc, argv, "--target", "cuda") &&
+        (has_opt(argc, argv, "--to", "marlin") ||
+         has_opt(argc, argv, "--to", "batched_marlin") ||
+         !has_any(argc, argv, "--to")))
         return cmd_gen_moe_cuda(argc, argv);
     for (int i = 1; i < argc; i++)
         if (cli_is_help(argv[i])) {
@@ -125,6 +257,18 @@ int cmd_gen(int argc, char **argv)
     wna16_context_t *ctx = cli_context();
     if (!ctx)
         return CLI_FAIL;
+    if (strcmp(o.kind, "moe") == 0) {
+        const wna16_spec_t *dst = wna16_spec_find(ctx, 0, o.to);
+        if (!dst) {
+            fprintf(stderr, "wna16: no spec named '%s' (see 'wna16 specs "
+                    "list')\n", o.to);
+            rc = CLI_FAIL;
+        } else {
+            rc = gen_moe(&o, ctx, dst);
+        }
+        wna16_context_destroy(ctx);
+        return rc;
+    }
     const wna16_spec_t *src = wna16_spec_find(ctx, 0, o.from);
     const wna16_spec_t *dst = wna16_spec_find(ctx, 0, o.to);
     if (!src || !dst) {

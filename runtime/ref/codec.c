@@ -583,7 +583,15 @@ wna16_status_t wna16_ref_encode_input(wna16_context_t *ctx,
     wna16_status_t st = check_args(spec, layer->E, layer->H, layer->I, &q, err);
     if (st != WNA16_OK)
         return st;
-    if (a->E != layer->E || a->N != 2 * layer->I || a->K != layer->H ||
+    /* A non-gated layer (the *_no_mul activations) has one w13 projection;
+     * only stacked layouts can hold it, as N = I rows. */
+    bool ungated = a->N == layer->I;
+    if (ungated && !spec->stacked)
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s stores gate and up "
+                       "projections per expert; a non-gated layer (w13 N = "
+                       "I) needs a stacked layout", spec->name);
+    if (a->E != layer->E || (a->N != 2 * layer->I && !ungated) ||
+        a->K != layer->H ||
         b->E != layer->E || b->N != layer->H || b->K != layer->I ||
         b->bits != a->bits || b->group_size != a->group_size ||
         !a->codes || !a->scales || !b->codes || !b->scales ||
@@ -595,12 +603,18 @@ wna16_status_t wna16_ref_encode_input(wna16_context_t *ctx,
     w16_problem_t p = problem_of(layer->E, layer->H, layer->I, &q);
     p.zeros_stored = a->stored_zeros != NULL;
     p.g_idx_stored = a->g_idx_stored;
+    p.ungated = ungated;
     int64_t v13[W16_VAR_COUNT];
     if ((st = w16_spec_bind(spec, &p, WNA16_GEMM_W13, v13, err)) != WNA16_OK)
         return st;
     int32_t IP = (int32_t)v13[W16_VAR_IP];
     if ((st = w16_check_holds(spec, &p, IP, err)) != WNA16_OK)
         return st;
+    if (ungated && IP != layer->I)
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s pads I = %d to %d; "
+                       "padding a non-gated layer is not implemented (vLLM's "
+                       "padding helpers assume two w13 shards)", spec->name,
+                       layer->I, IP);
     /* vLLM's order: pad, then act-order (never both), then the layout */
     wna16_qlayer_t work = {0};
     int32_t *perm[2] = {NULL, NULL};

@@ -1,0 +1,729 @@
+/*
+ * moe_gen.c - the generated fused MoE (wna16_moe_layer_*): binds a layer's
+ * stacked backend tensors, routes each call (wna16_moe_align: slots sorted
+ * by expert, cut into one run per expert, each run with the block size
+ * that costs it least), builds the kernels of the configuration
+ * (gen/build_moe.c) on first use, compiles them through the context's
+ * kernel cache and launches them on the CPU target's threads:
+ *
+ *   check args -> route (slot experts, align, runs by block size)
+ *   -> scratch -> kernels of the configuration (memo, else build + cache)
+ *   -> input, gemm1 per block size, gemm2 per block size, combine
+ *
+ * Arguments are checked exactly as the reference checks them (same
+ * messages), before any work.
+ */
+#include "gen/build_moe.h"
+#include "runtime/cpu/cpu.h"
+#include "runtime/moe.h"
+#include "runtime/ref/ref.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bump when the CPU lowering of the same kernel IR changes (as
+ * W16_CPU_EMITTER_VERSION for the repack kernels in repack_gen.c). */
+#define W16_MOE_CPU_EMITTER_VERSION 1
+
+/* Elements up to which the input and combine stages run on the calling
+ * thread rather than the pool. */
+#define SMALL_STAGE (INT64_C(1) << 16)
+
+/* GEMM kernels are built for these slots per K pass; each expert's run
+ * takes the one with the least work (pick_block). */
+static const int block_sizes[] = {1, 2, 4};
+#define N_BLOCK_SIZES 3
+
+/* Everything a call's kernels depend on besides the layer and the block
+ * size. Filled after a memset so that keys compare with memcmp. */
+typedef struct variant_key {
+    int32_t activation, act_dtype, topk;
+    float limit, alpha, beta; /* swiglu constants, 0 for the others */
+    uint8_t on_input, round, batched, batched_weights;
+} variant_key_t;
+
+typedef struct stage_fn {
+    w16_cpu_fn fn; /* NULL until built */
+    int64_t tiles;
+    int param[W16_MOE_ARG_COUNT];
+} stage_fn_t;
+
+/* A configuration's kernels: input and combine, and the GEMMs for each
+ * block size, built when first needed. */
+typedef struct variant {
+    variant_key_t key;
+    stage_fn_t input, combine;
+    stage_fn_t gemm[2][N_BLOCK_SIZES]; /* [gemm1, gemm2][block size] */
+} variant_t;
+
+struct wna16_moe_layer {
+    wna16_context_t *ctx;
+    const wna16_spec_t *backend;
+    w16_problem_t problem; /* `ungated` from the w13 tensor's shape */
+    wna16_dtype_t dtype[2][W16_ROLE_COUNT];
+    const void *data[2][W16_ROLE_COUNT];
+    pthread_mutex_t mu; /* one run at a time: the scratch and the memo */
+    variant_t *variants;
+    int n_variants, cap_variants;
+    /* scratch, grown as needed */
+    float *x, *a, *y;
+    size_t x_cap, a_cap, y_cap; /* elements */
+    int32_t *slot_expert;
+    size_t se_cap;
+    /* expert runs (begin, end, expert), one list per block size */
+    int32_t *runs[N_BLOCK_SIZES];
+    size_t runs_cap[N_BLOCK_SIZES];
+};
+
+static const w16_role_t roles[4] = {W16_ROLE_QWEIGHT, W16_ROLE_SCALES,
+                                    W16_ROLE_QZEROS, W16_ROLE_BIAS};
+
+static bool layer_reads(const w16_problem_t *p, w16_role_t r)
+{
+    return r == W16_ROLE_QWEIGHT || r == W16_ROLE_SCALES ||
+           (r == W16_ROLE_QZEROS && p->zp) || (r == W16_ROLE_BIAS && p->bias);
+}
+
+/* ---- binding the tensors -------------------------------------------------- */
+
+static void tensor_name(char *out, size_t n, const char *prefix, int g,
+                        const w16_layout_t *l)
+{
+    const char *op = g == WNA16_GEMM_W13 ? "w13" : "w2";
+    if (prefix && *prefix)
+        snprintf(out, n, "%s.%s_%s", prefix, op, l->name);
+    else
+        snprintf(out, n, "%s_%s", op, l->name);
+}
+
+static bool same_shape(const wna16_tensor_t *t, const w16_layout_t *l,
+                       const int64_t *shape)
+{
+    if (t->ndim != l->ndim)
+        return false;
+    for (int d = 0; d < l->ndim; d++)
+        if (t->shape[d] != shape[d])
+            return false;
+    return true;
+}
+
+static void shape_text(char *out, size_t n, const w16_layout_t *l,
+                       const int64_t *shape)
+{
+    out[0] = 0;
+    for (int d = 0; d < l->ndim; d++)
+        snprintf(out + strlen(out), n - strlen(out), "%s%lld", d ? ", " : "",
+                 (long long)shape[d]);
+}
+
+/* Gated or not, from the w13 qweight tensor's shape. */
+static wna16_status_t find_gating(wna16_moe_layer_t *L,
+                                  const wna16_tensor_set_t *ts,
+                                  const char *prefix, wna16_error_t *err)
+{
+    const w16_layout_t *l = L->backend->layouts[W16_ROLE_QWEIGHT];
+    char name[600];
+    tensor_name(name, sizeof name, prefix, WNA16_GEMM_W13, l);
+    const wna16_tensor_t *t = wna16_tensor_set_find(ts, name);
+    if (!t)
+        return w16_err(err, WNA16_ENOTFOUND, "tensor '%s' not found", name);
+    int64_t shape[2][W16_MAX_STORE_DIMS];
+    for (int ungated = 0; ungated < 2; ungated++) {
+        w16_problem_t p = L->problem;
+        p.ungated = ungated;
+        int64_t v[W16_VAR_COUNT];
+        wna16_status_t st = w16_spec_bind(L->backend, &p, WNA16_GEMM_W13, v, err);
+        if (st == WNA16_OK)
+            st = w16_layout_shape(l, v, shape[ungated], err);
+        if (st != WNA16_OK)
+            return st;
+        if (same_shape(t, l, shape[ungated])) {
+            L->problem.ungated = ungated;
+            return WNA16_OK;
+        }
+    }
+    char a[128], b[128];
+    shape_text(a, sizeof a, l, shape[0]);
+    shape_text(b, sizeof b, l, shape[1]);
+    return w16_err(err, WNA16_EFORMAT, "tensor '%s': the %s layout needs "
+                   "shape [%s] (gate and up) or [%s] (a non-gated layer)",
+                   name, L->backend->name, a, b);
+}
+
+static wna16_status_t bind_tensor(wna16_moe_layer_t *L,
+                                  const wna16_tensor_set_t *ts,
+                                  const char *prefix, int g, w16_role_t r,
+                                  wna16_error_t *err)
+{
+    const w16_layout_t *l = L->backend->layouts[r];
+    int64_t v[W16_VAR_COUNT], shape[W16_MAX_STORE_DIMS];
+    wna16_status_t st = w16_spec_bind(L->backend, &L->problem, (wna16_gemm_t)g,
+                                      v, err);
+    if (st != WNA16_OK)
+        return st;
+    if (!w16_layout_present(l, v))
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s has no %s layout for this "
+                       "layer", L->backend->name, w16_role_key(r));
+    if ((st = w16_layout_shape(l, v, shape, err)) != WNA16_OK)
+        return st;
+    char name[600];
+    tensor_name(name, sizeof name, prefix, g, l);
+    const wna16_tensor_t *t = wna16_tensor_set_find(ts, name);
+    if (!t)
+        return w16_err(err, WNA16_ENOTFOUND, "tensor '%s' not found", name);
+    bool listed = false;
+    for (int i = 0; i < l->n_dtypes; i++)
+        listed = listed || l->dtypes[i] == t->dtype;
+    if (!listed)
+        return w16_err(err, WNA16_EFORMAT, "tensor '%s': dtype %s is not what "
+                       "the %s layout stores", name, wna16_dtype_name(t->dtype),
+                       w16_role_key(r));
+    size_t bytes = wna16_dtype_size(t->dtype);
+    for (int d = 0; d < l->ndim; d++)
+        bytes *= (size_t)shape[d];
+    if (!same_shape(t, l, shape) || t->nbytes < bytes || !t->data) {
+        char want[128];
+        shape_text(want, sizeof want, l, shape);
+        return w16_err(err, WNA16_EFORMAT, "tensor '%s': the %s layout needs "
+                       "shape [%s]", name, w16_role_key(r), want);
+    }
+    L->dtype[g][r] = t->dtype;
+    L->data[g][r] = t->data;
+    return WNA16_OK;
+}
+
+/* A request for the layer with default run parameters (for the checks). */
+static w16_moe_request_t base_request(const wna16_moe_layer_t *L)
+{
+    w16_moe_request_t req = {.backend = L->backend, .problem = L->problem,
+                             .topk = 1, .block_m = 1};
+    memcpy(req.dtype, L->dtype, sizeof req.dtype);
+    wna16_moe_params_init(&req.params);
+    req.params.activation = L->problem.ungated ? WNA16_ACT_SILU_NO_MUL
+                                               : WNA16_ACT_SILU;
+    return req;
+}
+
+wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
+                                      const wna16_spec_t *backend,
+                                      const wna16_tensor_set_t *tensors,
+                                      const char *prefix, int32_t E,
+                                      int32_t H, int32_t I,
+                                      const wna16_quant_desc_t *quant,
+                                      wna16_target_t target,
+                                      wna16_moe_layer_t **out,
+                                      wna16_error_t *err)
+{
+    if (!out)
+        return w16_err(err, WNA16_EINVAL, "moe layer: out is NULL");
+    *out = NULL;
+    if (!ctx || !backend || !tensors || !quant)
+        return w16_err(err, WNA16_EINVAL, "moe layer: %s is NULL",
+                       !ctx ? "ctx" : !backend ? "backend" : !tensors
+                           ? "tensors" : "quant");
+    if (!backend->stacked)
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s stores one tensor per "
+                       "expert and projection; the generated fused MoE reads "
+                       "stacked layouts", backend->name);
+    if (target != WNA16_TARGET_CPU)
+        return w16_err(err, WNA16_EUNAVAILABLE, "%s target unavailable: the "
+                       "generated fused MoE runs on the cpu target (its CUDA "
+                       "kernels are compile-checked only)",
+                       wna16_target_name(target));
+    w16_cpu_t *cpu;
+    wna16_status_t st = w16_cpu_get(ctx, &cpu, err);
+    if (st != WNA16_OK)
+        return st;
+    wna16_moe_layer_t *L = calloc(1, sizeof *L);
+    if (!L)
+        return w16_err_nomem(err, "creating a MoE layer");
+    L->ctx = ctx;
+    L->backend = backend;
+    L->problem = (w16_problem_t){E, H, I, quant->bits, quant->group_size,
+                                 quant->zero_point, quant->act_order,
+                                 quant->bias};
+    pthread_mutex_init(&L->mu, NULL);
+    int64_t v13[W16_VAR_COUNT];
+    st = w16_spec_bind(backend, &L->problem, WNA16_GEMM_W13, v13, err);
+    if (st == WNA16_OK)
+        st = w16_check_holds(backend, &L->problem, (int32_t)v13[W16_VAR_IP], err);
+    if (st == WNA16_OK && (!backend->layouts[W16_ROLE_QWEIGHT] ||
+                           !backend->layouts[W16_ROLE_SCALES]))
+        st = w16_err(err, WNA16_EUNSUPPORTED, "%s stores no quantized codes "
+                     "and scales (qweight, scales) for the generated fused "
+                     "MoE to read", backend->name);
+    if (st == WNA16_OK)
+        st = find_gating(L, tensors, prefix, err);
+    for (int g = 0; g < 2 && st == WNA16_OK; g++)
+        for (int i = 0; i < 4 && st == WNA16_OK; i++)
+            if (layer_reads(&L->problem, roles[i]))
+                st = bind_tensor(L, tensors, prefix, g, roles[i], err);
+    if (st == WNA16_OK) {
+        w16_moe_request_t req = base_request(L);
+        st = w16_moe_check(&req, err);
+    }
+    if (st != WNA16_OK) {
+        wna16_moe_layer_destroy(L);
+        return st;
+    }
+    *out = L;
+    return WNA16_OK;
+}
+
+void wna16_moe_layer_destroy(wna16_moe_layer_t *L)
+{
+    if (!L)
+        return;
+    pthread_mutex_destroy(&L->mu);
+    free(L->variants);
+    free(L->x);
+    free(L->a);
+    free(L->y);
+    free(L->slot_expert);
+    for (int i = 0; i < N_BLOCK_SIZES; i++)
+        free(L->runs[i]);
+    free(L);
+}
+
+/* ---- kernels ------------------------------------------------------------- */
+
+/* The identity of a compiled kernel: its IR as printed (everything the
+ * builder decided), the emitter's version and the CPU target's identity. */
+static wna16_status_t kernel_key(wna16_context_t *ctx, const kir_kernel_t *k,
+                                 w16_key_t *key, wna16_error_t *err)
+{
+    w16_cpu_t *cpu;
+    wna16_status_t st = w16_cpu_get(ctx, &cpu, err);
+    if (st != WNA16_OK)
+        return st;
+    w16_buf_t b;
+    w16_buf_init(&b, ctx);
+    kir_print(&b, k);
+    if (b.failed) {
+        w16_buf_free(&b);
+        return w16_err_nomem(err, "keying a kernel");
+    }
+    w16_keyer_t kr;
+    w16_keyer_init(&kr);
+    w16_keyer_str(&kr, "wna16 moe kernel");
+    w16_keyer_str(&kr, WNA16_VERSION_STRING);
+    w16_keyer_u64(&kr, W16_MOE_CPU_EMITTER_VERSION);
+    w16_cpu_key(&kr, cpu);
+    w16_keyer_bytes(&kr, b.data, b.len);
+    *key = w16_keyer_done(&kr);
+    w16_buf_free(&b);
+    return WNA16_OK;
+}
+
+static wna16_status_t compile_stage(wna16_moe_layer_t *L,
+                                    const w16_moe_request_t *req,
+                                    w16_moe_stage_t s, stage_fn_t *out,
+                                    wna16_error_t *err)
+{
+    w16_moe_kernel_t mk;
+    wna16_status_t st = w16_build_moe(L->ctx, req, s, &mk, err);
+    if (st != WNA16_OK)
+        return st;
+    w16_key_t key;
+    st = kernel_key(L->ctx, mk.kernel, &key, err);
+    if (st == WNA16_OK)
+        st = w16_cpu_kernel(L->ctx, key, mk.kernel, &out->fn, err);
+    if (st == WNA16_OK) {
+        out->tiles = mk.tiles;
+        memcpy(out->param, mk.param, sizeof out->param);
+    }
+    w16_moe_kernel_free(&mk);
+    return st;
+}
+
+static variant_key_t make_key(const wna16_moe_params_t *p, bool batched,
+                              bool batched_weights, int32_t topk)
+{
+    variant_key_t k;
+    memset(&k, 0, sizeof k);
+    k.activation = p->activation;
+    k.act_dtype = p->act_dtype;
+    k.topk = batched ? 0 : topk;
+    if (p->activation == WNA16_ACT_SWIGLUOAI ||
+        p->activation == WNA16_ACT_SWIGLUSTEP) {
+        k.limit = p->swiglu_limit;
+        if (p->activation == WNA16_ACT_SWIGLUOAI) {
+            k.alpha = p->swiglu_alpha;
+            k.beta = p->swiglu_beta;
+        }
+    }
+    k.on_input = p->apply_router_weight_on_input;
+    k.round = p->round_gemm_outputs;
+    k.batched = batched;
+    k.batched_weights = batched && batched_weights;
+    return k;
+}
+
+/* The request that builds a configuration's kernels. */
+static w16_moe_request_t variant_request(const wna16_moe_layer_t *L,
+                                         const wna16_moe_params_t *p,
+                                         const variant_key_t *key, int block_m)
+{
+    w16_moe_request_t req = base_request(L);
+    req.params = *p;
+    req.params.expert_map = NULL;
+    req.params.global_num_experts = 0;
+    req.batched = key->batched;
+    req.batched_weights = key->batched_weights;
+    req.topk = key->batched ? 1 : key->topk;
+    req.block_m = block_m;
+    return req;
+}
+
+/* The configuration's entry in the layer's memo, with its input and
+ * combine kernels (built, or found in the kernel cache, when new). */
+static wna16_status_t get_variant(wna16_moe_layer_t *L,
+                                  const wna16_moe_params_t *p,
+                                  const variant_key_t *key, variant_t **out,
+                                  wna16_error_t *err)
+{
+    for (int i = 0; i < L->n_variants; i++)
+        if (memcmp(&L->variants[i].key, key, sizeof *key) == 0) {
+            *out = &L->variants[i];
+            return WNA16_OK;
+        }
+    if (L->n_variants == L->cap_variants) {
+        int nc = L->cap_variants ? 2 * L->cap_variants : 4;
+        variant_t *nv = realloc(L->variants, sizeof *nv * (size_t)nc);
+        if (!nv)
+            return w16_err_nomem(err, "keeping compiled MoE kernels");
+        L->variants = nv;
+        L->cap_variants = nc;
+    }
+    variant_t *v = &L->variants[L->n_variants];
+    memset(v, 0, sizeof *v);
+    v->key = *key;
+    w16_moe_request_t req = variant_request(L, p, key, 1);
+    wna16_status_t st = compile_stage(L, &req, W16_MOE_INPUT, &v->input, err);
+    if (st == WNA16_OK)
+        st = compile_stage(L, &req, W16_MOE_COMBINE, &v->combine, err);
+    if (st != WNA16_OK)
+        return st;
+    L->n_variants++;
+    *out = v;
+    return WNA16_OK;
+}
+
+/* The GEMM kernel of `stage` for block size index b, built if needed. */
+static wna16_status_t get_gemm(wna16_moe_layer_t *L, const wna16_moe_params_t *p,
+                               variant_t *v, w16_moe_stage_t stage, int b,
+                               const stage_fn_t **out, wna16_error_t *err)
+{
+    stage_fn_t *f = &v->gemm[stage == W16_MOE_GEMM1 ? 0 : 1][b];
+    if (!f->fn) {
+        w16_moe_request_t req = variant_request(L, p, &v->key, block_sizes[b]);
+        wna16_status_t st = compile_stage(L, &req, stage, f, err);
+        if (st != WNA16_OK) {
+            f->fn = NULL;
+            return st;
+        }
+    }
+    *out = f;
+    return WNA16_OK;
+}
+
+/* ---- one call -------------------------------------------------------------- */
+
+/* What the kernels of one call read and write. */
+typedef struct call {
+    const uint16_t *hidden;
+    const float *weights;
+    uint16_t *out;
+    const int32_t *counts;
+    int64_t x_rows, out_rows, num_slots, max_tokens;
+    wna16_moe_alignment_t al; /* block size 1: positions sorted by expert */
+} call_t;
+
+/* Runs `major` x f->tiles workgroups of kernel f; `runs` is the GEMMs'
+ * run list. */
+static void launch(wna16_moe_layer_t *L, const stage_fn_t *f,
+                   w16_moe_stage_t s, const call_t *c, const int32_t *runs,
+                   int64_t major)
+{
+    if (major <= 0)
+        return;
+    uint64_t args[W16_MOE_ARG_COUNT] = {0};
+    uint64_t value[W16_MOE_ARG_COUNT] = {0};
+#define PTR(p) ((uint64_t)(uintptr_t)(p))
+    value[W16_MOE_ARG_HIDDEN] = PTR(c->hidden);
+    value[W16_MOE_ARG_TOPK_WEIGHTS] = PTR(c->weights);
+    value[W16_MOE_ARG_X] = PTR(L->x);
+    value[W16_MOE_ARG_RUNS] = PTR(runs);
+    value[W16_MOE_ARG_SORTED] = PTR(c->al.sorted_token_ids);
+    value[W16_MOE_ARG_A] = PTR(L->a);
+    value[W16_MOE_ARG_Y] = PTR(L->y);
+    value[W16_MOE_ARG_SLOT_EXPERT] = PTR(L->slot_expert);
+    value[W16_MOE_ARG_COUNTS] = PTR(c->counts);
+    value[W16_MOE_ARG_OUT] = PTR(c->out);
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < 4; i++)
+            value[w16_moe_weight_arg((wna16_gemm_t)g, roles[i])] =
+                PTR(L->data[g][roles[i]]);
+    value[W16_MOE_ARG_MAX_TOKENS] = (uint64_t)c->max_tokens;
+#undef PTR
+    for (int a = 0; a < W16_MOE_ARG_COUNT; a++)
+        if (f->param[a] >= 0)
+            args[f->param[a]] = value[a];
+    int64_t groups = major * f->tiles;
+    /* The element-wise stages of small calls run on the calling thread:
+     * waking the pool costs more than they do. */
+    bool small = (s == W16_MOE_INPUT || s == W16_MOE_COMBINE) &&
+                 major * L->problem.H <= SMALL_STAGE;
+    w16_cpu_t *cpu;
+    if (small)
+        f->fn(args, 0, groups, groups);
+    else if (w16_cpu_get(L->ctx, &cpu, NULL) == WNA16_OK)
+        w16_cpu_launch(cpu, f->fn, args, groups);
+}
+
+/* Grows a scratch array to n elements of `size` bytes. */
+static bool reserve(void **p, size_t *cap, size_t n, size_t size)
+{
+    if (n <= *cap)
+        return true;
+    size_t bytes;
+    if (!w16_mul_size(n, size, &bytes))
+        return false;
+    void *np = realloc(*p, bytes);
+    if (!np)
+        return false;
+    *p = np;
+    *cap = n;
+    return true;
+}
+
+static wna16_status_t reserve_scratch(wna16_moe_layer_t *L, int64_t x_rows,
+                                      int64_t slots, wna16_error_t *err)
+{
+    size_t H = (size_t)L->problem.H, I = (size_t)L->problem.I, nx, na, ny;
+    size_t xr = x_rows > 0 ? (size_t)x_rows : 1, sl = slots > 0 ? (size_t)slots : 1;
+    if (!w16_mul_size(xr, H, &nx) || !w16_mul_size(sl, I, &na) ||
+        !w16_mul_size(sl, H, &ny) ||
+        !reserve((void **)&L->x, &L->x_cap, nx, sizeof(float)) ||
+        !reserve((void **)&L->a, &L->a_cap, na, sizeof(float)) ||
+        !reserve((void **)&L->y, &L->y_cap, ny, sizeof(float)))
+        return w16_err_nomem(err, "the fused MoE's scratch buffers");
+    return WNA16_OK;
+}
+
+/* The block size (index into block_sizes) for an expert's run of n
+ * slots: the least GEMM work, counted as the K passes the run needs,
+ * ceil(n / BM), times the cost of a pass relative to a pass of one slot.
+ * The run's weights are read from memory once whatever BM is, so the
+ * choice trades computed padding slots against the dequantization that a
+ * bigger block shares: a pass of 2 slots costs about 1.4 passes of 1, a
+ * pass of 4 about 2.4 (gemm1 and gemm2 on znver4). */
+static int pick_block(int64_t n)
+{
+    static const double cost[N_BLOCK_SIZES] = {1.0, 1.4, 2.4};
+    int best = 0;
+    for (int b = 1; b < N_BLOCK_SIZES; b++) {
+        int64_t bm = block_sizes[b], bb = block_sizes[best];
+        if ((double)((n + bm - 1) / bm) * cost[b] <
+            (double)((n + bb - 1) / bb) * cost[best])
+            best = b;
+    }
+    return best;
+}
+
+static wna16_status_t run_call(wna16_moe_layer_t *L, const wna16_moe_params_t *p,
+                               call_t *c, bool batched, bool batched_weights,
+                               int32_t topk, wna16_error_t *err)
+{
+    variant_t *v = NULL;
+    variant_key_t key = make_key(p, batched, batched_weights, topk);
+    wna16_status_t st = reserve_scratch(L, c->x_rows, c->num_slots, err);
+    if (st == WNA16_OK)
+        st = get_variant(L, p, &key, &v, err);
+    if (st != WNA16_OK)
+        return st;
+    /* cut the sorted positions into one run per expert, listed by the
+     * block size each run takes */
+    int64_t n_pos = c->al.num_tokens_post_padded, n_runs[N_BLOCK_SIZES] = {0};
+    for (int b = 0; b < N_BLOCK_SIZES; b++)
+        if (!reserve((void **)&L->runs[b], &L->runs_cap[b],
+                     3 * (size_t)(n_pos > 0 ? n_pos : 1), sizeof(int32_t)))
+            return w16_err_nomem(err, "the fused MoE's expert runs");
+    for (int64_t p0 = 0, p1; p0 < n_pos; p0 = p1) {
+        int32_t e = c->al.expert_ids[p0];
+        for (p1 = p0 + 1; p1 < n_pos && c->al.expert_ids[p1] == e; p1++)
+            ;
+        int b = pick_block(p1 - p0);
+        int32_t *r = L->runs[b] + 3 * n_runs[b]++;
+        r[0] = (int32_t)p0;
+        r[1] = (int32_t)p1;
+        r[2] = e;
+    }
+    const stage_fn_t *gemm[2][N_BLOCK_SIZES] = {{NULL}};
+    for (int s = 0; s < 2; s++)
+        for (int b = 0; b < N_BLOCK_SIZES && st == WNA16_OK; b++)
+            if (n_runs[b])
+                st = get_gemm(L, p, v, s ? W16_MOE_GEMM2 : W16_MOE_GEMM1, b,
+                              &gemm[s][b], err);
+    if (st != WNA16_OK)
+        return st;
+    launch(L, &v->input, W16_MOE_INPUT, c, NULL, c->x_rows);
+    for (int s = 0; s < 2; s++)
+        for (int b = 0; b < N_BLOCK_SIZES; b++)
+            if (n_runs[b])
+                launch(L, gemm[s][b], s ? W16_MOE_GEMM2 : W16_MOE_GEMM1, c,
+                       L->runs[b], n_runs[b]);
+    launch(L, &v->combine, W16_MOE_COMBINE, c, NULL, c->out_rows);
+    return WNA16_OK;
+}
+
+/* ---- argument checks (the reference's rules and messages) ---------------- */
+
+static wna16_status_t check_gating(const wna16_moe_layer_t *L,
+                                   const wna16_moe_params_t *p,
+                                   wna16_error_t *err)
+{
+    if (wna16_activation_is_gated(p->activation) != !L->problem.ungated)
+        return w16_err(err, WNA16_EINVAL, "moe: activation %s %s, but the "
+                       "layer's w13 holds %s", wna16_activation_name(p->activation),
+                       L->problem.ungated ? "is gated" : "is not gated",
+                       L->problem.ungated ? "one projection (N = I)"
+                                          : "gate and up (N = 2I)");
+    return WNA16_OK;
+}
+
+/* Local expert of every slot (-1: absent), validating ids and the map. */
+static wna16_status_t route_slots(wna16_moe_layer_t *L,
+                                  const wna16_moe_params_t *p,
+                                  const int32_t *ids, int32_t M, int32_t topk,
+                                  wna16_error_t *err)
+{
+    int32_t E = (int32_t)L->problem.E, n_ids = E;
+    if (!p->expert_map) {
+        if (p->global_num_experts != 0 && p->global_num_experts != E)
+            return w16_err(err, WNA16_EINVAL, "moe: global_num_experts = %d "
+                           "without an expert_map (must be 0 or E = %d)",
+                           p->global_num_experts, E);
+    } else {
+        if (p->global_num_experts < 1)
+            return w16_err(err, WNA16_EINVAL, "moe: expert_map needs "
+                           "global_num_experts >= 1 (got %d)",
+                           p->global_num_experts);
+        for (int32_t g = 0; g < p->global_num_experts; g++)
+            if (p->expert_map[g] < -1 || p->expert_map[g] >= E)
+                return w16_err(err, WNA16_EINVAL, "moe: expert_map[%d] = %d is "
+                               "neither -1 nor a local expert in [0, %d)", g,
+                               p->expert_map[g], E);
+        n_ids = p->global_num_experts;
+    }
+    if (topk < 1)
+        return w16_err(err, WNA16_EINVAL, "moe: topk = %d (must be >= 1)", topk);
+    if (topk > n_ids)
+        return w16_err(err, WNA16_EINVAL, "moe: topk = %d exceeds the %d "
+                       "experts", topk, n_ids);
+    size_t slots = (size_t)M * (size_t)topk;
+    if (!reserve((void **)&L->slot_expert, &L->se_cap, slots ? slots : 1,
+                 sizeof(int32_t)))
+        return w16_err_nomem(err, "routing the fused MoE");
+    for (size_t s = 0; s < slots; s++) {
+        int32_t g = ids[s];
+        if (g < 0 || g >= n_ids)
+            return w16_err(err, WNA16_EINVAL, "moe: topk_ids[%d][%d] = %d is "
+                           "not an expert id in [0, %d)", (int32_t)(s / topk),
+                           (int32_t)(s % topk), g, n_ids);
+        L->slot_expert[s] = p->expert_map ? p->expert_map[g] : g;
+    }
+    return WNA16_OK;
+}
+
+static wna16_status_t check_common(wna16_moe_layer_t *L,
+                                   const wna16_moe_params_t *p,
+                                   wna16_error_t *err)
+{
+    if (!L)
+        return w16_err(err, WNA16_EINVAL, "moe: layer is NULL");
+    wna16_status_t st = w16_moe_check_params(p, err);
+    if (st == WNA16_OK)
+        st = check_gating(L, p, err);
+    return st;
+}
+
+wna16_status_t wna16_moe_layer_run(wna16_moe_layer_t *L,
+                                   const wna16_moe_params_t *p,
+                                   const void *hidden, int32_t M,
+                                   const int32_t *topk_ids,
+                                   const float *topk_weights, int32_t topk,
+                                   void *out, wna16_error_t *err)
+{
+    wna16_status_t st = check_common(L, p, err);
+    if (st != WNA16_OK)
+        return st;
+    if (M < 0)
+        return w16_err(err, WNA16_EINVAL, "moe: M = %d tokens (must be >= "
+                       "0)", M);
+    if (M > 0 && (!hidden || !topk_ids || !topk_weights || !out))
+        return w16_err(err, WNA16_EINVAL, "moe: %s is NULL",
+                       !hidden ? "hidden" : !topk_ids ? "topk_ids" :
+                       !topk_weights ? "topk_weights" : "out");
+    int32_t E = (int32_t)L->problem.E;
+    pthread_mutex_lock(&L->mu);
+    st = route_slots(L, p, topk_ids, M, topk, err);
+    if (st == WNA16_OK && M > 0) {
+        call_t c = {.hidden = hidden, .weights = topk_weights, .out = out,
+                    .num_slots = (int64_t)M * topk, .out_rows = M};
+        c.x_rows = p->apply_router_weight_on_input ? c.num_slots : M;
+        st = wna16_moe_align(topk_ids, M, topk, p->expert_map
+                                 ? p->global_num_experts : E,
+                             p->expert_map, 1, &c.al, err);
+        if (st == WNA16_OK)
+            st = run_call(L, p, &c, false, false, topk, err);
+        wna16_moe_alignment_free(&c.al);
+    }
+    pthread_mutex_unlock(&L->mu);
+    return st;
+}
+
+wna16_status_t wna16_moe_layer_run_batched(wna16_moe_layer_t *L,
+                                           const wna16_moe_params_t *p,
+                                           const void *hidden,
+                                           int32_t max_tokens,
+                                           const int32_t *expert_num_tokens,
+                                           const float *weights, void *out,
+                                           wna16_error_t *err)
+{
+    wna16_status_t st = check_common(L, p, err);
+    if (st != WNA16_OK)
+        return st;
+    int32_t E = (int32_t)L->problem.E;
+    if (max_tokens < 0)
+        return w16_err(err, WNA16_EINVAL, "moe batched: max_tokens = %d "
+                       "(must be >= 0)", max_tokens);
+    if (!expert_num_tokens)
+        return w16_err(err, WNA16_EINVAL, "moe batched: expert_num_tokens "
+                       "is NULL");
+    if (max_tokens > 0 && (!hidden || !out))
+        return w16_err(err, WNA16_EINVAL, "moe batched: %s is NULL",
+                       !hidden ? "hidden" : "out");
+    for (int32_t e = 0; e < E; e++)
+        if (expert_num_tokens[e] < 0 || expert_num_tokens[e] > max_tokens)
+            return w16_err(err, WNA16_EINVAL, "moe batched: "
+                           "expert_num_tokens[%d] = %d is outside [0, "
+                           "max_tokens = %d]", e, expert_num_tokens[e],
+                           max_tokens);
+    if (max_tokens == 0)
+        return WNA16_OK;
+    pthread_mutex_lock(&L->mu);
+    int64_t rows = (int64_t)E * max_tokens;
+    call_t c = {.hidden = hidden, .weights = weights, .out = out,
+                .counts = expert_num_tokens, .x_rows = rows, .out_rows = rows,
+                .num_slots = rows, .max_tokens = max_tokens};
+    st = wna16_moe_align_batched(expert_num_tokens, E, max_tokens, 1, &c.al,
+                                 err);
+    if (st == WNA16_OK)
+        st = run_call(L, p, &c, true, weights != NULL, 1, err);
+    wna16_moe_alignment_free(&c.al);
+    pthread_mutex_unlock(&L->mu);
+    return st;
+}
