@@ -55,6 +55,9 @@ bool cli_opt_value(int argc, char **argv, int *i, const char *name,
 /* Parses a decimal int in [lo, hi]; false if malformed. */
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
 
+/* Writes s as a JSON string (quoted, escaped). */
+void cli_json_string(FILE *f, const char *s);
+
 /* A context with the built-in specs (and $WNA16_SPEC_DIR); prints the error
  * and returns NULL on failure. */
 wna16_context_t *cli_context(void);

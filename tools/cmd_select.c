@@ -378,43 +378,25 @@ static int build_query(const sel_opts_t *o, const deploy_t *d,
 
 /* ---- output --------------------------------------------------------------------- */
 
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p == '\n')
-            fputs("\\n", f);
-        else if (*p == '\t')
-            fputs("\\t", f);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
 static void print_json(const wna16_select_result_t *r)
 {
     fputs("{\"backend\": ", stdout);
     if (r->backend)
-        json_string(stdout, wna16_spec_name(r->backend));
+        cli_json_string(stdout, wna16_spec_name(r->backend));
     else
         fputs("null", stdout);
     fputs(", \"passed_over\": [", stdout);
     for (size_t i = 0; i < r->n_passed_over; i++) {
         fputs(i ? ", {\"backend\": " : "{\"backend\": ", stdout);
-        json_string(stdout, wna16_spec_name(r->passed_over[i].backend));
+        cli_json_string(stdout, wna16_spec_name(r->passed_over[i].backend));
         fputs(", \"reason\": ", stdout);
-        json_string(stdout, r->passed_over[i].reason);
+        cli_json_string(stdout, r->passed_over[i].reason);
         fputc('}', stdout);
     }
     fputc(']', stdout);
     if (r->note[0]) {
         fputs(", \"note\": ", stdout);
-        json_string(stdout, r->note);
+        cli_json_string(stdout, r->note);
     }
     if (r->backend)
         printf(", \"is_k_full\": %s", r->is_k_full ? "true" : "false");
