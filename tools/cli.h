@@ -25,14 +25,6 @@ int cmd_gen_moe_cuda(int argc, char **argv);
 int cmd_repack(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 
-/* `wna16 run --target cuda`'s GPU step (tools/run_moe_cuda.c): repack
- * the layer (`src` under `prefix` in format `fmt`, logical form L) into
- * Marlin on the GPU and run the fused MoE against the reference. */
-int cli_run_moe_cuda(wna16_context_t *ctx, const wna16_spec_t *fmt,
-                     const wna16_tensor_set_t *src, const char *prefix,
-                     const wna16_qlayer_t *L, const wna16_quant_desc_t *q,
-                     int32_t topk, int step);
-
 /* Is argv[i] "-h" or "--help"? */
 bool cli_is_help(const char *arg);
 

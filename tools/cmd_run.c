@@ -1,309 +1,269 @@
 /*
- * cmd_run.c - `wna16 run`: the main job, end to end on what exists today.
- *
- * With no checkpoint it builds the embedded default: a slice of the
- * Qwen3-30B-A3B MoE layer shape with random int4 group-128 GPTQ weights,
- * writes it as a real Hugging Face checkpoint (config.json +
- * model.safetensors), reads it back through the checkpoint reader and the
- * gptq format spec, selects the backend for the best device present (and
- * for an H200, to show the CUDA decision), repacks the layer into the
- * selected layout and into Marlin with the reference, decodes the results
- * and checks that every code, scale and dequantized value survived. It says
- * what it did and what is not built yet (generated kernels).
+ * cmd_run.c - `wna16 run`, the main job: one MoE layer (the embedded
+ * default, or a checkpoint's), activations, the best target present, the
+ * backend selection picks for it, the repack into that backend's layout
+ * with generated kernels, the fused MoE (cold, then cached), the reference
+ * on the same tokens, and the figures. The pieces live in tools/run_*.c
+ * (see run.h); this file parses the options and calls them in order.
  */
-#define _GNU_SOURCE
-#include "cli.h"
-#include "gen/spec.h"
+#include "run.h"
 
-#include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: wna16 run [CHECKPOINT] [--layer PREFIX] [--backend NAME]\n"
-        "                 [--platform cuda|rocm|cpu|xpu] [--cc 9.0] [--experts N]\n"
-        "                 [--keep DIR] [--seed N] [--target cuda]\n\n"
-        "Without CHECKPOINT: the embedded default, a slice of the Qwen3-30B-A3B\n"
-        "MoE layer (hidden 2048, intermediate 768, top-8; --experts of its 128\n"
-        "experts, default 4) with random int4 group-128 GPTQ weights, written\n"
-        "as a real checkpoint (to --keep DIR, else a temporary directory).\n"
-        "With CHECKPOINT (a Hugging Face directory): its first MoE layer, or\n"
-        "--layer PREFIX (e.g. model.layers.3.mlp.experts).\n\n"
-        "Steps: read the checkpoint through its format spec; select the\n"
-        "backend for the best device present (--platform/--cc override, and\n"
-        "--backend asks for one by name); repack with the reference into the\n"
-        "selected layout; decode it back and check every code, scale and\n"
-        "dequantized value. --target cuda then repacks into Marlin with the\n"
-        "generated CUDA kernels and runs the layer through the fused-MoE\n"
-        "kernels on the GPU for 1 and 64 tokens, each checked against the\n"
-        "reference fused MoE (kernels, tiling rows, NVRTC times reported).\n");
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-typedef struct run_opts {
-    const char *checkpoint, *layer, *backend, *keep;
-    wna16_platform_t platform;
-    bool platform_set;
-    long cc_major, cc_minor, experts, seed;
-    bool target_cuda; /* --target cuda: repack and run on the GPU too */
-} run_opts_t;
-
-/* ---- the embedded default ------------------------------------------------ */
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 0x2545F4914F6CDD1Dull;
-}
-
-/* Random int4 group-128 weights, scales of fp16 magnitude ~1e-2. */
-static wna16_status_t make_layer(wna16_qlayer_t *L, int32_t E, int32_t H,
-                                 int32_t I, uint64_t seed, wna16_error_t *err)
-{
-    memset(L, 0, sizeof *L);
-    L->E = E;
-    L->H = H;
-    L->I = I;
-    wna16_status_t st = wna16_qweight_alloc(&L->w13, E, 2 * I, H, 4, 128,
-                                            false, false, false, err);
-    if (st == WNA16_OK)
-        st = wna16_qweight_alloc(&L->w2, E, H, I, 4, 128, false, false, false,
-                                 err);
-    if (st != WNA16_OK)
-        return st;
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    wna16_qweight_t *q[2] = {&L->w13, &L->w2};
-    for (int i = 0; i < 2; i++) {
-        size_t n = (size_t)q[i]->E * q[i]->N * q[i]->K;
-        for (size_t j = 0; j < n; j++)
-            q[i]->codes[j] = (uint8_t)(rng_next(&s) >> 60);
-        size_t ng = (size_t)q[i]->E * q[i]->G * q[i]->N;
-        for (size_t j = 0; j < ng; j++) {
-            float v = 0.005f + (float)(rng_next(&s) >> 40) / (float)(1 << 24) * 0.02f;
-            q[i]->scales[j] = wna16_f16_to_f32(wna16_f32_to_f16(v));
-        }
-    }
-    return WNA16_OK;
-}
-
-static bool write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return false;
-    bool ok = fputs(text, f) >= 0;
-    return fclose(f) == 0 && ok;
-}
-
-static const char *const default_prefix = "model.layers.0.mlp.experts";
-
-/* Writes the default layer as a GPTQ checkpoint directory. */
-static int write_default(wna16_context_t *ctx, const char *dir,
-                         const wna16_qlayer_t *L)
-{
-    wna16_error_t err;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "wna16: %s: %s\n", dir, strerror(errno));
-        return CLI_FAIL;
-    }
-    char path[4200], cfg[1024];
-    snprintf(cfg, sizeof cfg,
-             "{\n  \"architectures\": [\"Qwen3MoeForCausalLM\"],\n"
-             "  \"model_type\": \"qwen3_moe\",\n  \"hidden_size\": %d,\n"
-             "  \"moe_intermediate_size\": %d,\n  \"num_experts\": %d,\n"
-             "  \"num_experts_per_tok\": 8,\n  \"num_hidden_layers\": 1,\n"
-             "  \"torch_dtype\": \"float16\",\n"
-             "  \"quantization_config\": {\"quant_method\": \"gptq\", "
-             "\"bits\": 4, \"group_size\": 128, \"desc_act\": false, "
-             "\"sym\": true}\n}\n", L->H, L->I, L->E);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!write_text(path, cfg)) {
-        fprintf(stderr, "wna16: cannot write %s: %s\n", path, strerror(errno));
-        return CLI_FAIL;
-    }
-    const wna16_spec_t *gptq = wna16_spec_find(ctx, WNA16_SPEC_FORMAT, "gptq");
-    wna16_tensor_set_t *set = NULL;
-    wna16_status_t st = wna16_tensor_set_create(ctx, &set, &err);
-    if (st == WNA16_OK)
-        st = wna16_ref_encode(ctx, gptq, L, default_prefix, set, &err);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    static const char *const keys[] = {"format", "generator"};
-    static const char *const vals[] = {"pt", "wna16 run (embedded default)"};
-    if (st == WNA16_OK)
-        st = wna16_safetensors_write_set(ctx, path, set, 2, keys, vals, &err);
-    wna16_tensor_set_destroy(set);
-    return st == WNA16_OK ? CLI_OK : cli_fail(&err);
-}
-
-/* ---- reading a checkpoint's layer ---------------------------------------- */
-
-/* The first MoE layer of the checkpoint (natural order), found through the
- * format spec's names by the library. */
-static bool find_layer(wna16_context_t *ctx, const wna16_checkpoint_t *ck,
-                       const wna16_spec_t *fmt, char *prefix, size_t n)
-{
-    wna16_moe_layers_t layers;
-    wna16_error_t err;
-    bool found = wna16_checkpoint_moe_layers(ctx, ck, fmt, &layers, &err) ==
-                     WNA16_OK && layers.count > 0 &&
-                 strlen(layers.prefixes[0]) < n;
-    if (found)
-        snprintf(prefix, n, "%s", layers.prefixes[0]);
-    wna16_moe_layers_free(&layers);
-    return found;
-}
-
-/* ---- selection and the reference repack check ---------------------------- */
-
-static void print_selection(const char *label, const wna16_select_result_t *r,
-                            wna16_status_t st, const wna16_error_t *err)
-{
-    if (st == WNA16_OK)
-        printf("     %s -> %s (%s)\n", label, wna16_spec_name(r->backend),
-               r->backend->bsel.vllm_name);
-    else
-        printf("     %s -> refused: %s\n", label, err->message);
-    if (r->note[0])
-        printf("       note: %s\n", r->note);
-    for (size_t i = 0; i < r->n_passed_over; i++)
-        printf("       passed over %s: %s\n",
-               wna16_spec_name(r->passed_over[i].backend),
-               r->passed_over[i].reason);
-}
-
-static wna16_status_t select_for(wna16_context_t *ctx, const char *format,
-                                 const wna16_quant_desc_t *q,
-                                 const wna16_qlayer_t *L, int32_t topk,
-                                 wna16_platform_t p, int ccM, int ccm,
-                                 const char *backend, uint32_t kernels,
-                                 wna16_select_result_t *r, wna16_error_t *err)
-{
-    wna16_select_query_t sq = {
-        .platform = p, .cc_major = ccM, .cc_minor = ccm, .format = format,
-        .quant = *q, .hidden_size = L->H, .intermediate_size = L->I,
-        .num_experts = L->E, .top_k = topk, .backend = backend,
-        .kernel_platforms = kernels};
-    memset(r, 0, sizeof *r);
-    return wna16_select(ctx, &sq, r, err);
-}
-
-/* Repacks into `backend` with the reference, decodes back, compares. */
-static int check_repack(wna16_context_t *ctx, const wna16_spec_t *backend,
-                        const wna16_qlayer_t *L, const wna16_quant_desc_t *q)
-{
-    wna16_error_t err;
-    wna16_tensor_set_t *set = NULL;
-    double t0 = now_s();
-    wna16_status_t st = wna16_tensor_set_create(ctx, &set, &err);
-    if (st == WNA16_OK)
-        st = wna16_ref_encode(ctx, backend, L, default_prefix, set, &err);
-    if (st != WNA16_OK) {
-        printf("     %s: cannot hold this layer: %s\n", backend->name,
-               err.message);
-        wna16_tensor_set_destroy(set);
-        return st == WNA16_EUNSUPPORTED ? CLI_OK : CLI_FAIL;
-    }
-    double t1 = now_s();
-    size_t bytes = 0;
-    for (size_t i = 0; i < wna16_tensor_set_count(set); i++)
-        bytes += wna16_tensor_set_at(set, i)->nbytes;
-    int rc = CLI_OK;
-    if (backend->layouts[W16_ROLE_QWEIGHT]) {
-        wna16_qlayer_t back;
-        st = wna16_ref_decode(ctx, backend, set, default_prefix, L->E, L->H,
-                              L->I, q, &back, &err);
-        if (st != WNA16_OK) {
-            printf("     %s: decode failed: %s\n", backend->name, err.message);
-            rc = CLI_FAIL;
-        } else {
-            const wna16_qweight_t *a[2] = {&L->w13, &L->w2};
-            const wna16_qweight_t *b[2] = {&back.w13, &back.w2};
-            size_t values = 0, wrong = 0;
-            for (int i = 0; i < 2; i++)
-                for (int32_t e = 0; e < a[i]->E; e++)
-                    for (int32_t n = 0; n < a[i]->N; n++)
-                        for (int32_t k = 0; k < a[i]->K; k++, values++)
-                            wrong += wna16_ref_dequant(a[i], e, n, k) !=
-                                     wna16_ref_dequant(b[i], e, n, k);
-            printf("     %s: %zu tensors, %.1f MB, repacked in %.2f s; decoded "
-                   "back: %zu of %zu dequantized values identical\n",
-                   backend->name, wna16_tensor_set_count(set), bytes / 1e6,
-                   t1 - t0, values - wrong, values);
-            if (wrong)
-                rc = CLI_FAIL;
-            wna16_qlayer_free(&back);
-        }
-    } else {
-        printf("     %s: %zu tensors, %.1f MB of dequantized weights, written "
-               "in %.2f s\n", backend->name, wna16_tensor_set_count(set),
-               bytes / 1e6, t1 - t0);
-    }
-    wna16_tensor_set_destroy(set);
-    return rc;
+"usage: wna16 run [CHECKPOINT] [--layer PREFIX] [--input X.safetensors]\n"
+"                 [-o Y.safetensors] [--tokens M] [--target cpu|cuda]\n"
+"                 [--backend NAME] [--json] [--experts N] [--seed N]\n"
+"\n"
+"The main job: one MoE layer repacked into a kernel backend's layout and run\n"
+"through wna16's fused MoE on the best target present, checked against the\n"
+"reference and timed.\n"
+"\n"
+"Without CHECKPOINT: the embedded default, one real layer shape\n"
+"(Qwen3-30B-A3B: hidden 2048, intermediate 768, 128 experts, top-8) with\n"
+"random int4 group-128 weights made in memory as GPTQ tensors (encoded\n"
+"through the gptq format spec) and 16 random tokens.\n"
+"With CHECKPOINT (a Hugging Face directory with config.json): its first MoE\n"
+"layer, or --layer PREFIX (e.g. model.layers.3.mlp.experts).\n"
+"\n"
+"Steps, each printed with its time: the target (a CUDA GPU when one is\n"
+"usable, else the CPU); the layer; the activations; backend selection for the\n"
+"target's platform (vLLM's select_wna16_moe_backend, from the specs) and the\n"
+"layout the target's fused MoE runs: selection's answer when it runs it\n"
+"well, else (said plainly, with the reason) the first layout in vLLM's CUDA\n"
+"priority order that does: the GPU's tensor-core kernels read the Marlin\n"
+"layouts, the CPU's generated kernels vectorize over k and are fast on\n"
+"layouts that pack codes in k order (triton's), not on the CPU backend's\n"
+"VNNI blocks; the repack with generated kernels on the target; the fused\n"
+"MoE, a first call (kernels compiled, or loaded from the kernel cache) then\n"
+"repeated calls; the scalar reference MoE on the same tokens.\n"
+"\n"
+"Options:\n"
+"  --layer PREFIX         the MoE layer of CHECKPOINT (default: the first)\n"
+"  --input X.safetensors  the activations: hidden_states [M, H] (F16 or\n"
+"                         BF16), topk_ids [M, topk] (I32 or I64) and\n"
+"                         topk_weights [M, topk] (F32, F16 or BF16);\n"
+"                         default: random ones (BF16, or F16 for fp16\n"
+"                         models), top-k of the layer\n"
+"  -o, --output Y.safetensors\n"
+"                         write `output` [M, H] in the dtype of the hidden\n"
+"                         states, when the result matches the reference\n"
+"                         (written whole or not at all)\n"
+"  --tokens M             random tokens (default 16; not with --input)\n"
+"  --target cpu|cuda      where to run (default: the best present)\n"
+"  --backend NAME         run this backend's layout (selection's verdict on\n"
+"                         it is shown, not enforced)\n"
+"  --json                 print one JSON object with every figure on stdout\n"
+"                         (the progress goes to stderr)\n"
+"  --experts N            the default layer with its first N experts (1 to\n"
+"                         128; top-k at most N)\n"
+"  --seed N               random weights of the default layer, activations\n"
+"                         and routing (default 1)\n"
+"\n"
+"Figures: the max abs error and max rel error of the output against the\n"
+"reference (relative to the largest |reference|; the run fails above 2^-5);\n"
+"the cold-compile time (the first call minus the cached time) and whether\n"
+"the kernel cache held the kernels ($WNA16_CACHE_DIR, else\n"
+"$XDG_CACHE_HOME/wna16, else ~/.cache/wna16); the cached time (median of\n"
+"the repeated calls; on the GPU, CUDA events around the run); the effective\n"
+"bandwidth: the bytes of the experts the routing touches (weights, scales,\n"
+"zero points in the backend's layout) over the cached time.\n"
+"\n"
+"Exit codes: 0 the run matched the reference; 1 it failed, was refused or\n"
+"did not match (the reason is printed); 2 usage error.\n");
 }
 
 static int parse(int argc, char **argv, run_opts_t *o)
 {
     memset(o, 0, sizeof *o);
-    o->experts = 4;
+    o->tokens = 16;
     o->seed = 1;
-    o->cc_major = 9;
+    bool experts_set = false;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         if (cli_opt_value(argc, argv, &i, "--layer", &v)) {
             if (!(o->layer = v))
                 return cli_usage_error("run", "--layer needs a prefix");
+        } else if (cli_opt_value(argc, argv, &i, "--input", &v)) {
+            if (!(o->input = v))
+                return cli_usage_error("run", "--input needs a .safetensors "
+                                       "file");
+        } else if (cli_opt_value(argc, argv, &i, "--output", &v) ||
+                   cli_opt_value(argc, argv, &i, "-o", &v)) {
+            if (!(o->output = v))
+                return cli_usage_error("run", "-o needs a .safetensors file");
         } else if (cli_opt_value(argc, argv, &i, "--backend", &v)) {
             if (!(o->backend = v))
                 return cli_usage_error("run", "--backend needs a name");
-        } else if (cli_opt_value(argc, argv, &i, "--keep", &v)) {
-            if (!(o->keep = v))
-                return cli_usage_error("run", "--keep needs a directory");
-        } else if (cli_opt_value(argc, argv, &i, "--platform", &v)) {
-            int p = v ? w16_platform_from_name(v) : -1;
-            if (p < 0)
-                return cli_usage_error("run", "--platform: cuda, rocm, cpu or "
-                                       "xpu");
-            o->platform = (wna16_platform_t)p;
-            o->platform_set = true;
-        } else if (cli_opt_value(argc, argv, &i, "--cc", &v)) {
-            if (!v || sscanf(v, "%ld.%ld", &o->cc_major, &o->cc_minor) != 2)
-                return cli_usage_error("run", "--cc wants MAJOR.MINOR, e.g. "
-                                       "9.0");
+        } else if (cli_opt_value(argc, argv, &i, "--tokens", &v)) {
+            if (!cli_parse_int(v, 1, 1 << 20, &o->tokens))
+                return cli_usage_error("run", "--tokens wants 1 to %d",
+                                       1 << 20);
+            o->tokens_set = true;
         } else if (cli_opt_value(argc, argv, &i, "--experts", &v)) {
             if (!cli_parse_int(v, 1, 128, &o->experts))
                 return cli_usage_error("run", "--experts wants 1 to 128");
-        } else if (cli_opt_value(argc, argv, &i, "--target", &v)) {
-            if (!v || strcmp(v, "cuda") != 0)
-                return cli_usage_error("run", "--target: cuda (the GPU "
-                                       "repack and fused MoE)");
-            o->target_cuda = true;
+            experts_set = true;
         } else if (cli_opt_value(argc, argv, &i, "--seed", &v)) {
             if (!cli_parse_int(v, 0, 1L << 30, &o->seed))
-                return cli_usage_error("run", "--seed wants a number");
+                return cli_usage_error("run", "--seed wants 0 to %ld",
+                                       1L << 30);
+        } else if (cli_opt_value(argc, argv, &i, "--target", &v)) {
+            if (v && strcmp(v, "cpu") == 0)
+                o->target = WNA16_TARGET_CPU;
+            else if (v && strcmp(v, "cuda") == 0)
+                o->target = WNA16_TARGET_CUDA;
+            else
+                return cli_usage_error("run", "--target: cpu or cuda");
+            o->target_set = true;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            o->json = true;
         } else if (argv[i][0] == '-') {
             return cli_usage_error("run", "unknown option '%s'", argv[i]);
         } else if (!o->checkpoint) {
             o->checkpoint = argv[i];
         } else {
-            return cli_usage_error("run", "one checkpoint, please");
+            return cli_usage_error("run", "one CHECKPOINT, please ('%s' and "
+                                   "'%s')", o->checkpoint, argv[i]);
         }
     }
+    if (o->input && o->tokens_set)
+        return cli_usage_error("run", "--tokens and --input: the input file "
+                               "says how many tokens");
+    if (o->checkpoint && experts_set)
+        return cli_usage_error("run", "--experts is for the embedded default; "
+                               "a checkpoint's layer has its own");
+    if (!o->checkpoint && o->layer)
+        return cli_usage_error("run", "--layer needs a CHECKPOINT");
     return CLI_OK;
+}
+
+/* --backend names a backend spec (a usage error otherwise, as `repack
+ * --to`). */
+static int check_backend(wna16_context_t *ctx, const char *name)
+{
+    if (!name || wna16_spec_find(ctx, WNA16_SPEC_BACKEND, name))
+        return CLI_OK;
+    char list[512] = "";
+    for (size_t i = 0; i < wna16_spec_count(ctx); i++) {
+        const wna16_spec_t *s = wna16_spec_at(ctx, i);
+        if (wna16_spec_kind(s) == WNA16_SPEC_BACKEND)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                     list[0] ? ", " : "", wna16_spec_name(s));
+    }
+    return cli_usage_error("run", "--backend: no backend spec named '%s' (%s)",
+                           name, list);
+}
+
+/* The repack into the chosen layout, on the target. */
+static int repack(wna16_context_t *ctx, const run_layer_t *L,
+                  const run_choice_t *c, wna16_tensor_set_t *packed,
+                  run_figures_t *f, run_log_t *log)
+{
+    wna16_error_t err;
+    run_log_step(log, "repack: %s -> %s, generated kernels on the %s target "
+                 "(%s)", wna16_spec_name(L->format), wna16_spec_name(c->backend),
+                 wna16_target_name(c->target),
+                 c->target == WNA16_TARGET_CUDA ? "NVRTC" : "LLVM JIT");
+    if (wna16_repack_layer(ctx, L->format, L->tensors, L->prefix, L->E, L->H,
+                           L->I, &L->quant, c->backend, c->target, packed,
+                           &err) != WNA16_OK)
+        return cli_fail(&err);
+    f->repack_s = run_log_elapsed(log);
+    for (size_t i = 0; i < wna16_tensor_set_count(packed); i++)
+        f->packed_bytes += wna16_tensor_set_at(packed, i)->nbytes;
+    f->packed_tensors = wna16_tensor_set_count(packed);
+    f->bytes_per_expert = f->packed_bytes / (uint64_t)L->E;
+    run_log_more(log, "%zu tensors, %.1f MB (%.2f s)", f->packed_tensors,
+                 (double)f->packed_bytes / 1e6, f->repack_s);
+    return CLI_OK;
+}
+
+/* The job, once the options are known. */
+static int run(wna16_context_t *ctx, const run_opts_t *o)
+{
+    run_log_t log;
+    run_layer_t L;
+    run_input_t in = {0};
+    run_choice_t c;
+    run_figures_t f = {0};
+    wna16_tensor_set_t *packed = NULL;
+    wna16_error_t err;
+    void *got = NULL, *ref = NULL;
+    run_log_init(&log, o->json);
+    fprintf(log.f, "wna16 run: %s\n", o->checkpoint ? o->checkpoint
+                                                     : "the embedded default");
+    memset(&L, 0, sizeof L);
+    int rc = run_choose_target(ctx, o, &c, &log);
+    if (rc == CLI_OK)
+        rc = o->checkpoint ? run_checkpoint_open(ctx, o, &L, &log)
+                           : run_default_make(ctx, o, &L, &log);
+    if (rc != CLI_OK)
+        goto out;
+    run_log_step(&log, "activations: %s", o->input ? o->input : "random");
+    rc = o->input ? run_input_read(ctx, o->input, &L, &in)
+                  : run_input_random(&L, (int32_t)o->tokens,
+                                     (uint64_t)o->seed, &in);
+    if (rc != CLI_OK)
+        goto out;
+    f.experts_touched = run_input_experts(&in, L.E);
+    run_log_more(&log, "%d tokens, top-%d, %s; the routing reaches %d of the "
+                 "%d experts", in.M, in.topk, wna16_dtype_name(in.dtype),
+                 f.experts_touched, L.E);
+    if ((rc = run_choose_backend(ctx, o, &L, &c, &log)) != CLI_OK)
+        goto out;
+    if (wna16_tensor_set_create(ctx, &packed, &err) != WNA16_OK) {
+        rc = cli_fail(&err);
+        goto out;
+    }
+    if ((rc = repack(ctx, &L, &c, packed, &f, &log)) != CLI_OK)
+        goto out;
+    size_t out_bytes = (size_t)in.M * (size_t)L.H * 2;
+    got = malloc(out_bytes);
+    ref = malloc(out_bytes);
+    if (!got || !ref) {
+        fprintf(stderr, "wna16: out of memory for the outputs\n");
+        rc = CLI_FAIL;
+        goto out;
+    }
+    rc = c.target == WNA16_TARGET_CUDA
+             ? run_moe_cuda(ctx, &L, &c, packed, &in, got, &f, &log)
+             : run_moe_cpu(ctx, &L, &c, packed, &in, got, &f, &log);
+    if (rc != CLI_OK || (rc = run_reference(ctx, &L, &in, got, ref, &f,
+                                            &log)) != CLI_OK)
+        goto out;
+    f.bytes_touched = f.bytes_per_expert * (uint64_t)f.experts_touched;
+    f.gbs = f.cached_ms > 0 ? (double)f.bytes_touched / (f.cached_ms * 1e6)
+                            : 0.0;
+    if (o->output && f.ok) {
+        run_log_step(&log, "output: %s", o->output);
+        rc = run_output_write(ctx, o->output, &in, L.H, got, wna16_spec_name(c.backend),
+                              wna16_target_name(c.target));
+        if (rc != CLI_OK)
+            goto out;
+        run_log_more(&log, "output %s [%d, %d] (%.2f s)",
+                     wna16_dtype_name(in.dtype), in.M, L.H,
+                     run_log_elapsed(&log));
+    } else if (o->output) {
+        fprintf(stderr, "wna16: not writing %s: the output does not match the "
+                "reference\n", o->output);
+    }
+    f.total_s = run_now() - log.t0;
+    if (o->json)
+        run_report_json(o, &L, &in, &c, &f);
+    else
+        run_report_human(&L, &in, &c, &f, &log);
+    rc = f.ok ? CLI_OK : CLI_FAIL;
+out:
+    free(got);
+    free(ref);
+    wna16_tensor_set_destroy(packed);
+    run_input_free(&in);
+    run_layer_free(&L);
+    return rc;
 }
 
 int cmd_run(int argc, char **argv)
@@ -320,164 +280,9 @@ int cmd_run(int argc, char **argv)
     wna16_context_t *ctx = cli_context();
     if (!ctx)
         return CLI_FAIL;
-    wna16_error_t err;
-    char dir[4096], tmpdir[64] = "";
-    int step = 1;
-    double t0 = now_s();
-
-    if (!o.checkpoint) {
-        printf("wna16 run: the embedded default\n"
-               "  layer: Qwen3-30B-A3B MoE shape (hidden 2048, intermediate 768,"
-               " top-8), %ld of its 128 experts, int4 GPTQ group 128, random "
-               "weights (seed %ld)\n", o.experts, o.seed);
-        if (o.keep) {
-            snprintf(dir, sizeof dir, "%s", o.keep);
-        } else {
-            const char *base = getenv("TMPDIR");
-            snprintf(tmpdir, sizeof tmpdir, "%s/wna16-run-XXXXXX",
-                     base && strlen(base) < 40 ? base : "/tmp");
-            if (!mkdtemp(tmpdir)) {
-                fprintf(stderr, "wna16: cannot create a temporary directory: "
-                        "%s\n", strerror(errno));
-                wna16_context_destroy(ctx);
-                return CLI_FAIL;
-            }
-            snprintf(dir, sizeof dir, "%s", tmpdir);
-        }
-        wna16_qlayer_t L;
-        if (make_layer(&L, (int32_t)o.experts, 2048, 768, (uint64_t)o.seed,
-                       &err) != WNA16_OK) {
-            wna16_context_destroy(ctx);
-            return cli_fail(&err);
-        }
-        rc = write_default(ctx, dir, &L);
-        wna16_qlayer_free(&L);
-        if (rc != CLI_OK) {
-            wna16_context_destroy(ctx);
-            return rc;
-        }
-        printf("  %d. wrote a GPTQ checkpoint to %s (config.json + "
-               "model.safetensors) in %.2f s\n", step++, dir, now_s() - t0);
-    } else {
-        snprintf(dir, sizeof dir, "%s", o.checkpoint);
-        printf("wna16 run: %s\n", dir);
-    }
-
-    /* Read it back like any checkpoint. */
-    double t1 = now_s();
-    wna16_checkpoint_t *ck = NULL;
-    wna16_tensor_set_t *set = NULL;
-    wna16_qlayer_t L = {0};
-    char prefix[512];
-    wna16_quant_desc_t q;
-    const wna16_model_config_t *cfg;
-    const wna16_spec_t *fmt = NULL;
-    wna16_status_t st = wna16_checkpoint_open(ctx, dir, &ck, &err);
-    if (st == WNA16_OK && !(cfg = wna16_checkpoint_config(ck)))
-        st = w16_err(&err, WNA16_EFORMAT, "%s: no config.json", dir);
-    if (st == WNA16_OK)
-        st = wna16_model_config_quant(cfg, &q, &err);
-    if (st == WNA16_OK &&
-        !(fmt = wna16_spec_find(ctx, WNA16_SPEC_FORMAT, cfg->format_name)))
-        st = w16_err(&err, WNA16_EUNSUPPORTED, "no format spec '%s'",
-                     cfg->format_name);
-    if (st == WNA16_OK) {
-        if (o.layer)
-            snprintf(prefix, sizeof prefix, "%s", o.layer);
-        else if (!find_layer(ctx, ck, fmt, prefix, sizeof prefix))
-            st = w16_err(&err, WNA16_ENOTFOUND, "%s: no MoE expert tensors "
-                         "(<prefix>.0.gate_proj.%s) found", dir,
-                         fmt->layouts[W16_ROLE_QWEIGHT]->name);
-    }
-    if (st == WNA16_OK) {
-        q.bias = wna16_checkpoint_layer_has_bias(ck, fmt, prefix);
-        st = wna16_tensor_set_create(ctx, &set, &err);
-    }
-    for (size_t i = 0; st == WNA16_OK && i < wna16_checkpoint_tensor_count(ck);
-         i++)
-        st = wna16_tensor_set_add_view(set, wna16_checkpoint_tensor_at(ck, i),
-                                       &err);
-    if (st == WNA16_OK)
-        st = wna16_ref_decode(ctx, fmt, set, prefix, cfg->num_experts,
-                              cfg->hidden_size, cfg->moe_intermediate_size, &q,
-                              &L, &err);
-    if (st != WNA16_OK) {
-        rc = cli_fail(&err);
-        goto done;
-    }
-    printf("  %d. read layer %s through the %s format spec: %d experts, "
-           "hidden %d, intermediate %d, %d-bit, group %d%s%s%s (%.2f s)\n",
-           step++, prefix, fmt->name, L.E, L.H, L.I, q.bits, q.group_size,
-           q.zero_point ? ", zero points" : "", q.act_order ? ", act-order" : "",
-           q.bias ? ", bias" : "", now_s() - t1);
-
-    /* Select. */
-    wna16_device_info_t dev;
-    wna16_probe_device(&dev);
-    wna16_platform_t plat = o.platform_set ? o.platform : dev.platform;
-    int ccM = o.platform_set ? (int)o.cc_major : dev.cc_major;
-    int ccm = o.platform_set ? (int)o.cc_minor : dev.cc_minor;
-    printf("  %d. selection (as vLLM's select_wna16_moe_backend, from the "
-           "specs)\n     device: %s (%s)%s%s\n", step++, dev.name,
-           wna16_platform_name(dev.platform), dev.notes[0] ? "; " : "",
-           dev.notes);
-    int32_t topk = cfg->num_experts_per_tok > 0 ? cfg->num_experts_per_tok : 8;
-    if (topk > L.E)
-        topk = L.E;
-    wna16_select_result_t res;
-    char label[96];
-    snprintf(label, sizeof label, "%s%s", wna16_platform_name(plat),
-             plat == WNA16_PLATFORM_CUDA || plat == WNA16_PLATFORM_ROCM ? " cc" : "");
-    if (plat == WNA16_PLATFORM_CUDA || plat == WNA16_PLATFORM_ROCM)
-        snprintf(label + strlen(label), sizeof label - strlen(label), " %d.%d",
-                 ccM, ccm);
-    st = select_for(ctx, cfg->format_name, &q, &L, topk, plat, ccM, ccm,
-                    o.backend, 0, &res, &err);
-    print_selection(label, &res, st, &err);
-    const wna16_spec_t *chosen = st == WNA16_OK ? res.backend : NULL;
-    if (plat != WNA16_PLATFORM_CUDA) {
-        wna16_select_result_t h200;
-        wna16_status_t hs = select_for(ctx, cfg->format_name, &q, &L, topk,
-                                       WNA16_PLATFORM_CUDA, 9, 0, o.backend,
-                                       1u << WNA16_PLATFORM_CUDA, &h200, &err);
-        print_selection("an H200 (cuda cc 9.0)", &h200, hs, &err);
-    }
-
-    /* Repack with the reference and check. */
-    printf("  %d. reference repack (scalar C through the layout specs) and "
-           "decode back\n", step++);
-    const char *targets[3] = {chosen ? wna16_spec_name(chosen) : NULL, "marlin",
-                              "triton"};
-    for (int i = 0; i < 3; i++) {
-        if (!targets[i] || (i > 0 && targets[0] && !strcmp(targets[i], targets[0])))
-            continue;
-        const wna16_spec_t *b = wna16_spec_find(ctx, WNA16_SPEC_BACKEND,
-                                                targets[i]);
-        if (b && check_repack(ctx, b, &L, &q) != CLI_OK)
-            rc = CLI_FAIL;
-    }
-    if (o.target_cuda &&
-        cli_run_moe_cuda(ctx, fmt, set, prefix, &L, &q, topk, step++) != CLI_OK)
-        rc = CLI_FAIL;
-    if (!o.target_cuda)
-        printf("  %d. not in this build yet: generated repack kernels (LLVM "
-               "JIT, NVRTC), the fused-MoE kernels and running the layer; "
-               "this run checked the checkpoint, selection and layout path "
-               "with the reference only.\n", step++);
-    printf("  result: %s in %.2f s\n", rc == CLI_OK ? "OK" : "FAILED",
-           now_s() - t0);
-done:
-    wna16_qlayer_free(&L);
-    wna16_tensor_set_destroy(set);
-    wna16_checkpoint_close(ck);
-    if (tmpdir[0]) { /* remove what we wrote */
-        char path[4200];
-        snprintf(path, sizeof path, "%s/config.json", tmpdir);
-        unlink(path);
-        snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
-        unlink(path);
-        rmdir(tmpdir);
-    }
+    rc = check_backend(ctx, o.backend);
+    if (rc == CLI_OK)
+        rc = run(ctx, &o);
     wna16_context_destroy(ctx);
     return rc;
 }

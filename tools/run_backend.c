@@ -1,0 +1,339 @@
+/*
+ * run_backend.c - where `wna16 run` runs the layer and in which layout.
+ *
+ * The target is the best present: a CUDA GPU when the CUDA target can run
+ * (driver and NVRTC), else the CPU (LLVM JIT). Selection (vLLM's
+ * select_wna16_moe_backend, from the specs) then picks the backend for
+ * the target's platform, and the target's fused MoE runs that backend's
+ * layout when it can run it well:
+ *   - CUDA: the tensor-core templates read the layouts whose spec has a
+ *     tiling table (the Marlin family) in the standard activation format;
+ *   - CPU: the generated kernels read any stacked layout through its maps,
+ *     but they vectorize the dot products over k, so they are fast only on
+ *     layouts that pack each row's codes in k order ("K-major", e.g. the
+ *     N-first Triton layout) and read the others code by code (the CPU
+ *     backend's VNNI blocks, about 20x slower: bench/RESULTS.md).
+ * When selection's answer is not such a layout (or selection finds none),
+ * the run says so and uses the first layout, in vLLM's CUDA priority
+ * order, that the target runs well and that holds the layer. --backend
+ * NAME runs that layout (selection's verdict on it is shown, not
+ * enforced: the question is wna16's kernels, not vLLM's).
+ */
+#include "run.h"
+#include "gen/build_moe.h"
+#include "gen/spec.h"
+#include "runtime/cpu/cpu.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/ref/ref.h"
+
+#include <string.h>
+
+/* ---- the target -------------------------------------------------------------- */
+
+int run_choose_target(wna16_context_t *ctx, const run_opts_t *o,
+                      run_choice_t *c, run_log_t *log)
+{
+    wna16_error_t err;
+    memset(c, 0, sizeof *c);
+    wna16_probe_device(&c->dev);
+    char note[768] = "";
+    c->target = o->target_set ? o->target
+                : c->dev.platform == WNA16_PLATFORM_CUDA ? WNA16_TARGET_CUDA
+                                                         : WNA16_TARGET_CPU;
+    if (!o->target_set && c->dev.platform == WNA16_PLATFORM_XPU)
+        snprintf(note, sizeof note, "; %s found, but wna16 has no fused MoE "
+                 "for xpu yet", c->dev.name);
+    if (c->target == WNA16_TARGET_CUDA) {
+        w16_cuda_t *cuda = NULL;
+        if (w16_cuda_get(ctx, &cuda, &err) != WNA16_OK ||
+            !w16_nvrtc_available(ctx, &err)) {
+            if (o->target_set)
+                return cli_fail(&err);
+            snprintf(note, sizeof note, "; a GPU is present but %s",
+                     err.message);
+            c->target = WNA16_TARGET_CPU;
+        } else {
+            c->platform = WNA16_PLATFORM_CUDA;
+            c->cc_major = w16_cuda_cc_major(cuda);
+            c->cc_minor = w16_cuda_cc_minor(cuda);
+            snprintf(c->device, sizeof c->device, "%s (compute capability "
+                     "%d.%d), NVRTC", w16_cuda_device_name(cuda), c->cc_major,
+                     c->cc_minor);
+        }
+    }
+    if (c->target == WNA16_TARGET_CPU) {
+        w16_cpu_t *cpu = NULL;
+        if (w16_cpu_get(ctx, &cpu, &err) != WNA16_OK)
+            return cli_fail(&err);
+        c->platform = WNA16_PLATFORM_CPU;
+        snprintf(c->device, sizeof c->device, "host CPU (%s, %d threads), "
+                 "LLVM JIT", w16_cpu_name(cpu), w16_cpu_threads(cpu));
+    }
+    size_t nn = strlen(c->dev.notes);
+    while (nn && c->dev.notes[nn - 1] == ' ')
+        c->dev.notes[--nn] = '\0';
+    run_log_step(log, "target: %s, %s%s%s%s%s", wna16_target_name(c->target),
+                 c->device, o->target_set ? " (--target)" : "", note,
+                 nn && c->target == WNA16_TARGET_CPU ? "; " : "",
+                 c->target == WNA16_TARGET_CPU ? c->dev.notes : "");
+    return CLI_OK;
+}
+
+/* ---- can the target run a layout well ----------------------------------------- */
+
+static w16_problem_t problem_of(const run_layer_t *L)
+{
+    const wna16_quant_desc_t *q = &L->quant;
+    return (w16_problem_t){.E = L->E, .H = L->H, .I = L->I, .BITS = q->bits,
+                           .GS = q->group_size, .zp = q->zero_point,
+                           .act_order = q->act_order, .bias = q->bias,
+                           .zeros_stored = q->zeros_stored,
+                           .g_idx_stored = q->g_idx_stored,
+                           .a8 = (int)q->input_dtype};
+}
+
+/* Flat element index of a storage index. */
+static int64_t flat(const w16_layout_t *l, const int64_t *shape,
+                    const int64_t *idx)
+{
+    int64_t f = 0;
+    for (int d = 0; d < l->ndim; d++)
+        f = f * shape[d] + idx[d];
+    return f;
+}
+
+/* Does operand g keep each row's codes packed in k order: code k at
+ * element base + k / slots, bit (k % slots) * bits? Checked on the first
+ * two rows of the first expert and the last row of the last one; the
+ * first code that breaks it goes into `why`. */
+static bool k_major(const wna16_spec_t *b, const w16_problem_t *p,
+                    wna16_gemm_t g, char *why, size_t n)
+{
+    int64_t vars[W16_VAR_COUNT], shape[W16_MAX_STORE_DIMS], ext[W16_MAX_COORDS];
+    wna16_error_t err;
+    const w16_layout_t *l = b->layouts[W16_ROLE_QWEIGHT];
+    if (w16_spec_bind(b, p, g, vars, &err) != WNA16_OK) {
+        snprintf(why, n, "%s", err.message);
+        return false;
+    }
+    if (!l || !w16_layout_present(l, vars)) {
+        snprintf(why, n, "%s holds no packed codes", b->name);
+        return false;
+    }
+    if (w16_layout_shape(l, vars, shape, &err) != WNA16_OK) {
+        snprintf(why, n, "%s", err.message);
+        return false;
+    }
+    int slots = w16_layout_slots(l, l->dtypes[0], vars);
+    int bits = w16_layout_code_bits(l, l->dtypes[0], vars);
+    w16_role_extent(W16_ROLE_QWEIGHT, vars, ext);
+    const int64_t rows[3][2] = {{0, 0}, {0, 1}, {ext[0] - 1, ext[1] - 1}};
+    for (int r = 0; r < 3; r++) {
+        int64_t base = 0;
+        for (int64_t k = 0; k < ext[2]; k++) {
+            int64_t coord[3] = {rows[r][0], rows[r][1] % ext[1], k};
+            int64_t idx[W16_MAX_STORE_DIMS], bit = 0;
+            w16_eval_error_t ee;
+            if (!w16_layout_locate(l, vars, coord, idx, &bit, &ee)) {
+                snprintf(why, n, "%s: its map fails for code (e %lld, n %lld, "
+                         "k %lld)", l->json_path, (long long)coord[0],
+                         (long long)coord[1], (long long)k);
+                return false;
+            }
+            int64_t at = flat(l, shape, idx);
+            if (k == 0)
+                base = at;
+            int64_t want = base + k / slots, want_bit = (k % slots) * bits;
+            if (at != want || bit != want_bit) {
+                snprintf(why, n, "its %s codes are not packed in k order "
+                         "(row %lld: k = %lld is at %s +%lld bit %lld, where k "
+                         "order puts it at +%lld bit %lld)",
+                         g == WNA16_GEMM_W13 ? "w13" : "w2",
+                         (long long)coord[1], (long long)k,
+                         wna16_dtype_name(l->dtypes[0]), (long long)(at - base),
+                         (long long)bit, (long long)(want - base),
+                         (long long)want_bit);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* How well the target's fused MoE runs backend b on this layer. */
+typedef struct fit {
+    bool runs;          /* the layout holds the layer, the target reads it */
+    bool fast;          /* CPU: both operands' codes are K-major */
+    char why_not[512];  /* why it does not run */
+    char why_slow[512]; /* why it is slow */
+} fit_t;
+
+static void fit(const run_choice_t *c, const wna16_spec_t *b,
+                const run_layer_t *L, fit_t *f)
+{
+    w16_problem_t p = problem_of(L);
+    int64_t vars[W16_VAR_COUNT];
+    wna16_error_t err;
+    memset(f, 0, sizeof *f);
+    /* the CPU kernels' own refusals first: they hold for every layout */
+    w16_moe_request_t req = {.backend = b, .problem = p, .topk = L->topk,
+                             .block_m = 1};
+    wna16_moe_params_init(&req.params);
+    if (!b->stacked) {
+        snprintf(f->why_not, sizeof f->why_not, "%s stores experts as "
+                 "separate tensors", b->name);
+    } else if (c->target == WNA16_TARGET_CPU &&
+               w16_moe_check(&req, &err) != WNA16_OK) {
+        snprintf(f->why_not, sizeof f->why_not, "%s", err.message);
+    } else if (w16_spec_bind(b, &p, WNA16_GEMM_W13, vars, &err) != WNA16_OK ||
+               w16_check_holds(b, &p, (int32_t)vars[W16_VAR_IP], &err) !=
+                   WNA16_OK) {
+        snprintf(f->why_not, sizeof f->why_not, "%s", err.message);
+    } else if (c->target == WNA16_TARGET_CUDA &&
+               (!b->tiling || !b->caps.standard_format)) {
+        snprintf(f->why_not, sizeof f->why_not, "the CUDA fused MoE "
+                 "(tensor-core templates) reads the layouts with a tiling "
+                 "table in the standard activation format; %s is not one",
+                 b->name);
+    } else {
+        f->runs = true;
+    }
+    f->fast = c->target == WNA16_TARGET_CUDA ||
+              (b->stacked &&
+               k_major(b, &p, WNA16_GEMM_W13, f->why_slow, sizeof f->why_slow) &&
+               k_major(b, &p, WNA16_GEMM_W2, f->why_slow, sizeof f->why_slow));
+}
+
+/* The first backend, in vLLM's CUDA priority order (backends without one
+ * after, in registry order), that the target runs well. Without one, `why`
+ * says why the first that would be fast cannot run ("name: reason"). */
+static const wna16_spec_t *first_good(wna16_context_t *ctx,
+                                      const run_choice_t *c,
+                                      const run_layer_t *L, char *why,
+                                      size_t n)
+{
+    const wna16_spec_t *best = NULL;
+    int best_prio = 0, why_prio = 0;
+    fit_t f;
+    for (size_t i = 0; i < wna16_spec_count(ctx); i++) {
+        const wna16_spec_t *b = wna16_spec_at(ctx, i);
+        if (b->kind != WNA16_SPEC_BACKEND)
+            continue;
+        int prio = b->bsel.priority[WNA16_PLATFORM_CUDA];
+        prio = prio > 0 ? prio : 1000;
+        if (best && prio >= best_prio)
+            continue;
+        fit(c, b, L, &f);
+        if (f.runs && f.fast) {
+            best = b;
+            best_prio = prio;
+        } else if (f.fast && (!why[0] || prio < why_prio)) {
+            snprintf(why, n, "%s: %s", b->name, f.why_not);
+            why_prio = prio;
+        }
+    }
+    return best;
+}
+
+/* ---- selection and the choice -------------------------------------------------- */
+
+int run_choose_backend(wna16_context_t *ctx, const run_opts_t *o,
+                       const run_layer_t *L, run_choice_t *c, run_log_t *log)
+{
+    wna16_error_t err;
+    wna16_select_query_t q = {
+        .platform = c->platform, .cc_major = c->cc_major,
+        .cc_minor = c->cc_minor, .format = L->format->name, .quant = L->quant,
+        .hidden_size = L->H, .intermediate_size = L->I, .num_experts = L->E,
+        .top_k = L->topk, .backend = o->backend};
+    c->sel_status = wna16_select(ctx, &q, &c->sel, &err);
+    if (c->sel_status != WNA16_OK) {
+        /* without vLLM's closing period: the message is quoted inside ours */
+        size_t n = strlen(err.message);
+        snprintf(c->sel_error, sizeof c->sel_error, "%.*s",
+                 (int)(n && err.message[n - 1] == '.' ? n - 1 : n),
+                 err.message);
+    }
+    const wna16_spec_t *sel = c->sel_status == WNA16_OK ? c->sel.backend : NULL;
+    char plat[48];
+    snprintf(plat, sizeof plat, "%s", wna16_platform_name(c->platform));
+    if (c->platform == WNA16_PLATFORM_CUDA)
+        snprintf(plat + strlen(plat), sizeof plat - strlen(plat), " %d.%d",
+                 c->cc_major, c->cc_minor);
+    if (sel)
+        run_log_step(log, "selection for %s (vLLM's select_wna16_moe_backend, "
+                     "from the specs): %s (%s)", plat, sel->name,
+                     sel->bsel.vllm_name);
+    else
+        run_log_step(log, "selection for %s (vLLM's select_wna16_moe_backend, "
+                     "from the specs): none: %s", plat, c->sel_error);
+    if (c->sel.note[0])
+        run_log_more(log, "note: %s", c->sel.note);
+
+    fit_t f;
+    if (o->backend) {
+        const wna16_spec_t *b = wna16_spec_find(ctx, WNA16_SPEC_BACKEND,
+                                                o->backend);
+        /* cmd_run checked the name */
+        fit(c, b, L, &f);
+        if (!f.runs) {
+            fprintf(stderr, "wna16: --backend %s: the %s target cannot run "
+                    "it: %s\n", b->name, wna16_target_name(c->target),
+                    f.why_not);
+            return CLI_FAIL;
+        }
+        c->backend = b;
+        c->substituted = sel != b;
+        snprintf(c->why, sizeof c->why, "--backend %s%s%s%s%s", b->name,
+                 sel ? "" : "; vLLM's selection refuses it: ",
+                 sel ? "" : c->sel_error,
+                 f.fast ? "" : "; slow on the CPU (the generated kernels "
+                               "vectorize over k): ",
+                 f.fast ? "" : f.why_slow);
+        run_log_more(log, "running %s", c->why);
+        return CLI_OK;
+    }
+    if (sel) {
+        fit(c, sel, L, &f);
+        if (f.runs && f.fast) {
+            c->backend = sel;
+            return CLI_OK;
+        }
+    }
+    char why[512] = "";
+    c->backend = first_good(ctx, c, L, why, sizeof why);
+    if (!c->backend) {
+        /* selection's reason, and the first fast layout's when it differs
+         * (the target's own refusals are the same for every layout) */
+        const char *w = strchr(why, ':');
+        bool same = sel && w && strcmp(w + 2, f.why_not) == 0;
+        fprintf(stderr, "wna16: the %s target's fused MoE has no layout for "
+                "this layer%s%s%s%s%s%s\n", wna16_target_name(c->target),
+                sel ? ": " : "", sel ? sel->name : "", sel ? ": " : "",
+                sel ? f.why_not : "", why[0] && !same ? "; " : "",
+                why[0] && !same ? why : "");
+        return CLI_FAIL;
+    }
+    c->substituted = true;
+    const char *how = c->target == WNA16_TARGET_CUDA
+        ? "the first layout in vLLM's CUDA priority order with tensor-core "
+          "kernels that holds this layer"
+        : "the first K-major layout in vLLM's CUDA priority order that holds "
+          "this layer";
+    if (sel && f.runs) /* runs, but slowly: the CPU and a non-K-major layout */
+        snprintf(c->why, sizeof c->why, "%s's layout is slow on the CPU: the "
+                 "generated kernels vectorize over k, and %s, so they would "
+                 "read it with scalar loads (about 20x slower, "
+                 "bench/RESULTS.md). Running %s's layout instead (%s)",
+                 sel->name, f.why_slow, c->backend->name, how);
+    else if (sel)
+        snprintf(c->why, sizeof c->why, "the %s target cannot run %s's "
+                 "layout: %s. Running %s's layout instead (%s)",
+                 wna16_target_name(c->target), sel->name, f.why_not,
+                 c->backend->name, how);
+    else
+        snprintf(c->why, sizeof c->why, "selection found no backend for %s. "
+                 "Running %s's layout (%s)", plat, c->backend->name, how);
+    run_log_more(log, "%s", c->why);
+    return CLI_OK;
+}
