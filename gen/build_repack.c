@@ -1,14 +1,15 @@
 /*
  * build_repack.c - the repack kernel builder (see build_repack.h).
  *
- *   lane -> flat destination element -> storage index i0..i(d-1)
- *     for each code slot (unrolled):
+ *   group, lane -> destination word (see "lanes and words") -> storage
+ *   index i0..i(d-1) of each element of the word
+ *     for each element of the word and each code slot (unrolled):
  *       dst inverse map  -> padded logical coordinates, valid?
  *       undo padding     -> logical coordinates of the layer
  *       source forward   -> table slot (expert, projection), element, bit
  *       load, extract, decode (source), encode (destination)
  *     or the whole element for float roles, with format conversion
- *   store the element
+ *   store the word
  *
  * Coordinates of padding slots are replaced by 0 before the source is
  * addressed (a select), so no lane ever reads out of bounds, and the
@@ -35,6 +36,8 @@ typedef struct builder {
     const kir_param_t *table[W16_ROLE_COUNT];
     const kir_param_t *perm; /* act-order permutation [E][K], or NULL */
     const kir_expr_t *idx[W16_MAX_STORE_DIMS]; /* storage index of the lane */
+    int wide; /* destination elements per word (one store of a lane) */
+    int pos;  /* element * slots + slot within the word, for names */
     w16_lower_t L;
     wna16_error_t *err;
     const char *fail;
@@ -42,9 +45,9 @@ typedef struct builder {
 
 static const char *gemm_name(wna16_gemm_t g) { return g == WNA16_GEMM_W13 ? "w13" : "w2"; }
 
-static kir_type_t int_type_of(wna16_dtype_t d)
+static kir_type_t int_type_bytes(size_t bytes)
 {
-    switch (wna16_dtype_size(d)) {
+    switch (bytes) {
     case 1: return KIR_I8;
     case 2: return KIR_I16;
     case 4: return KIR_I32;
@@ -52,6 +55,8 @@ static kir_type_t int_type_of(wna16_dtype_t d)
     default: return KIR_VOID;
     }
 }
+
+static kir_type_t int_type_of(wna16_dtype_t d) { return int_type_bytes(wna16_dtype_size(d)); }
 
 void w16_repack_kernel_name(char *out, size_t n, const w16_repack_request_t *r)
 {
@@ -329,7 +334,7 @@ static const kir_expr_t *dst_slot(builder_t *B, int slot, lcoord_t *at)
         if (!c)
             return NULL;
         char name[16];
-        snprintf(name, sizeof name, "c%d_%s", slot, w16_var_name(cv[i]));
+        snprintf(name, sizeof name, "c%d_%s", B->pos, w16_var_name(cv[i]));
         c = bind_let(B, name, c);
         valid = kir_bin(k, KIR_OP_AND, valid,
                         w16_ir_in_range(k, c, rc, 0, ext[i]));
@@ -363,7 +368,7 @@ static const kir_expr_t *dst_slot(builder_t *B, int slot, lcoord_t *at)
     valid = bind_let(B, "valid", valid);
     for (int i = 0; i < nc; i++) {
         char name[16];
-        snprintf(name, sizeof name, "s%d_%s", slot, w16_var_name(cv[i]));
+        snprintf(name, sizeof name, "s%d_%s", B->pos, w16_var_name(cv[i]));
         at->c[i] = bind_let(B, name, kir_select(k, valid, at->c[i], ik(B, 0)));
     }
     return valid;
@@ -473,6 +478,38 @@ static const kir_expr_t *slot_bits(builder_t *B, int slot)
 
 /* ---- the kernel ---------------------------------------------------------- */
 
+/* ---- lanes and words ------------------------------------------------------
+ *
+ * A lane writes one destination word: `wide` consecutive elements of the
+ * last dimension (4 bytes for byte and half-word layouts), so narrow
+ * layouts cost one store per word and the codes a word takes from one
+ * source word are extracted from one load.
+ *
+ * Lanes run along the trailing dimensions of the word grid [S0 .. Sn-1]: a
+ * workgroup is t consecutive values of dimension j times all of the
+ * dimensions after it (L = t * Sj+1 * ... * Sn-1 lanes, t dividing Sj), so
+ * the word a lane writes is group * L + lane, no lane is ever past the end,
+ * and every index but the lane's part of the trailing ones depends on the
+ * group alone (the CPU emitter hoists it out of the loop over lanes):
+ *
+ *   q  = group / (Sj / t)                    dims 0 .. j-1 from q
+ *   ij = (group % (Sj / t)) * t + lane / P   P = Sj+1 * ... * Sn-1
+ *   id = (lane / (Sd+1 * ... * Sn-1)) % Sd   d > j
+ *
+ * Shapes with no such tiling of at least MIN_LANES lanes (a large prime
+ * last dimension) fall back to a plain flat index with a bounds check.
+ */
+enum { MIN_LANES = 32 };
+
+static int word_elems(const w16_repack_kernel_t *out, wna16_dtype_t dt)
+{
+    int es = (int)wna16_dtype_size(dt);
+    int w = es >= 4 ? 1 : 4 / es;
+    while (w > 1 && out->shape[out->ndim - 1] % w)
+        w /= 2;
+    return w;
+}
+
 static wna16_status_t setup(builder_t *B, wna16_context_t *ctx,
                             const w16_repack_request_t *req,
                             w16_repack_kernel_t *out, bool sums,
@@ -524,7 +561,8 @@ static wna16_status_t setup(builder_t *B, wna16_context_t *ctx,
     out->table_slots = out->per_expert_source
                            ? (int)req->problem.E * (req->gemm == WNA16_GEMM_W13 ? 2 : 1)
                            : 1;
-    kir_type_t dt = int_type_of(req->dst_dtype);
+    B->wide = sums ? 1 : word_elems(out, req->dst_dtype);
+    kir_type_t dt = int_type_bytes(wna16_dtype_size(req->dst_dtype) * (size_t)B->wide);
     B->dst = kir_param(B->k, "dst", KIR_PARAM_BUFFER, dt, true);
     for (int r = 0; r < W16_ROLE_COUNT; r++) {
         if (!req->src_dtype[r])
@@ -579,6 +617,84 @@ static wna16_status_t finish(builder_t *B, wna16_error_t *err)
     return kir_verify(B->k, err);
 }
 
+/* Storage index (in words) of the lane: fills B->idx and returns the flat
+ * word index the lane stores to. */
+static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
+                                   int max_lanes)
+{
+    kir_kernel_t *k = B->k;
+    int64_t total = 1;
+    for (int d = 0; d < n; d++)
+        total *= S[d];
+    int best_j = -1;
+    int64_t best_t = 0, best_l = 0, inner = 1;
+    for (int j = n - 1; j >= 0 && inner <= max_lanes && total > 0; j--) {
+        int64_t t = max_lanes / inner;
+        while (t > 1 && S[j] % t)
+            t--;
+        if (t * inner > best_l) {
+            best_j = j;
+            best_t = t;
+            best_l = t * inner;
+        }
+        if (best_l >= max_lanes / 2)
+            break;
+        inner *= S[j];
+    }
+    if (best_l < MIN_LANES) {
+        /* flat index with a bounds check; unflatten per lane */
+        k->lanes = max_lanes;
+        const kir_expr_t *flat = lane_index(B, total);
+        int64_t stride = 1;
+        for (int d = n - 1; d >= 0; d--) {
+            w16_range_t rf = {0, total - 1};
+            const kir_expr_t *q = w16_ir_floordiv(k, flat, stride, rf);
+            w16_range_t rq = {0, (total - 1) / stride};
+            char name[8];
+            snprintf(name, sizeof name, "i%d", d);
+            B->idx[d] = bind_let(B, name, w16_ir_floormod(k, q, S[d], rq));
+            stride *= S[d];
+        }
+        return flat;
+    }
+    k->lanes = (int)best_l;
+    B->out->num_groups = total / best_l;
+    int j = best_j;
+    int64_t per_row = S[j] / best_t, P = best_l / best_t;
+    const kir_expr_t *g = kir_builtin(k, KIR_OP_GROUP_ID);
+    const kir_expr_t *lane = kir_int_cast(k, KIR_I64,
+                                          kir_builtin(k, KIR_OP_LANE_ID), false);
+    w16_range_t rg = {0, B->out->num_groups - 1}, rl = {0, best_l - 1};
+    char name[8];
+    /* dimensions after j: from the lane alone */
+    int64_t stride = 1;
+    for (int d = n - 1; d > j; d--) {
+        const kir_expr_t *q = w16_ir_floordiv(k, lane, stride, rl);
+        snprintf(name, sizeof name, "i%d", d);
+        B->idx[d] = bind_let(B, name, w16_ir_floormod(k, q, S[d],
+                                                      (w16_range_t){0, (best_l - 1) / stride}));
+        stride *= S[d];
+    }
+    /* dimension j: the group's rows and the lane's */
+    const kir_expr_t *row = w16_ir_mul(k, w16_ir_floormod(k, g, per_row, rg),
+                                       ik(B, best_t));
+    snprintf(name, sizeof name, "i%d", j);
+    B->idx[j] = bind_let(B, name, w16_ir_add(k, row,
+                                             w16_ir_floordiv(k, lane, P, rl)));
+    /* dimensions before j: from the group alone */
+    const kir_expr_t *q = w16_ir_floordiv(k, g, per_row, rg);
+    w16_range_t rq = {0, (B->out->num_groups - 1) / per_row};
+    stride = 1;
+    for (int d = j - 1; d >= 0; d--) {
+        snprintf(name, sizeof name, "i%d", d);
+        B->idx[d] = bind_let(B, name, w16_ir_floormod(k,
+            w16_ir_floordiv(k, q, stride, rq), S[d],
+            (w16_range_t){0, rq.hi / stride}));
+        stride *= S[d];
+    }
+    return w16_ir_add(k, w16_ir_mul(k, g, ik(B, best_l)), lane);
+}
+
 wna16_status_t w16_build_repack(wna16_context_t *ctx,
                                 const w16_repack_request_t *req,
                                 w16_repack_kernel_t *out, wna16_error_t *err)
@@ -590,40 +706,43 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
         return st;
     }
     kir_kernel_t *k = B.k;
-    const kir_expr_t *flat = lane_index(&B, out->elems);
-    /* storage index of the element: row-major unflatten */
-    int64_t stride = 1;
-    for (int d = out->ndim - 1; d >= 0; d--) {
-        w16_range_t rf = {0, out->elems - 1};
-        const kir_expr_t *q = w16_ir_floordiv(k, flat, stride, rf);
-        w16_range_t rq = {0, (out->elems - 1) / stride};
-        char name[8];
-        snprintf(name, sizeof name, "i%d", d);
-        B.idx[d] = bind_let(&B, name, w16_ir_floormod(k, q, out->shape[d], rq));
-        stride *= out->shape[d];
-    }
+    int n = out->ndim;
+    int wide = B.wide;
+    int eb = (int)wna16_dtype_size(req->dst_dtype) * 8;
+    int64_t S[W16_MAX_STORE_DIMS] = {0};
+    for (int d = 0; d < n; d++)
+        S[d] = out->shape[d] / (d == n - 1 ? wide : 1);
+    const kir_expr_t *flat = map_lanes(&B, S, n, req->lanes > 0 ? req->lanes : 256);
+    const kir_expr_t *word = B.idx[n - 1];
     int cb = w16_layout_code_bits(&B.dl, req->dst_dtype, B.dv);
     int slots = w16_layout_slots(&B.dl, req->dst_dtype, B.dv);
     const kir_expr_t *acc = ik(&B, 0);
-    for (int s = 0; s < slots && !B.fail; s++) {
-        const kir_expr_t *v = slot_bits(&B, s);
-        if (!v)
-            break;
-        if (cb < 64)
-            v = kir_bin(k, KIR_OP_AND, v, ik(&B, (INT64_C(1) << cb) - 1));
-        if (s)
-            v = kir_bin(k, KIR_OP_SHL, v, ik(&B, (int64_t)s * cb));
-        acc = s ? kir_bin(k, KIR_OP_OR, acc, v) : v;
-        char name[16];
-        snprintf(name, sizeof name, "acc%d", s);
-        acc = bind_let(&B, name, acc);
+    for (int j = 0; j < wide && !B.fail; j++) {
+        B.idx[n - 1] = wide == 1 ? word
+                                 : w16_ir_add(k, w16_ir_mul(k, word, ik(&B, wide)),
+                                              ik(&B, j));
+        for (int s = 0; s < slots && !B.fail; s++) {
+            B.pos = j * slots + s;
+            const kir_expr_t *v = slot_bits(&B, s);
+            if (!v)
+                break;
+            if (cb < 64)
+                v = kir_bin(k, KIR_OP_AND, v, ik(&B, (INT64_C(1) << cb) - 1));
+            int shift = j * eb + s * cb;
+            if (shift)
+                v = kir_bin(k, KIR_OP_SHL, v, ik(&B, shift));
+            acc = j || s ? kir_bin(k, KIR_OP_OR, acc, v) : v;
+            char name[16];
+            snprintf(name, sizeof name, "acc%d", j * slots + s);
+            acc = bind_let(&B, name, acc);
+        }
     }
     if (!B.fail) {
         const kir_expr_t *val = kir_int_cast(k, B.dst->type, acc, false);
         if (!kir_store(k, B.body, B.dst, flat, val))
             bfail(&B, "ill-typed store");
     }
-    k->comment = "repack: one lane per destination element (gather)";
+    k->comment = "repack: one lane per destination word (gather)";
     if ((st = finish(&B, err)) != WNA16_OK)
         w16_repack_kernel_free(out);
     return st;
