@@ -363,29 +363,42 @@ static LLVMValueRef emit_lane_fn(emitter_t *E, const char *symbol)
     return fn;
 }
 
-/* for g in [g0, g1): for lane in [0, lanes): lane_fn(args, g, lane, ng) */
-static void emit_entry(emitter_t *E, const char *symbol, LLVMValueRef lane_fn)
+/* The loops, in a function of their own whose buffers are `noalias`
+ * arguments (not inlined into the entry point: there they would become
+ * loads from args, and the loop vectorizer cannot bound accesses through
+ * pointers loaded in the loop, such as a source table's entries, unless
+ * it knows they cannot reach the destination):
+ *
+ *   for g in [g0, g1): for lane in [0, lanes): lane_fn(args, g, lane, ng) */
+static LLVMValueRef emit_loops(emitter_t *E, const char *symbol,
+                               LLVMValueRef lane_fn)
 {
     LLVMContextRef c = E->c;
     LLVMBuilderRef B = E->b;
     LLVMTypeRef i64 = LLVMInt64TypeInContext(c), i32 = LLVMInt32TypeInContext(c);
-    LLVMTypeRef ps[4] = {E->ptr, i64, i64, i64};
-    LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(c), ps, 4, 0);
-    LLVMValueRef fn = LLVMAddFunction(E->m, symbol, ft);
+    int np = E->k->n_params;
+    LLVMTypeRef ps[4 + 64] = {E->ptr, i64, i64, i64};
+    for (int i = 0; i < np; i++)
+        ps[4 + i] = E->ptr;
+    LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(c), ps,
+                                      (unsigned)(4 + np), 0);
+    char name[300];
+    snprintf(name, sizeof name, "%s.groups", symbol);
+    LLVMValueRef fn = LLVMAddFunction(E->m, name, ft);
+    LLVMSetLinkage(fn, LLVMInternalLinkage);
     add_attr(E, fn, "nounwind");
+    add_attr(E, fn, "noinline");
+    unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+    for (int i = 0; i < np; i++)
+        if (E->k->params[i]->kind != KIR_PARAM_SCALAR)
+            LLVMAddAttributeAtIndex(fn, (unsigned)(5 + i),
+                                    LLVMCreateEnumAttribute(c, noalias, 0));
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(c, fn, "entry");
     LLVMBasicBlockRef ghead = LLVMAppendBasicBlockInContext(c, fn, "groups");
     LLVMBasicBlockRef lhead = LLVMAppendBasicBlockInContext(c, fn, "lanes");
     LLVMBasicBlockRef gnext = LLVMAppendBasicBlockInContext(c, fn, "next_group");
     LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(c, fn, "exit");
     LLVMPositionBuilderAtEnd(B, entry);
-    LLVMValueRef bufs[64];
-    int np = E->k->n_params < 64 ? E->k->n_params : 64;
-    for (int i = 0; i < np; i++) {
-        LLVMValueRef idx = LLVMConstInt(i64, (unsigned long long)i, 0);
-        LLVMValueRef raw = gep_load(E, i64, LLVMGetParam(fn, 0), idx);
-        bufs[i] = LLVMBuildIntToPtr(B, raw, E->ptr, "");
-    }
     LLVMValueRef g0 = LLVMGetParam(fn, 1), g1 = LLVMGetParam(fn, 2);
     LLVMBuildCondBr(B, LLVMBuildICmp(B, LLVMIntSLT, g0, g1, ""), ghead, exit);
     /* group loop */
@@ -397,7 +410,7 @@ static void emit_entry(emitter_t *E, const char *symbol, LLVMValueRef lane_fn)
     LLVMValueRef lane = LLVMBuildPhi(B, i32, "lane");
     LLVMValueRef args[4 + 64] = {LLVMGetParam(fn, 0), g, lane, LLVMGetParam(fn, 3)};
     for (int i = 0; i < np; i++)
-        args[4 + i] = bufs[i];
+        args[4 + i] = LLVMGetParam(fn, (unsigned)(4 + i));
     LLVMBuildCall2(B, lane_fn_type(E), lane_fn, args, (unsigned)(4 + np), "");
     LLVMValueRef lane1 = LLVMBuildAdd(B, lane, LLVMConstInt(i32, 1, 0), "");
     LLVMValueRef more = LLVMBuildICmp(B, LLVMIntSLT, lane1,
@@ -414,6 +427,32 @@ static void emit_entry(emitter_t *E, const char *symbol, LLVMValueRef lane_fn)
     LLVMValueRef gvals[2] = {g0, g1n};
     LLVMAddIncoming(g, gvals, gfrom, 2);
     LLVMPositionBuilderAtEnd(B, exit);
+    LLVMBuildRetVoid(B);
+    return fn;
+}
+
+/* The entry point: reads the buffers from args and runs the loops. */
+static void emit_entry(emitter_t *E, const char *symbol, LLVMValueRef loops)
+{
+    LLVMContextRef c = E->c;
+    LLVMBuilderRef B = E->b;
+    LLVMTypeRef i64 = LLVMInt64TypeInContext(c);
+    LLVMTypeRef ps[4] = {E->ptr, i64, i64, i64};
+    LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(c), ps, 4, 0);
+    LLVMValueRef fn = LLVMAddFunction(E->m, symbol, ft);
+    add_attr(E, fn, "nounwind");
+    LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(c, fn, "entry"));
+    int np = E->k->n_params;
+    LLVMValueRef args[4 + 64];
+    for (int i = 0; i < 4; i++)
+        args[i] = LLVMGetParam(fn, (unsigned)i);
+    for (int i = 0; i < np; i++) {
+        LLVMValueRef idx = LLVMConstInt(i64, (unsigned long long)i, 0);
+        LLVMValueRef raw = gep_load(E, i64, LLVMGetParam(fn, 0), idx);
+        args[4 + i] = LLVMBuildIntToPtr(B, raw, E->ptr, "");
+    }
+    LLVMBuildCall2(B, LLVMGlobalGetValueType(loops), loops, args,
+                   (unsigned)(4 + np), "");
     LLVMBuildRetVoid(B);
 }
 
@@ -458,7 +497,7 @@ wna16_status_t w16_emit_llvm(const kir_kernel_t *k, LLVMModuleRef m,
         if (!E.fail) {
             LLVMValueRef lane = emit_lane_fn(&E, symbol);
             if (!E.fail)
-                emit_entry(&E, symbol, lane);
+                emit_entry(&E, symbol, emit_loops(&E, symbol, lane));
         }
     }
     LLVMDisposeBuilder(E.b);
