@@ -126,6 +126,7 @@ static const kir_expr_t *bind_let(builder_t *B, const char *name,
     const kir_var_t *v = kir_var(B->k, name, e->type);
     if (!kir_let(B->k, B->body, v, e))
         return bfail(B, "out of memory");
+    w16_lower_note_var(&B->L, v, e);
     return kir_ref(B->k, v);
 }
 
@@ -195,15 +196,15 @@ static const kir_expr_t *src_value_raw(builder_t *B, w16_role_t role,
              * multiple of IP; w2's padding is at the end of K */
             int64_t I = r->problem.I, IP = B->sv[W16_VAR_IP];
             w16_range_t rc = {0, ext - 1};
-            c = w16_ir_add(k, w16_ir_mul(k, w16_ir_floordiv(k, c, I, rc), ik(B, IP)),
-                           w16_ir_floormod(k, c, I, rc));
+            c = w16_ir_add(k, w16_ir_mul(k, w16_ir_floordiv(&B->L, c, I, rc), ik(B, IP)),
+                           w16_ir_floormod(&B->L, c, I, rc));
             ext = 2 * IP;
         }
         if (cv[i] == W16_VAR_n && per_expert && r->gemm == WNA16_GEMM_W13) {
             /* gate holds n in [0, I), up holds [I, 2I) */
             int64_t I = r->problem.I;
             const kir_expr_t *up = kir_int_cast(k, KIR_I64,
-                kir_bin(k, KIR_OP_SLE, ik(B, I), c), false);
+                w16_ir_ge(&B->L, c, I), false);
             slot = w16_ir_add(k, w16_ir_mul(k, slot, ik(B, 2)), up);
             c = kir_bin(k, KIR_OP_SUB, c, w16_ir_mul(k, up, ik(B, I)));
             ext = I;
@@ -336,29 +337,25 @@ static const kir_expr_t *dst_slot(builder_t *B, int slot, lcoord_t *at)
         char name[16];
         snprintf(name, sizeof name, "c%d_%s", B->pos, w16_var_name(cv[i]));
         c = bind_let(B, name, c);
-        valid = kir_bin(k, KIR_OP_AND, valid,
-                        w16_ir_in_range(k, c, rc, 0, ext[i]));
+        valid = w16_ir_and1(k, valid, w16_ir_in_range(&B->L, c, rc, 0, ext[i]));
         int64_t logical_ext = ext[i];
         /* Undo the intermediate padding (zero-filled places). */
         if (IP != I) {
             w16_range_t cr = {rc.lo < 0 ? 0 : rc.lo,
                               rc.hi >= ext[i] ? ext[i] - 1 : rc.hi};
             if (cv[i] == W16_VAR_n && r->gemm == WNA16_GEMM_W13) {
-                const kir_expr_t *shard = w16_ir_floordiv(k, c, IP, cr);
-                const kir_expr_t *within = w16_ir_floormod(k, c, IP, cr);
-                valid = kir_bin(k, KIR_OP_AND, valid,
-                                kir_bin(k, KIR_OP_SLT, within, ik(B, I)));
+                const kir_expr_t *shard = w16_ir_floordiv(&B->L, c, IP, cr);
+                const kir_expr_t *within = w16_ir_floormod(&B->L, c, IP, cr);
+                valid = w16_ir_and1(k, valid, kir_bin(k, KIR_OP_SLT, within, ik(B, I)));
                 c = w16_ir_add(k, w16_ir_mul(k, shard, ik(B, I)), within);
                 logical_ext = 2 * I;
             } else if (cv[i] == W16_VAR_k && r->gemm == WNA16_GEMM_W2) {
-                valid = kir_bin(k, KIR_OP_AND, valid,
-                                kir_bin(k, KIR_OP_SLT, c, ik(B, I)));
+                valid = w16_ir_and1(k, valid, kir_bin(k, KIR_OP_SLT, c, ik(B, I)));
                 logical_ext = I;
             } else if (cv[i] == W16_VAR_g && r->gemm == WNA16_GEMM_W2 &&
                        r->problem.GS > 0) {
                 int64_t G = I / r->problem.GS;
-                valid = kir_bin(k, KIR_OP_AND, valid,
-                                kir_bin(k, KIR_OP_SLT, c, ik(B, G)));
+                valid = w16_ir_and1(k, valid, kir_bin(k, KIR_OP_SLT, c, ik(B, G)));
                 logical_ext = G;
             }
         }
@@ -369,7 +366,7 @@ static const kir_expr_t *dst_slot(builder_t *B, int slot, lcoord_t *at)
     for (int i = 0; i < nc; i++) {
         char name[16];
         snprintf(name, sizeof name, "s%d_%s", B->pos, w16_var_name(cv[i]));
-        at->c[i] = bind_let(B, name, kir_select(k, valid, at->c[i], ik(B, 0)));
+        at->c[i] = bind_let(B, name, w16_ir_select(k, valid, at->c[i], ik(B, 0)));
     }
     return valid;
 }
@@ -401,7 +398,7 @@ static const kir_expr_t *dequant_bits(builder_t *B, const lcoord_t *at)
     lcoord_t g = {.n = 3};
     g.c[0] = at->c[0];
     g.ext[0] = at->ext[0];
-    g.c[1] = w16_ir_floordiv(k, at->c[2], gse, (w16_range_t){0, at->ext[2] - 1});
+    g.c[1] = w16_ir_floordiv(&B->L, at->c[2], gse, (w16_range_t){0, at->ext[2] - 1});
     g.ext[1] = (at->ext[2] + gse - 1) / gse;
     g.c[2] = at->c[1];
     g.ext[2] = at->ext[1];
@@ -456,7 +453,7 @@ static const kir_expr_t *slot_bits(builder_t *B, int slot)
             v = src_value(B, W16_ROLE_G_IDX, &at);
         else /* k / group size */
             v = r->problem.GS > 0
-                    ? w16_ir_floordiv(k, at.c[1], r->problem.GS,
+                    ? w16_ir_floordiv(&B->L, at.c[1], r->problem.GS,
                                       (w16_range_t){0, at.ext[1] - 1})
                     : ik(B, 0);
         break;
@@ -473,7 +470,7 @@ static const kir_expr_t *slot_bits(builder_t *B, int slot)
     }
     if (!v)
         return NULL;
-    return kir_select(k, valid, v, ik(B, 0));
+    return w16_ir_select(k, valid, v, ik(B, 0));
 }
 
 /* ---- the kernel ---------------------------------------------------------- */
@@ -648,17 +645,18 @@ static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
         int64_t stride = 1;
         for (int d = n - 1; d >= 0; d--) {
             w16_range_t rf = {0, total - 1};
-            const kir_expr_t *q = w16_ir_floordiv(k, flat, stride, rf);
+            const kir_expr_t *q = w16_ir_floordiv(&B->L, flat, stride, rf);
             w16_range_t rq = {0, (total - 1) / stride};
             char name[8];
             snprintf(name, sizeof name, "i%d", d);
-            B->idx[d] = bind_let(B, name, w16_ir_floormod(k, q, S[d], rq));
+            B->idx[d] = bind_let(B, name, w16_ir_floormod(&B->L, q, S[d], rq));
             stride *= S[d];
         }
         return flat;
     }
     k->lanes = (int)best_l;
     B->out->num_groups = total / best_l;
+    B->L.num_groups = B->out->num_groups;
     int j = best_j;
     int64_t per_row = S[j] / best_t, P = best_l / best_t;
     const kir_expr_t *g = kir_builtin(k, KIR_OP_GROUP_ID);
@@ -669,26 +667,26 @@ static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
     /* dimensions after j: from the lane alone */
     int64_t stride = 1;
     for (int d = n - 1; d > j; d--) {
-        const kir_expr_t *q = w16_ir_floordiv(k, lane, stride, rl);
+        const kir_expr_t *q = w16_ir_floordiv(&B->L, lane, stride, rl);
         snprintf(name, sizeof name, "i%d", d);
-        B->idx[d] = bind_let(B, name, w16_ir_floormod(k, q, S[d],
+        B->idx[d] = bind_let(B, name, w16_ir_floormod(&B->L, q, S[d],
                                                       (w16_range_t){0, (best_l - 1) / stride}));
         stride *= S[d];
     }
     /* dimension j: the group's rows and the lane's */
-    const kir_expr_t *row = w16_ir_mul(k, w16_ir_floormod(k, g, per_row, rg),
+    const kir_expr_t *row = w16_ir_mul(k, w16_ir_floormod(&B->L, g, per_row, rg),
                                        ik(B, best_t));
     snprintf(name, sizeof name, "i%d", j);
     B->idx[j] = bind_let(B, name, w16_ir_add(k, row,
-                                             w16_ir_floordiv(k, lane, P, rl)));
+                                             w16_ir_floordiv(&B->L, lane, P, rl)));
     /* dimensions before j: from the group alone */
-    const kir_expr_t *q = w16_ir_floordiv(k, g, per_row, rg);
+    const kir_expr_t *q = w16_ir_floordiv(&B->L, g, per_row, rg);
     w16_range_t rq = {0, (B->out->num_groups - 1) / per_row};
     stride = 1;
     for (int d = j - 1; d >= 0; d--) {
         snprintf(name, sizeof name, "i%d", d);
-        B->idx[d] = bind_let(B, name, w16_ir_floormod(k,
-            w16_ir_floordiv(k, q, stride, rq), S[d],
+        B->idx[d] = bind_let(B, name, w16_ir_floormod(&B->L,
+            w16_ir_floordiv(&B->L, q, stride, rq), S[d],
             (w16_range_t){0, rq.hi / stride}));
         stride *= S[d];
     }
@@ -773,10 +771,10 @@ wna16_status_t w16_build_repack_sums(wna16_context_t *ctx,
     int64_t KB = K / bk, total = E * N * KB;
     const kir_expr_t *flat = lane_index(&B, total);
     w16_range_t rf = {0, total - 1};
-    const kir_expr_t *kb = bind_let(&B, "kb", w16_ir_floormod(k, flat, KB, rf));
-    const kir_expr_t *n = bind_let(&B, "n", w16_ir_floormod(k,
-        w16_ir_floordiv(k, flat, KB, rf), N, (w16_range_t){0, total / KB}));
-    const kir_expr_t *e = bind_let(&B, "e", w16_ir_floordiv(k, flat, KB * N, rf));
+    const kir_expr_t *kb = bind_let(&B, "kb", w16_ir_floormod(&B.L, flat, KB, rf));
+    const kir_expr_t *n = bind_let(&B, "n", w16_ir_floormod(&B.L,
+        w16_ir_floordiv(&B.L, flat, KB, rf), N, (w16_range_t){0, total / KB}));
+    const kir_expr_t *e = bind_let(&B, "e", w16_ir_floordiv(&B.L, flat, KB * N, rf));
     /* sum over the block of (q - z): a loop over k */
     const kir_var_t *sum = kir_var(k, "sum", KIR_I64);
     const kir_var_t *kk = kir_var(k, "kk", KIR_I64);
@@ -798,7 +796,7 @@ wna16_status_t w16_build_repack_sums(wna16_context_t *ctx,
     int64_t gse = req->problem.GS > 0 ? req->problem.GS : K;
     lcoord_t g = {.n = 3};
     g.c[0] = e; g.ext[0] = E;
-    g.c[1] = w16_ir_floordiv(k, kval, gse, (w16_range_t){0, K - 1});
+    g.c[1] = w16_ir_floordiv(&B.L, kval, gse, (w16_range_t){0, K - 1});
     g.ext[1] = K / gse;
     g.c[2] = n; g.ext[2] = N;
     const kir_expr_t *z = req->problem.zp ? src_value(&B, W16_ROLE_QZEROS, &g)
