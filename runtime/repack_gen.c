@@ -303,17 +303,21 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
         snprintf(leaf, sizeof leaf, "%s_%s", g == WNA16_GEMM_W13 ? "w13" : "w2",
                  l->name);
         join(name, sizeof name, J->prefix, leaf);
-        wna16_tensor_t *t;
-        st = wna16_tensor_set_add_new(J->out, name, req.dst_dtype, l->ndim,
-                                      shape, &t, err);
+        wna16_tensor_t *t = NULL;
+        /* every word is written by the kernel: no zero fill */
+        st = w16_tensor_set_add_uninit(J->out, name, req.dst_dtype, l->ndim,
+                                       shape, &t, err);
         if (st == WNA16_OK && t->nbytes == 0)
             continue; /* an empty tensor, e.g. g_idx without act-order */
         if (st == WNA16_OK)
             st = run_kernel(J, &req, false, t, err);
         if (st == WNA16_OK && l->sums_block_k)
             st = run_kernel(J, &req, true, t, err);
-        if (st != WNA16_OK)
+        if (st != WNA16_OK) {
+            if (t && t->data) /* never hand out unwritten memory */
+                memset(t->data, 0, t->nbytes);
             return st;
+        }
     }
     return WNA16_OK;
 }
