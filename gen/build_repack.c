@@ -121,13 +121,8 @@ static const kir_expr_t *bind_let(builder_t *B, const char *name,
 {
     if (!e)
         return NULL;
-    if (e->op == KIR_OP_CONST || e->op == KIR_OP_VAR)
-        return e;
-    const kir_var_t *v = kir_var(B->k, name, e->type);
-    if (!kir_let(B->k, B->body, v, e))
-        return bfail(B, "out of memory");
-    w16_lower_note_var(&B->L, v, e);
-    return kir_ref(B->k, v);
+    const kir_expr_t *r = w16_lower_let(&B->L, B->body, name, e);
+    return r ? r : bfail(B, "out of memory");
 }
 
 /* ---- the source side ----------------------------------------------------- */
@@ -159,7 +154,8 @@ static const kir_expr_t *permuted_k(builder_t *B, const lcoord_t *at,
     kir_kernel_t *kk = B->k;
     const kir_expr_t *idx = w16_ir_add(kk, w16_ir_mul(kk, at->c[0],
                                                       ik(B, B->dv[W16_VAR_K])), k);
-    return kir_int_cast(kk, KIR_I64, kir_load(kk, B->perm, idx), false);
+    return kir_int_cast(kk, KIR_I64, kir_load(kk, B->perm, w16_ir_index32(&B->L, idx)),
+                        false);
 }
 
 static const kir_expr_t *src_value_raw(builder_t *B, w16_role_t role,
@@ -203,10 +199,15 @@ static const kir_expr_t *src_value_raw(builder_t *B, w16_role_t role,
         if (cv[i] == W16_VAR_n && per_expert && r->gemm == WNA16_GEMM_W13) {
             /* gate holds n in [0, I), up holds [I, 2I) */
             int64_t I = r->problem.I;
-            const kir_expr_t *up = kir_int_cast(k, KIR_I64,
-                w16_ir_ge(&B->L, c, I), false);
+            w16_range_t rc = {0, ext - 1};
+            const kir_expr_t *up = w16_ir_floordiv(&B->L, c, I, rc);
+            const kir_expr_t *within = w16_ir_floormod(&B->L, c, I, rc);
+            if (within->op == KIR_OP_UREM) { /* no cheaper form: compare */
+                up = kir_int_cast(k, KIR_I64, w16_ir_ge(&B->L, c, I), false);
+                within = kir_bin(k, KIR_OP_SUB, c, w16_ir_mul(k, up, ik(B, I)));
+            }
             slot = w16_ir_add(k, w16_ir_mul(k, slot, ik(B, 2)), up);
-            c = kir_bin(k, KIR_OP_SUB, c, w16_ir_mul(k, up, ik(B, I)));
+            c = within;
             ext = I;
         }
         w16_lower_bind(&B->L, cv[i], c, 0, ext - 1);
@@ -219,7 +220,8 @@ static const kir_expr_t *src_value_raw(builder_t *B, w16_role_t role,
             return NULL;
         flat = w16_ir_add(k, w16_ir_mul(k, flat, ik(B, B->sshape[role][d])), ix);
     }
-    const kir_expr_t *elem = kir_tload(k, B->table[role], slot, flat);
+    const kir_expr_t *elem = kir_tload(k, B->table[role], w16_ir_index32(&B->L, slot),
+                                       w16_ir_index32(&B->L, flat));
     const kir_expr_t *v = kir_int_cast(k, KIR_I64, elem, false);
     if (role != W16_ROLE_QWEIGHT && role != W16_ROLE_QZEROS)
         return v;
@@ -311,7 +313,8 @@ static const kir_expr_t *f32_to_bits(builder_t *B, wna16_dtype_t d,
 
 /* Coordinates (role order) of the destination slot: inverse map with the
  * storage index bound, then validity and padding removal. Fills `at` with
- * clamped logical coordinates; returns the i1 "this slot holds a value". */
+ * the logical coordinates (meaningful only where the slot holds a value:
+ * see clamp_slot); returns the i1 "this slot holds a value". */
 static const kir_expr_t *dst_slot(builder_t *B, int slot, lcoord_t *at)
 {
     kir_kernel_t *k = B->k;
@@ -338,6 +341,8 @@ static const kir_expr_t *dst_slot(builder_t *B, int slot, lcoord_t *at)
         snprintf(name, sizeof name, "c%d_%s", B->pos, w16_var_name(cv[i]));
         c = bind_let(B, name, c);
         valid = w16_ir_and1(k, valid, w16_ir_in_range(&B->L, c, rc, 0, ext[i]));
+        /* where the slot holds a value, c is in range */
+        c = w16_ir_assume_in_range(&B->L, c, 0, ext[i]);
         int64_t logical_ext = ext[i];
         /* Undo the intermediate padding (zero-filled places). */
         if (IP != I) {
@@ -362,13 +367,22 @@ static const kir_expr_t *dst_slot(builder_t *B, int slot, lcoord_t *at)
         at->c[i] = c;
         at->ext[i] = logical_ext;
     }
-    valid = bind_let(B, "valid", valid);
-    for (int i = 0; i < nc; i++) {
+    return bind_let(B, "valid", valid);
+}
+
+/* Coordinates of a slot that may be padding replaced by 0 there, so the
+ * source is never addressed out of bounds. */
+static void clamp_slot(builder_t *B, const kir_expr_t *valid, lcoord_t *at)
+{
+    if (valid->op == KIR_OP_CONST && valid->ival)
+        return;
+    w16_var_t cv[W16_MAX_COORDS];
+    w16_role_coords(B->dl.role, cv);
+    for (int i = 0; i < at->n; i++) {
         char name[16];
         snprintf(name, sizeof name, "s%d_%s", B->pos, w16_var_name(cv[i]));
-        at->c[i] = bind_let(B, name, w16_ir_select(k, valid, at->c[i], ik(B, 0)));
+        at->c[i] = bind_let(B, name, w16_ir_select(B->k, valid, at->c[i], ik(B, 0)));
     }
-    return valid;
 }
 
 /* The value a code slot holds: source code, or implicit zero. i64. Sets
@@ -416,15 +430,14 @@ static const kir_expr_t *dequant_bits(builder_t *B, const lcoord_t *at)
     return f32_to_bits(B, r->dst_dtype, kir_bin(k, KIR_OP_FMUL, qz, s));
 }
 
-/* The raw bits (i64) one slot contributes, before masking and shifting. */
-static const kir_expr_t *slot_bits(builder_t *B, int slot)
+/* The raw bits (i64) one slot contributes, before masking and shifting:
+ * its value where `valid`, else 0. */
+static const kir_expr_t *slot_bits(builder_t *B, const kir_expr_t *valid,
+                                   lcoord_t at)
 {
     kir_kernel_t *k = B->k;
     const w16_repack_request_t *r = B->req;
-    lcoord_t at;
-    const kir_expr_t *valid = dst_slot(B, slot, &at);
-    if (!valid)
-        return NULL;
+    clamp_slot(B, valid, &at);
     const kir_expr_t *v = NULL;
     switch (B->dl.role) {
     case W16_ROLE_QWEIGHT:
@@ -626,9 +639,17 @@ static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
     int best_j = -1;
     int64_t best_t = 0, best_l = 0, inner = 1;
     for (int j = n - 1; j >= 0 && inner <= max_lanes && total > 0; j--) {
+        /* a power of two if one is large enough: layouts tile by powers of
+         * two, so workgroups then fall on their tile and padding
+         * boundaries, and the lane's part of an index is bit operations */
         int64_t t = max_lanes / inner;
-        while (t > 1 && S[j] % t)
+        while (t > 1 && (S[j] % t || (t & (t - 1))))
             t--;
+        if (t * inner < MIN_LANES) {
+            t = max_lanes / inner;
+            while (t > 1 && S[j] % t)
+                t--;
+        }
         if (t * inner > best_l) {
             best_j = j;
             best_t = t;
@@ -693,6 +714,39 @@ static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
     return w16_ir_add(k, w16_ir_mul(k, g, ik(B, best_l)), lane);
 }
 
+/* Gathers every slot of the lane's word and stores it. valid: each slot's
+ * validity, or NULL when every slot is known to hold a value. */
+static void store_word(builder_t *B, const lcoord_t *at,
+                       const kir_expr_t *const *valid, int np, int slots,
+                       int cb, const kir_expr_t *flat)
+{
+    kir_kernel_t *k = B->k;
+    int eb = (int)wna16_dtype_size(B->req->dst_dtype) * 8;
+    const kir_expr_t *acc = ik(B, 0), *yes = kir_const(k, KIR_I1, 1);
+    for (int p = 0; p < np && !B->fail; p++) {
+        B->pos = p;
+        const kir_expr_t *v = slot_bits(B, valid ? valid[p] : yes, at[p]);
+        if (!v)
+            break;
+        if (cb < 64)
+            v = kir_bin(k, KIR_OP_AND, v, ik(B, (INT64_C(1) << cb) - 1));
+        int shift = (p / slots) * eb + (p % slots) * cb;
+        if (shift)
+            v = kir_bin(k, KIR_OP_SHL, v, ik(B, shift));
+        acc = p ? kir_bin(k, KIR_OP_OR, acc, v) : v;
+        char name[16];
+        snprintf(name, sizeof name, "acc%d", p);
+        acc = bind_let(B, name, acc);
+    }
+    /* the word in 32-bit arithmetic where it has at most 32 bits */
+    if (kir_type_bits(B->dst->type) <= 32)
+        acc = w16_ir_narrow32(&B->L, acc);
+    if (!B->fail &&
+        !kir_store(k, B->body, B->dst, w16_ir_index32(&B->L, flat),
+                   kir_int_cast(k, B->dst->type, acc, false)))
+        bfail(B, "ill-typed store");
+}
+
 wna16_status_t w16_build_repack(wna16_context_t *ctx,
                                 const w16_repack_request_t *req,
                                 w16_repack_kernel_t *out, wna16_error_t *err)
@@ -706,7 +760,6 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
     kir_kernel_t *k = B.k;
     int n = out->ndim;
     int wide = B.wide;
-    int eb = (int)wna16_dtype_size(req->dst_dtype) * 8;
     int64_t S[W16_MAX_STORE_DIMS] = {0};
     for (int d = 0; d < n; d++)
         S[d] = out->shape[d] / (d == n - 1 ? wide : 1);
@@ -714,31 +767,44 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
     const kir_expr_t *word = B.idx[n - 1];
     int cb = w16_layout_code_bits(&B.dl, req->dst_dtype, B.dv);
     int slots = w16_layout_slots(&B.dl, req->dst_dtype, B.dv);
-    const kir_expr_t *acc = ik(&B, 0);
-    for (int j = 0; j < wide && !B.fail; j++) {
+    /* every slot's coordinates and validity first */
+    int np = wide * slots;
+    lcoord_t at[64];
+    const kir_expr_t *valid[64], *all = kir_const(k, KIR_I1, 1);
+    if (np > 64)
+        bfail(&B, "more than 64 code slots in a destination word");
+    for (int p = 0; p < np && !B.fail; p++) {
+        int j = p / slots;
         B.idx[n - 1] = wide == 1 ? word
                                  : w16_ir_add(k, w16_ir_mul(k, word, ik(&B, wide)),
                                               ik(&B, j));
-        for (int s = 0; s < slots && !B.fail; s++) {
-            B.pos = j * slots + s;
-            const kir_expr_t *v = slot_bits(&B, s);
-            if (!v)
-                break;
-            if (cb < 64)
-                v = kir_bin(k, KIR_OP_AND, v, ik(&B, (INT64_C(1) << cb) - 1));
-            int shift = j * eb + s * cb;
-            if (shift)
-                v = kir_bin(k, KIR_OP_SHL, v, ik(&B, shift));
-            acc = j || s ? kir_bin(k, KIR_OP_OR, acc, v) : v;
-            char name[16];
-            snprintf(name, sizeof name, "acc%d", j * slots + s);
-            acc = bind_let(&B, name, acc);
-        }
+        B.pos = p;
+        valid[p] = dst_slot(&B, p % slots, &at[p]);
+        all = valid[p] ? w16_ir_and1(k, all, valid[p]) : NULL;
+        if (!all)
+            bfail(&B, "out of memory");
     }
-    if (!B.fail) {
-        const kir_expr_t *val = kir_int_cast(k, B.dst->type, acc, false);
-        if (!kir_store(k, B.body, B.dst, flat, val))
-            bfail(&B, "ill-typed store");
+    if (!B.fail && !(all->op == KIR_OP_CONST && all->ival) &&
+        !w16_ir_uses_lane(&B.L, all)) {
+        /* Padding that is the same for every lane of a workgroup (a tail
+         * of whole workgroups): a branch the CPU emitter moves out of the
+         * loop over lanes, and a body for the words without padding that
+         * knows every slot is valid (no clamped coordinates, so the slots
+         * of a word share their source words). */
+        kir_stmt_t *br = kir_if(k, B.body, bind_let(&B, "all_valid", all));
+        if (!br) {
+            bfail(&B, "out of memory");
+        } else {
+            kir_block_t *outer = B.body;
+            B.body = &br->body;
+            store_word(&B, at, NULL, np, slots, cb, flat);
+            B.body = &br->else_body;
+            store_word(&B, at, valid, np, slots, cb, flat);
+            B.body = outer;
+        }
+    } else if (!B.fail) {
+        store_word(&B, at, all->op == KIR_OP_CONST ? NULL : valid, np, slots,
+                   cb, flat);
     }
     k->comment = "repack: one lane per destination word (gather)";
     if ((st = finish(&B, err)) != WNA16_OK)

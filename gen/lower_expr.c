@@ -117,6 +117,18 @@ static bool pow2(int64_t d) { return d > 0 && (d & (d - 1)) == 0; }
 
 static const w16_facts_t no_facts = {INT64_MIN, INT64_MAX, 1};
 
+/* The noted definition of a variable, seen through the extension that
+ * views a 32-bit variable as i64 (w16_lower_let); NULL if e is neither. */
+static const kir_expr_t *defn(const w16_lower_t *L, const kir_expr_t *e)
+{
+    if ((e->op == KIR_OP_ZEXT || e->op == KIR_OP_SEXT) && e->type == KIR_I64 &&
+        e->a->op == KIR_OP_VAR && e->a->type == KIR_I32)
+        e = e->a;
+    if (e->op == KIR_OP_VAR && e->var->index < L->n_vfacts)
+        return L->vdef[e->var->index];
+    return NULL;
+}
+
 static uint64_t gcd_u(uint64_t a, uint64_t b)
 {
     while (b) {
@@ -164,9 +176,15 @@ w16_facts_t w16_ir_facts(const w16_lower_t *L, const kir_expr_t *e)
         if (e->var->index < L->n_vfacts && L->vdef[e->var->index])
             return L->vfacts[e->var->index];
         return no_facts;
+    case KIR_OP_SEXT:
+        if (defn(L, e))
+            return L->vfacts[e->a->var->index];
+        return no_facts;
     case KIR_OP_GROUP_ID:
         return L->num_groups > 0 ? mkfacts(0, L->num_groups - 1, 1) : mkfacts(0, INT64_MAX, 1);
     case KIR_OP_ZEXT:
+        if (defn(L, e))
+            return L->vfacts[e->a->var->index];
         return zext_facts(L, e->a);
     case KIR_OP_CTLOAD: {
         const kir_ctable_t *t = e->ctable;
@@ -245,24 +263,28 @@ w16_facts_t w16_ir_facts(const w16_lower_t *L, const kir_expr_t *e)
             return a;
         return mkfacts(0, c - 1, gcd_u(a.align, (uint64_t)c));
     case KIR_OP_AND: {
-        /* a & m, m >= 0: in [0, m]; a multiple of the powers of two both
-         * are multiples of */
+        /* a & b clears bits only: the trailing zeros of either stay, and
+         * with b = m >= 0 the result is in [0, m] */
+        uint64_t pa = a.align & (0 - a.align), pb = b.align & (0 - b.align);
+        uint64_t al = !pa || !pb ? 0 : (pa > pb ? pa : pb);
         if (!b_const || c < 0)
-            return a.lo >= 0 && b.lo >= 0 ? mkfacts(0, a.hi < b.hi ? a.hi : b.hi, 1)
-                                          : no_facts;
-        uint64_t p2 = c ? UINT64_C(1) << __builtin_ctzll((uint64_t)c) : 0;
-        uint64_t pa = a.align ? a.align & (0 - a.align) : 0;
-        uint64_t al = !p2 || !pa ? 0 : (p2 < pa ? p2 : pa);
+            return a.lo >= 0 && b.lo >= 0 ? mkfacts(0, a.hi < b.hi ? a.hi : b.hi, al)
+                                          : mkfacts(INT64_MIN, INT64_MAX, al);
         return mkfacts(0, a.lo >= 0 && a.hi < c ? a.hi : c, al);
     }
     case KIR_OP_OR:
-    case KIR_OP_XOR:
+    case KIR_OP_XOR: {
+        /* trailing zeros common to both stay */
+        uint64_t pa = a.align & (0 - a.align), pb = b.align & (0 - b.align);
+        uint64_t al = !pa ? pb : !pb ? pa : (pa < pb ? pa : pb);
         if (a.lo >= 0 && b.lo >= 0) {
             int64_t m = a.hi > b.hi ? a.hi : b.hi;
             int bits = m ? 64 - __builtin_clzll((uint64_t)m) : 0;
-            return mkfacts(0, bits >= 63 ? INT64_MAX : (INT64_C(1) << bits) - 1, 1);
+            return mkfacts(0, bits >= 63 ? INT64_MAX : (INT64_C(1) << bits) - 1,
+                           al ? al : 1);
         }
-        return no_facts;
+        return mkfacts(INT64_MIN, INT64_MAX, al ? al : 1);
+    }
     case KIR_OP_SMIN:
         return mkfacts(a.lo < b.lo ? a.lo : b.lo, a.hi < b.hi ? a.hi : b.hi,
                        gcd_u(a.align, b.align));
@@ -281,6 +303,44 @@ w16_facts_t w16_ir_facts(const w16_lower_t *L, const kir_expr_t *e)
     }
 }
 
+const kir_expr_t *w16_ir_assume_in_range(const w16_lower_t *L,
+                                         const kir_expr_t *e, int64_t lo,
+                                         int64_t hi)
+{
+    const kir_expr_t *d = defn(L, e) ? defn(L, e) : e;
+    if (d->op != KIR_OP_SELECT)
+        return e;
+    int64_t v;
+    if (is_k(d->b, &v) && (v < lo || v >= hi))
+        return w16_ir_assume_in_range(L, d->c, lo, hi);
+    if (is_k(d->c, &v) && (v < lo || v >= hi))
+        return w16_ir_assume_in_range(L, d->b, lo, hi);
+    return e;
+}
+
+bool w16_ir_uses_lane(const w16_lower_t *L, const kir_expr_t *e)
+{
+    if (!e)
+        return false;
+    switch (e->op) {
+    case KIR_OP_CONST:
+    case KIR_OP_PARAM:
+    case KIR_OP_GROUP_ID:
+    case KIR_OP_NUM_GROUPS:
+        return false;
+    case KIR_OP_VAR:
+        return !defn(L, e) || w16_ir_uses_lane(L, defn(L, e));
+    case KIR_OP_LANE_ID:
+    case KIR_OP_LOAD:
+    case KIR_OP_TLOAD:
+    case KIR_OP_SHARED_LOAD:
+        return true;
+    default:
+        return w16_ir_uses_lane(L, e->a) || w16_ir_uses_lane(L, e->b) ||
+               w16_ir_uses_lane(L, e->c);
+    }
+}
+
 static w16_facts_t facts_in(const w16_lower_t *L, const kir_expr_t *e,
                             w16_range_t r)
 {
@@ -293,7 +353,7 @@ static w16_facts_t facts_in(const w16_lower_t *L, const kir_expr_t *e,
 void w16_lower_note_var(w16_lower_t *L, const kir_var_t *v,
                         const kir_expr_t *def)
 {
-    if (!v || !def || v->type != KIR_I64)
+    if (!v || !def)
         return;
     if (v->index >= L->n_vfacts) {
         int n = L->n_vfacts ? L->n_vfacts : 16;
@@ -301,19 +361,145 @@ void w16_lower_note_var(w16_lower_t *L, const kir_var_t *v,
             n *= 2;
         w16_facts_t *f = w16_arena_alloc(&L->k->arena, sizeof *f * (size_t)n);
         const kir_expr_t **d = w16_arena_alloc(&L->k->arena, sizeof *d * (size_t)n);
-        if (!f || !d)
+        const kir_expr_t **w = w16_arena_alloc(&L->k->arena, sizeof *w * (size_t)n);
+        if (!f || !d || !w)
             return;
         memset(d, 0, sizeof *d * (size_t)n);
+        memset(w, 0, sizeof *w * (size_t)n);
         if (L->n_vfacts) {
             memcpy(f, L->vfacts, sizeof *f * (size_t)L->n_vfacts);
             memcpy(d, L->vdef, sizeof *d * (size_t)L->n_vfacts);
+            memcpy(w, L->vnarrow, sizeof *w * (size_t)L->n_vfacts);
         }
         L->vfacts = f;
         L->vdef = d;
+        L->vnarrow = w;
         L->n_vfacts = n;
     }
     L->vfacts[v->index] = w16_ir_facts(L, def);
     L->vdef[v->index] = def;
+}
+
+/* ---- 32-bit arithmetic ----------------------------------------------------
+ *
+ * Low 32 bits of an i64 value: exact for the ring operations (add, sub,
+ * mul, and, or, xor, shl); right shifts, divisions and min/max need the
+ * operand's facts to fit in 32 bits. Variables are seen through (the
+ * narrowed definition is rebuilt where used, once per variable: a
+ * definition dominates every use of its variable, so the copy is valid
+ * wherever the variable is).
+ */
+
+static bool fits_u32(w16_facts_t f) { return f.lo >= 0 && f.hi <= INT64_C(0xffffffff); }
+static bool fits_s32(w16_facts_t f) { return f.lo >= INT32_MIN && f.hi <= INT32_MAX; }
+
+static const kir_expr_t *k32(kir_kernel_t *k, int64_t v)
+{
+    return kir_const(k, KIR_I32, (int32_t)(uint32_t)(uint64_t)v);
+}
+
+/* A shift amount known to be in [0, 31], as i32; NULL otherwise. */
+static const kir_expr_t *shift32(w16_lower_t *L, const kir_expr_t *s)
+{
+    w16_facts_t f = w16_ir_facts(L, s);
+    return f.lo >= 0 && f.hi <= 31 ? w16_ir_narrow32(L, s) : NULL;
+}
+
+const kir_expr_t *w16_ir_narrow32(w16_lower_t *L, const kir_expr_t *e)
+{
+    kir_kernel_t *k = L->k;
+    if (!e || e->type == KIR_I32)
+        return e;
+    if (e->type != KIR_I64)
+        return kir_int_cast(k, KIR_I32, e, false);
+    const kir_expr_t *a, *b, *s;
+    w16_facts_t fa;
+    int64_t c;
+    switch (e->op) {
+    case KIR_OP_CONST:
+        return k32(k, e->ival);
+    case KIR_OP_VAR: {
+        int i = e->var->index;
+        if (i >= L->n_vfacts || !L->vdef[i])
+            break;
+        if (!L->vnarrow[i])
+            L->vnarrow[i] = w16_ir_narrow32(L, L->vdef[i]);
+        return L->vnarrow[i];
+    }
+    case KIR_OP_ZEXT:
+    case KIR_OP_SEXT:
+        return kir_int_cast(k, KIR_I32, e->a, e->op == KIR_OP_SEXT);
+    case KIR_OP_ADD: case KIR_OP_SUB: case KIR_OP_MUL:
+    case KIR_OP_AND: case KIR_OP_OR: case KIR_OP_XOR:
+        a = w16_ir_narrow32(L, e->a);
+        b = w16_ir_narrow32(L, e->b);
+        return a && b ? kir_bin(k, e->op, a, b) : NULL;
+    case KIR_OP_SHL:
+        if (is_k(e->b, &c) && c >= 32)
+            return k32(k, 0);
+        if (!(s = shift32(L, e->b)))
+            break;
+        return kir_bin(k, KIR_OP_SHL, w16_ir_narrow32(L, e->a), s);
+    case KIR_OP_LSHR:
+    case KIR_OP_ASHR:
+        fa = w16_ir_facts(L, e->a);
+        if (!(e->op == KIR_OP_LSHR ? fits_u32(fa) : fits_s32(fa)))
+            break;
+        if (is_k(e->b, &c) && c >= 32)
+            return e->op == KIR_OP_LSHR || fa.lo >= 0 ? k32(k, 0)
+                                                     : kir_bin(k, KIR_OP_ASHR,
+                                                               w16_ir_narrow32(L, e->a),
+                                                               k32(k, 31));
+        if (!(s = shift32(L, e->b)))
+            break;
+        return kir_bin(k, e->op, w16_ir_narrow32(L, e->a), s);
+    case KIR_OP_UDIV:
+    case KIR_OP_UREM:
+        if (!is_k(e->b, &c) || c <= 0 || !fits_u32(w16_ir_facts(L, e->a)))
+            break;
+        if (c > INT64_C(0xffffffff))
+            return e->op == KIR_OP_UDIV ? k32(k, 0) : w16_ir_narrow32(L, e->a);
+        return kir_bin(k, e->op, w16_ir_narrow32(L, e->a), k32(k, c));
+    case KIR_OP_SDIV:
+    case KIR_OP_SREM:
+    case KIR_OP_SMIN:
+    case KIR_OP_SMAX:
+        if (!fits_s32(w16_ir_facts(L, e->a)) || !fits_s32(w16_ir_facts(L, e->b)) ||
+            ((e->op == KIR_OP_SDIV || e->op == KIR_OP_SREM) &&
+             !(is_k(e->b, &c) && c > 0)))
+            break;
+        return kir_bin(k, e->op, w16_ir_narrow32(L, e->a), w16_ir_narrow32(L, e->b));
+    case KIR_OP_SELECT:
+        return w16_ir_select(k, e->a, w16_ir_narrow32(L, e->b),
+                             w16_ir_narrow32(L, e->c));
+    default:
+        break;
+    }
+    return kir_int_cast(k, KIR_I32, e, false);
+}
+
+const kir_expr_t *w16_lower_let(w16_lower_t *L, kir_block_t *b,
+                                const char *name, const kir_expr_t *e)
+{
+    if (!e || e->op == KIR_OP_CONST || e->op == KIR_OP_VAR || defn(L, e))
+        return e;
+    w16_facts_t f = w16_ir_facts(L, e);
+    bool zx = e->type == KIR_I64 && fits_u32(f);
+    bool sx = e->type == KIR_I64 && !zx && fits_s32(f);
+    const kir_var_t *v = kir_var(L->k, name, zx || sx ? KIR_I32 : e->type);
+    if (!v || !kir_let(L->k, b, v, zx || sx ? w16_ir_narrow32(L, e) : e))
+        return NULL;
+    w16_lower_note_var(L, v, e);
+    const kir_expr_t *r = kir_ref(L->k, v);
+    return zx || sx ? kir_int_cast(L->k, KIR_I64, r, sx) : r;
+}
+
+const kir_expr_t *w16_ir_index32(w16_lower_t *L, const kir_expr_t *e)
+{
+    w16_facts_t f = w16_ir_facts(L, e);
+    if (!e || e->op == KIR_OP_CONST || f.lo < 0 || f.hi > INT32_MAX)
+        return e;
+    return kir_int_cast(L->k, KIR_I64, w16_ir_narrow32(L, e), false);
 }
 
 /* ---- aligned splits ------------------------------------------------------
@@ -337,12 +523,9 @@ static bool gather_terms(w16_lower_t *L, const kir_expr_t *e, int64_t c,
                          terms_t *T)
 {
     int64_t f;
-    if (e->op == KIR_OP_VAR && e->var->index < L->n_vfacts &&
-        L->vdef[e->var->index]) {
-        const kir_expr_t *d = L->vdef[e->var->index];
-        if (d->op == KIR_OP_ADD || d->op == KIR_OP_MUL || d->op == KIR_OP_SHL)
-            e = d;
-    }
+    const kir_expr_t *d = defn(L, e);
+    if (d && (d->op == KIR_OP_ADD || d->op == KIR_OP_MUL || d->op == KIR_OP_SHL))
+        e = d;
     switch (e->op) {
     case KIR_OP_ADD:
         return gather_terms(L, e->a, c, T) && gather_terms(L, e->b, c, T);
@@ -438,9 +621,8 @@ static const kir_expr_t *exact_div(w16_lower_t *L, const kir_expr_t *a, int64_t 
     kir_kernel_t *k = L->k;
     if (d == 1)
         return a;
-    if (a->op == KIR_OP_VAR && a->var->index < L->n_vfacts &&
-        L->vdef[a->var->index])
-        a = L->vdef[a->var->index];
+    if (defn(L, a))
+        a = defn(L, a);
     switch (a->op) {
     case KIR_OP_CONST:
         return a->ival % d == 0 ? w16_ir_const(k, a->ival / d) : NULL;
@@ -559,6 +741,15 @@ const kir_expr_t *w16_ir_in_range(w16_lower_t *L, const kir_expr_t *a,
                                   w16_range_t ra, int64_t lo, int64_t hi)
 {
     kir_kernel_t *k = L->k;
+    /* through a select whose arm decides it (a layout's "-1 here") */
+    const kir_expr_t *d = defn(L, a) ? defn(L, a) : a;
+    if (d->op == KIR_OP_SELECT) {
+        /* an arm matters only where chosen, and there a's range holds */
+        const kir_expr_t *x = w16_ir_in_range(L, d->b, ra, lo, hi);
+        const kir_expr_t *y = w16_ir_in_range(L, d->c, ra, lo, hi);
+        if (x->op == KIR_OP_CONST || y->op == KIR_OP_CONST)
+            return w16_ir_select(k, d->a, x, y);
+    }
     w16_facts_t f = facts_in(L, a, ra);
     bool lo_ok = f.lo >= lo, hi_ok = f.hi < hi;
     if (f.hi < lo || f.lo >= hi)
@@ -589,6 +780,17 @@ const kir_expr_t *w16_ir_select(kir_kernel_t *k, const kir_expr_t *c,
 {
     if (c && c->op == KIR_OP_CONST)
         return c->ival ? a : b;
+    if (a && b && a->type == KIR_I1) { /* a choice of flags is logic */
+        bool ka = a->op == KIR_OP_CONST, kb = b->op == KIR_OP_CONST;
+        if (ka && kb)
+            return a->ival == b->ival ? a : a->ival ? c : kir_un(k, KIR_OP_NOT, c);
+        if (ka)
+            return a->ival ? kir_bin(k, KIR_OP_OR, c, b)
+                           : w16_ir_and1(k, kir_un(k, KIR_OP_NOT, c), b);
+        if (kb)
+            return b->ival ? kir_bin(k, KIR_OP_OR, kir_un(k, KIR_OP_NOT, c), a)
+                           : w16_ir_and1(k, c, a);
+    }
     return kir_select(k, c, a, b);
 }
 
@@ -778,6 +980,77 @@ static const kir_expr_t *lower_div(w16_lower_t *L, const w16_expr_t *x,
     }
 }
 
+/* For a condition "v OP c" (v a bound variable, c a constant): v's range
+ * where it holds (*rt) and where it does not (*rf). */
+static bool cond_ranges(const w16_lower_t *L, const w16_expr_t *x,
+                        w16_var_t *v, w16_range_t *rt, w16_range_t *rf)
+{
+    if (x->op < W16_OP_LT || x->op > W16_OP_GE)
+        return false;
+    w16_op_t op = x->op;
+    const w16_expr_t *var = x->a, *con = x->b;
+    if (var->op == W16_OP_CONST && con->op == W16_OP_VAR) {
+        var = x->b; /* c OP v  is  v OP' c */
+        con = x->a;
+        static const w16_op_t mirror[] = {W16_OP_GT, W16_OP_GE, W16_OP_LT, W16_OP_LE};
+        op = mirror[op - W16_OP_LT];
+    }
+    if (var->op != W16_OP_VAR || con->op != W16_OP_CONST || !L->var[var->var])
+        return false;
+    int64_t c = con->value;
+    w16_range_t r = L->range[var->var];
+    /* as "v >= t" true or false */
+    int64_t t;
+    bool ge = op == W16_OP_GE || op == W16_OP_GT;
+    if (op == W16_OP_GT || op == W16_OP_LE) {
+        if (c == INT64_MAX)
+            return false;
+        t = c + 1;
+    } else {
+        t = c;
+    }
+    w16_range_t hi = {r.lo > t ? r.lo : t, r.hi}, lo = {r.lo, r.hi < t - 1 ? r.hi : t - 1};
+    if (hi.lo > hi.hi || lo.lo > lo.hi)
+        return false; /* decided: the lowering folds it */
+    *v = var->var;
+    *rt = ge ? hi : lo;
+    *rf = ge ? lo : hi;
+    return true;
+}
+
+/* a ? b : c, each arm lowered knowing the outcome of a simple condition.
+ * Both arms are evaluated (a select); table lookups in them clamp. */
+static const kir_expr_t *lower_cond(w16_lower_t *L, const w16_expr_t *x,
+                                    w16_range_t *r)
+{
+    w16_range_t ra, rb, rc;
+    const kir_expr_t *a = lower(L, x->a, &ra);
+    if (!a)
+        return NULL;
+    const kir_expr_t *p = nonzero(L->k, a, ra);
+    if (p && p->op == KIR_OP_CONST)
+        return lower(L, p->ival ? x->b : x->c, r);
+    w16_var_t v = W16_VAR_COUNT;
+    w16_range_t rt, rf, saved = full;
+    bool refine = cond_ranges(L, x->a, &v, &rt, &rf);
+    if (refine)
+        saved = L->range[v];
+    L->arms++;
+    if (refine)
+        L->range[v] = rt;
+    const kir_expr_t *b = lower(L, x->b, &rb);
+    if (refine)
+        L->range[v] = rf;
+    const kir_expr_t *c = b ? lower(L, x->c, &rc) : NULL;
+    if (refine)
+        L->range[v] = saved;
+    L->arms--;
+    if (!c)
+        return NULL;
+    *r = rng(rb.lo < rc.lo ? rb.lo : rc.lo, rb.hi > rc.hi ? rb.hi : rc.hi);
+    return kir_select(L->k, p, b, c);
+}
+
 static const kir_expr_t *lower(w16_lower_t *L, const w16_expr_t *x,
                                w16_range_t *r)
 {
@@ -796,6 +1069,8 @@ static const kir_expr_t *lower(w16_lower_t *L, const w16_expr_t *x,
         }
         *r = L->range[x->var];
         return L->var[x->var];
+    case W16_OP_COND:
+        return lower_cond(L, x, r);
     default:
         break;
     }
@@ -820,10 +1095,12 @@ static const kir_expr_t *lower(w16_lower_t *L, const w16_expr_t *x,
             return w16_ir_const(k, t->values[i]);
         }
         *r = vals;
-        /* Padding slots may compute indices outside the table: clamp. */
-        if (ra.lo < 0)
+        /* Padding slots may compute indices outside the table, and so may
+         * the arm of a condition that is not taken (its ranges assume it
+         * is): clamp. */
+        if (ra.lo < 0 || L->arms)
             a = kir_bin(k, KIR_OP_SMAX, a, w16_ir_const(k, 0));
-        if (ra.hi >= t->count)
+        if (ra.hi >= t->count || L->arms)
             a = kir_bin(k, KIR_OP_SMIN, a, w16_ir_const(k, t->count - 1));
         return kir_ctload(k, t, a);
     }
@@ -889,17 +1166,6 @@ static const kir_expr_t *lower(w16_lower_t *L, const w16_expr_t *x,
         return bool_to_i64(k, kir_bin(k, x->op == W16_OP_LAND ? KIR_OP_AND
                                                                 : KIR_OP_OR,
                                       p, q));
-    }
-    case W16_OP_COND: {
-        const kir_expr_t *p = nonzero(k, a, ra);
-        int64_t v;
-        if (p && p->op == KIR_OP_CONST) {
-            *r = p->ival ? rb : rc;
-            return p->ival ? b : c;
-        }
-        (void)v;
-        *r = rng(rb.lo < rc.lo ? rb.lo : rc.lo, rb.hi > rc.hi ? rb.hi : rc.hi);
-        return kir_select(k, p, b, c);
     }
     case W16_OP_MIN:
         *r = rng(ra.lo < rb.lo ? ra.lo : rb.lo, ra.hi < rb.hi ? ra.hi : rb.hi);

@@ -50,8 +50,10 @@ typedef struct w16_lower {
      * (w16_lower_note_var); arrays in the kernel's arena. */
     w16_facts_t *vfacts;
     const kir_expr_t **vdef;
+    const kir_expr_t **vnarrow; /* w16_ir_narrow32 of each variable */
     int n_vfacts;
     int64_t num_groups; /* range of the group id (0: unknown) */
+    int arms;           /* depth of condition arms being lowered */
     /* The IR value (i64) and range of each free variable (coordinates,
      * storage indices, slot, c); dims are folded away before lowering. */
     const kir_expr_t *var[W16_VAR_COUNT];
@@ -65,10 +67,34 @@ typedef struct w16_lower {
 } w16_lower_t;
 
 void w16_lower_init(w16_lower_t *L, kir_kernel_t *k);
+/* let name = e in block b, returning the value to use for it (e itself
+ * for constants and variables). A value whose facts fit in 32 bits gets a
+ * 32-bit variable, viewed as i64 through an extension: its arithmetic is
+ * then done in 32 bits by whatever narrows (w16_ir_narrow32), while the
+ * facts and the definition stay visible. NULL when out of memory. */
+const kir_expr_t *w16_lower_let(w16_lower_t *L, kir_block_t *b,
+                                const char *name, const kir_expr_t *e);
 /* Records that variable v is let-bound to def (so its facts are def's,
  * and sums can be seen through it). Out of memory only loses the facts. */
 void w16_lower_note_var(w16_lower_t *L, const kir_var_t *v,
                         const kir_expr_t *def);
+/* An i32 expression equal to e's low 32 bits (so equal to e where e's
+ * facts lie in [0, 2^31)): the arithmetic redone in 32 bits where the
+ * facts allow it (the CPU vectorizes 32-bit lanes twice as wide, and
+ * 32-bit divisions by constants are cheaper), else a truncation. */
+const kir_expr_t *w16_ir_narrow32(w16_lower_t *L, const kir_expr_t *e);
+/* e as an i64 index through w16_ir_narrow32 when its facts lie in
+ * [0, 2^31), else e. */
+const kir_expr_t *w16_ir_index32(w16_lower_t *L, const kir_expr_t *e);
+/* e where it lies in [lo, hi): selects with a constant arm outside the
+ * range reduced to their other arm (for values only used where they are
+ * known to be in range). */
+const kir_expr_t *w16_ir_assume_in_range(const w16_lower_t *L,
+                                         const kir_expr_t *e, int64_t lo,
+                                         int64_t hi);
+/* Whether e may differ between the lanes of a workgroup (it reads the lane
+ * id, a load, or a variable whose definition is not noted). */
+bool w16_ir_uses_lane(const w16_lower_t *L, const kir_expr_t *e);
 /* The facts about an i64 (or zero-extended) IR value. */
 w16_facts_t w16_ir_facts(const w16_lower_t *L, const kir_expr_t *e);
 /* Forgets every variable binding (keeps the kernel's constant tables). */
