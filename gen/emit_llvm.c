@@ -393,6 +393,19 @@ static LLVMValueRef vectorize_hint(emitter_t *E)
     return LLVMMetadataAsValue(c, id);
 }
 
+/* Whether a lane body has neither loops nor early returns: the loop
+ * vectorizer takes only such bodies (innermost loops with one exit). */
+static bool straight_line(const kir_block_t *b)
+{
+    for (int i = 0; i < b->count; i++) {
+        const kir_stmt_t *s = b->items[i];
+        if (s->kind == KIR_S_FOR || s->kind == KIR_S_RETURN ||
+            !straight_line(&s->body) || !straight_line(&s->else_body))
+            return false;
+    }
+    return true;
+}
+
 /* The loops, in a function of their own whose buffers are `noalias`
  * arguments (not inlined into the entry point: there they would become
  * loads from args, and the loop vectorizer cannot bound accesses through
@@ -446,9 +459,11 @@ static LLVMValueRef emit_loops(emitter_t *E, const char *symbol,
     LLVMValueRef more = LLVMBuildICmp(B, LLVMIntSLT, lane1,
                                       LLVMConstInt(i32, (unsigned)E->k->lanes, 0), "");
     LLVMValueRef back = LLVMBuildCondBr(B, more, lhead, gnext);
-    static const char loop[] = "llvm.loop";
-    LLVMSetMetadata(back, LLVMGetMDKindIDInContext(c, loop, sizeof loop - 1),
-                    vectorize_hint(E));
+    if (straight_line(&E->k->body)) {
+        static const char loop[] = "llvm.loop";
+        LLVMSetMetadata(back, LLVMGetMDKindIDInContext(c, loop, sizeof loop - 1),
+                        vectorize_hint(E));
+    }
     LLVMValueRef zero32 = LLVMConstInt(i32, 0, 0);
     LLVMBasicBlockRef lfrom[2] = {ghead, lhead};
     LLVMValueRef lvals[2] = {zero32, lane1};

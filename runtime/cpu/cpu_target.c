@@ -162,11 +162,21 @@ const char *w16_cpu_name(const w16_cpu_t *c) { return c->cpu_name; }
 const char *w16_cpu_features(const w16_cpu_t *c) { return c->features; }
 int w16_cpu_threads(const w16_cpu_t *c) { return w16_pool_threads(c->pool); }
 
+/* LLVM's warnings and remarks (e.g. a vectorization hint it could not
+ * follow) are not errors of ours and must not reach stderr; errors come
+ * back through the calls' own results. */
+static void quiet_diagnostics(LLVMDiagnosticInfoRef di, void *user)
+{
+    (void)di;
+    (void)user;
+}
+
 wna16_status_t w16_cpu_compile_object(w16_cpu_t *c, const kir_kernel_t *k,
                                       const char *symbol, void **obj,
                                       size_t *size, wna16_error_t *err)
 {
     LLVMContextRef lc = LLVMContextCreate();
+    LLVMContextSetDiagnosticHandler(lc, quiet_diagnostics, NULL);
     LLVMModuleRef m = LLVMModuleCreateWithNameInContext(k->name, lc);
     LLVMSetTarget(m, c->triple);
     LLVMTargetDataRef td = LLVMCreateTargetDataLayout(c->tm);
