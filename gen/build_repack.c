@@ -812,6 +812,32 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
     return st;
 }
 
+/* Blocks of at most this many codes are summed unrolled. */
+enum { MAX_UNROLLED_SUM = 256 };
+
+/* q - z of the code at (e, n, k) (block sums). */
+static const kir_expr_t *block_term(builder_t *B, const kir_expr_t *e,
+                                    const kir_expr_t *n, const kir_expr_t *kval)
+{
+    kir_kernel_t *k = B->k;
+    const w16_repack_request_t *req = B->req;
+    int64_t E = B->dv[W16_VAR_E], N = B->dv[W16_VAR_N], K = B->dv[W16_VAR_K];
+    lcoord_t at = {.n = 3};
+    at.c[0] = e; at.ext[0] = E;
+    at.c[1] = n; at.ext[1] = N;
+    at.c[2] = kval; at.ext[2] = K;
+    const kir_expr_t *q = src_value(B, W16_ROLE_QWEIGHT, &at);
+    int64_t gse = req->problem.GS > 0 ? req->problem.GS : K;
+    lcoord_t g = {.n = 3};
+    g.c[0] = e; g.ext[0] = E;
+    g.c[1] = w16_ir_floordiv(&B->L, kval, gse, (w16_range_t){0, K - 1});
+    g.ext[1] = K / gse;
+    g.c[2] = n; g.ext[2] = N;
+    const kir_expr_t *z = req->problem.zp ? src_value(B, W16_ROLE_QZEROS, &g)
+                                          : ik(B, INT64_C(1) << (req->problem.BITS - 1));
+    return q && z ? kir_bin(k, KIR_OP_SUB, q, z) : NULL;
+}
+
 wna16_status_t w16_build_repack_sums(wna16_context_t *ctx,
                                      const w16_repack_request_t *req,
                                      w16_repack_kernel_t *out,
@@ -834,42 +860,53 @@ wna16_status_t w16_build_repack_sums(wna16_context_t *ctx,
     }
     kir_kernel_t *k = B.k;
     int64_t E = B.dv[W16_VAR_E], N = B.dv[W16_VAR_N], K = B.dv[W16_VAR_K];
-    int64_t KB = K / bk, total = E * N * KB;
-    const kir_expr_t *flat = lane_index(&B, total);
-    w16_range_t rf = {0, total - 1};
-    const kir_expr_t *kb = bind_let(&B, "kb", w16_ir_floormod(&B.L, flat, KB, rf));
-    const kir_expr_t *n = bind_let(&B, "n", w16_ir_floormod(&B.L,
-        w16_ir_floordiv(&B.L, flat, KB, rf), N, (w16_range_t){0, total / KB}));
-    const kir_expr_t *e = bind_let(&B, "e", w16_ir_floordiv(&B.L, flat, KB * N, rf));
-    /* sum over the block of (q - z): a loop over k */
-    const kir_var_t *sum = kir_var(k, "sum", KIR_I64);
-    const kir_var_t *kk = kir_var(k, "kk", KIR_I64);
-    kir_let(k, B.body, sum, ik(&B, 0));
-    kir_stmt_t *loop = kir_for(k, B.body, kk, ik(&B, 0), ik(&B, bk), 1);
-    if (!loop) {
-        w16_repack_kernel_free(out);
-        return w16_err_nomem(err, "building the sums kernel");
+    int64_t KB = K / bk;
+    /* lanes run along n: neighbouring lanes read neighbouring source
+     * words of one row and write neighbouring sums */
+    int64_t S[3] = {E, KB, N};
+    map_lanes(&B, S, 3, req->lanes > 0 ? req->lanes : 256);
+    const kir_expr_t *e = B.idx[0], *kb = B.idx[1], *n = B.idx[2];
+    const kir_expr_t *sum = NULL;
+    if (bk <= MAX_UNROLLED_SUM) {
+        /* the block unrolled (a lane body without loops vectorizes; the
+         * codes of one source word share its load), summed pairwise */
+        const kir_expr_t *terms[MAX_UNROLLED_SUM];
+        for (int64_t t = 0; t < bk && !B.fail; t++)
+            terms[t] = block_term(&B, e, n, w16_ir_add(k, w16_ir_mul(k, kb, ik(&B, bk)),
+                                                       ik(&B, t)));
+        for (int64_t m = bk; m > 1 && !B.fail;) {
+            int64_t h = m / 2;
+            for (int64_t i = 0; i < h; i++) {
+                terms[i] = w16_ir_add(k, terms[2 * i], terms[2 * i + 1]);
+                if (m <= 16) /* the last levels get names */
+                    terms[i] = bind_let(&B, "sum", terms[i]);
+            }
+            if (m % 2)
+                terms[h] = terms[m - 1];
+            m = h + m % 2;
+        }
+        sum = B.fail ? NULL : terms[0];
+    } else {
+        /* a loop over the block */
+        const kir_var_t *acc = kir_var(k, "sum", KIR_I64);
+        const kir_var_t *kk = kir_var(k, "kk", KIR_I64);
+        kir_let(k, B.body, acc, ik(&B, 0));
+        kir_stmt_t *loop = kir_for(k, B.body, kk, ik(&B, 0), ik(&B, bk), 1);
+        if (!loop) {
+            w16_repack_kernel_free(out);
+            return w16_err_nomem(err, "building the sums kernel");
+        }
+        kir_block_t *outer = B.body;
+        B.body = &loop->body;
+        const kir_expr_t *kval = bind_let(&B, "k", w16_ir_add(k,
+            w16_ir_mul(k, kb, ik(&B, bk)), kir_ref(k, kk)));
+        kir_assign(k, B.body, acc, w16_ir_add(k, kir_ref(k, acc),
+                                              block_term(&B, e, n, kval)));
+        B.body = outer;
+        sum = kir_ref(k, acc);
     }
-    kir_block_t *outer = B.body;
-    B.body = &loop->body;
-    const kir_expr_t *kval = bind_let(&B, "k", w16_ir_add(k,
-        w16_ir_mul(k, kb, ik(&B, bk)), kir_ref(k, kk)));
-    lcoord_t at = {.n = 3};
-    at.c[0] = e; at.ext[0] = E;
-    at.c[1] = n; at.ext[1] = N;
-    at.c[2] = kval; at.ext[2] = K;
-    const kir_expr_t *q = src_value(&B, W16_ROLE_QWEIGHT, &at);
-    int64_t gse = req->problem.GS > 0 ? req->problem.GS : K;
-    lcoord_t g = {.n = 3};
-    g.c[0] = e; g.ext[0] = E;
-    g.c[1] = w16_ir_floordiv(&B.L, kval, gse, (w16_range_t){0, K - 1});
-    g.ext[1] = K / gse;
-    g.c[2] = n; g.ext[2] = N;
-    const kir_expr_t *z = req->problem.zp ? src_value(&B, W16_ROLE_QZEROS, &g)
-                                          : ik(&B, INT64_C(1) << (req->problem.BITS - 1));
-    kir_assign(k, B.body, sum, w16_ir_add(k, kir_ref(k, sum),
-                                          kir_bin(k, KIR_OP_SUB, q, z)));
-    B.body = outer;
+    if (!sum)
+        bfail(&B, "out of memory");
     /* store the int32 little-endian at the sums index */
     w16_lower_clear_vars(&B.L);
     w16_lower_bind(&B.L, W16_VAR_e, e, 0, E - 1);
@@ -884,12 +921,13 @@ wna16_status_t w16_build_repack_sums(wna16_context_t *ctx,
     }
     pos = bind_let(&B, "pos", pos);
     for (int byte = 0; byte < 4 && !B.fail; byte++) {
-        const kir_expr_t *v = kir_int_cast(k, KIR_I8,
-            kir_bin(k, KIR_OP_LSHR, kir_ref(k, sum), ik(&B, 8 * byte)), false);
-        if (!kir_store(k, B.body, B.dst, w16_ir_add(k, pos, ik(&B, byte)), v))
+        const kir_expr_t *v = kir_int_cast(k, KIR_I8, w16_ir_narrow32(&B.L,
+            kir_bin(k, KIR_OP_LSHR, sum, ik(&B, 8 * byte))), false);
+        if (!kir_store(k, B.body, B.dst,
+                       w16_ir_index32(&B.L, w16_ir_add(k, pos, ik(&B, byte))), v))
             bfail(&B, "ill-typed store");
     }
-    k->comment = "repack: block sums of (q - z), one lane per (e, n, block)";
+    k->comment = "repack: block sums of (q - z), one lane per (e, block, n)";
     if ((st = finish(&B, err)) != WNA16_OK)
         w16_repack_kernel_free(out);
     return st;
