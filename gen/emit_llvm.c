@@ -9,6 +9,7 @@
 #ifdef WNA16_HAVE_LLVM
 #include <llvm-c/Analysis.h>
 #include <llvm-c/DebugInfo.h>
+#include <llvm-c/IRReader.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ typedef struct emitter {
     LLVMValueRef *ctables; /* globals, by table index */
     LLVMValueRef group, lane, num_groups;
     LLVMTypeRef ptr;
+    LLVMMetadataRef access_group; /* the lanes' buffer accesses */
     const char *fail;
 } emitter_t;
 
@@ -119,6 +121,52 @@ static LLVMValueRef emit_convert(emitter_t *E, const kir_expr_t *e,
     }
 }
 
+/* Buffer accesses of the lanes join one access group, which the lane loop
+ * declares parallel: lanes are unordered by the IR's launch model (no lane
+ * reads what another writes), so the vectorizer needs no dependence or
+ * bounds checks between them, e.g. for stores through computed indices. */
+static LLVMValueRef in_group(emitter_t *E, LLVMValueRef access)
+{
+    static const char kind[] = "llvm.access.group";
+    if (E->access_group)
+        LLVMSetMetadata(access, LLVMGetMDKindIDInContext(E->c, kind, sizeof kind - 1),
+                        LLVMMetadataAsValue(E->c, E->access_group));
+    return access;
+}
+
+/* A new access group: a distinct metadata node without operands. The C
+ * API builds only uniqued nodes, so one is read from a line of IR (in the
+ * same context: metadata belongs to the context, not to the scratch
+ * module). NULL if that fails; the kernel is then only less optimized. */
+static LLVMMetadataRef new_access_group(LLVMContextRef c)
+{
+    static const char ir[] =
+        "define void @g(ptr %p) {\n"
+        "  %v = load i8, ptr %p, align 1, !llvm.access.group !0\n"
+        "  ret void\n"
+        "}\n"
+        "!0 = distinct !{}\n";
+    static const char kind[] = "llvm.access.group";
+    LLVMMemoryBufferRef mb = LLVMCreateMemoryBufferWithMemoryRangeCopy(
+        ir, sizeof ir - 1, "access_group");
+    LLVMModuleRef m = NULL;
+    char *msg = NULL;
+    if (LLVMParseIRInContext(c, mb, &m, &msg)) { /* takes mb */
+        LLVMDisposeMessage(msg);
+        return NULL;
+    }
+    LLVMMetadataRef node = NULL;
+    LLVMValueRef f = LLVMGetNamedFunction(m, "g");
+    LLVMValueRef load = f ? LLVMGetFirstInstruction(LLVMGetFirstBasicBlock(f)) : NULL;
+    LLVMValueRef md = load ? LLVMGetMetadata(load, LLVMGetMDKindIDInContext(
+                                                       c, kind, sizeof kind - 1))
+                           : NULL;
+    if (md)
+        node = LLVMValueAsMetadata(md);
+    LLVMDisposeModule(m);
+    return node;
+}
+
 static LLVMValueRef gep_load(emitter_t *E, LLVMTypeRef elem, LLVMValueRef base,
                              LLVMValueRef index)
 {
@@ -145,15 +193,17 @@ static LLVMValueRef emit_expr(emitter_t *E, const kir_expr_t *e)
     case KIR_OP_NUM_GROUPS: return E->num_groups;
     case KIR_OP_LOAD: {
         LLVMValueRef i = emit_expr(E, e->a);
-        return i ? gep_load(E, ltype(E, e->type), E->params[e->param->index], i)
+        return i ? in_group(E, gep_load(E, ltype(E, e->type),
+                                        E->params[e->param->index], i))
                  : NULL;
     }
     case KIR_OP_TLOAD: {
         LLVMValueRef s = emit_expr(E, e->a), i = emit_expr(E, e->b);
         if (!s || !i)
             return NULL;
-        LLVMValueRef base = gep_load(E, E->ptr, E->params[e->param->index], s);
-        return gep_load(E, ltype(E, e->type), base, i);
+        LLVMValueRef base = in_group(E, gep_load(E, E->ptr,
+                                                 E->params[e->param->index], s));
+        return in_group(E, gep_load(E, ltype(E, e->type), base, i));
     }
     case KIR_OP_CTLOAD: {
         LLVMValueRef i = emit_expr(E, e->a);
@@ -225,7 +275,7 @@ static void emit_stmt(emitter_t *E, const kir_stmt_t *s)
         LLVMValueRef p = LLVMBuildInBoundsGEP2(B, ltype(E, s->param->type),
                                                E->params[s->param->index], &i,
                                                1, "");
-        LLVMBuildStore(B, v, p);
+        in_group(E, LLVMBuildStore(B, v, p));
         return;
     }
     case KIR_S_SHARED_STORE:
@@ -302,10 +352,12 @@ static void add_attr(emitter_t *E, LLVMValueRef fn, const char *name)
                             LLVMCreateEnumAttribute(E->c, kind, 0));
 }
 
-/* The lane function: (args, group, lane, num_groups, buffers...). Buffers
- * and tables arrive as separate `noalias` arguments: after inlining LLVM
- * turns them into alias scopes, which is what lets the loop vectorizer see
- * that the destination store does not alias the source loads. */
+/* The lane function: (args, group, lane, num_groups, buffers...), inlined
+ * into the loop over lanes. The buffers are `noalias` arguments of the
+ * function holding the loops (emit_loops), not of this one: on an inlined
+ * callee they would become scope declarations inside the loop, which are
+ * memory operations outside the lanes' access group and would cancel the
+ * loop's parallel annotation. */
 static LLVMTypeRef lane_fn_type(emitter_t *E)
 {
     LLVMContextRef c = E->c;
@@ -337,13 +389,10 @@ static LLVMValueRef emit_lane_fn(emitter_t *E, const char *symbol)
     for (int i = 0; i < k->n_vars; i++)
         E->vars[i] = LLVMBuildAlloca(E->b, ltype(E, k->vars[i]->type),
                                      k->vars[i]->name);
-    unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
     for (int i = 0; i < k->n_params; i++) {
         const kir_param_t *p = k->params[i];
         if (p->kind != KIR_PARAM_SCALAR) {
             E->params[i] = LLVMGetParam(fn, (unsigned)(4 + i));
-            LLVMAddAttributeAtIndex(fn, (unsigned)(5 + i),
-                                    LLVMCreateEnumAttribute(c, noalias, 0));
             continue;
         }
         LLVMValueRef idx = LLVMConstInt(i64, (unsigned long long)i, 0);
@@ -384,11 +433,15 @@ static LLVMValueRef vectorize_hint(emitter_t *E)
                              LLVMValueAsMetadata(LLVMConstInt(i1, 1, 0))};
     LLVMMetadataRef w[2] = {LLVMMDStringInContext2(c, width, sizeof width - 1),
                             LLVMValueAsMetadata(LLVMConstInt(i32, VECTOR_LANES, 0))};
+    static const char par[] = "llvm.loop.parallel_accesses";
+    LLVMMetadataRef pa[2] = {LLVMMDStringInContext2(c, par, sizeof par - 1),
+                             E->access_group};
     /* a loop id refers to itself: build it around a placeholder */
     LLVMMetadataRef self = LLVMTemporaryMDNode(c, NULL, 0);
-    LLVMMetadataRef ops[3] = {self, LLVMMDNodeInContext2(c, on, 2),
-                              LLVMMDNodeInContext2(c, w, 2)};
-    LLVMMetadataRef id = LLVMMDNodeInContext2(c, ops, 3);
+    LLVMMetadataRef ops[4] = {self, LLVMMDNodeInContext2(c, on, 2),
+                              LLVMMDNodeInContext2(c, w, 2),
+                              E->access_group ? LLVMMDNodeInContext2(c, pa, 2) : NULL};
+    LLVMMetadataRef id = LLVMMDNodeInContext2(c, ops, E->access_group ? 4 : 3);
     LLVMMetadataReplaceAllUsesWith(self, id);
     return LLVMMetadataAsValue(c, id);
 }
@@ -543,6 +596,7 @@ wna16_status_t w16_emit_llvm(const kir_kernel_t *k, LLVMModuleRef m,
         }
         (void)i64;
         if (!E.fail) {
+            E.access_group = new_access_group(E.c);
             LLVMValueRef lane = emit_lane_fn(&E, symbol);
             if (!E.fail)
                 emit_entry(&E, symbol, emit_loops(&E, symbol, lane));

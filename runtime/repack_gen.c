@@ -213,7 +213,7 @@ typedef struct job {
  * what the builder generates changes the key by itself), plus the target
  * and the emitter's version (bump W16_CPU_EMITTER_VERSION when the CPU
  * lowering of the same IR changes). */
-#define W16_CPU_EMITTER_VERSION 6
+#define W16_CPU_EMITTER_VERSION 7
 
 static wna16_status_t kernel_key(job_t *J, const kir_kernel_t *k,
                                  w16_key_t *key, wna16_error_t *err)
