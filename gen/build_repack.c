@@ -629,6 +629,122 @@ static wna16_status_t finish(builder_t *B, wna16_error_t *err)
 
 /* Storage index (in words) of the lane: fills B->idx and returns the flat
  * word index the lane stores to. */
+/* Lanes down the columns instead: a workgroup is TA consecutive rows
+ * (dimension n-2) of one column (dimension n-1) of the word grid. */
+static const kir_expr_t *map_columns(builder_t *B, const int64_t *S, int n,
+                                     int64_t TA)
+{
+    kir_kernel_t *k = B->k;
+    int64_t cols = S[n - 1], rows = S[n - 2] / TA, total = 1;
+    for (int d = 0; d < n; d++)
+        total *= S[d];
+    k->lanes = (int)TA;
+    B->out->num_groups = total / TA;
+    B->L.num_groups = B->out->num_groups;
+    const kir_expr_t *g = kir_builtin(k, KIR_OP_GROUP_ID);
+    const kir_expr_t *lane = kir_int_cast(k, KIR_I64,
+                                          kir_builtin(k, KIR_OP_LANE_ID), false);
+    w16_range_t rg = {0, B->out->num_groups - 1};
+    const kir_expr_t *col = w16_ir_floormod(&B->L, g, cols, rg);
+    const kir_expr_t *gr = w16_ir_floordiv(&B->L, g, cols, rg);
+    w16_range_t rr = {0, rg.hi / cols};
+    const kir_expr_t *band = w16_ir_floormod(&B->L, gr, rows, rr);
+    const kir_expr_t *q = w16_ir_floordiv(&B->L, gr, rows, rr);
+    w16_range_t rq = {0, rr.hi / rows};
+    char name[8];
+    snprintf(name, sizeof name, "i%d", n - 1);
+    B->idx[n - 1] = bind_let(B, name, col);
+    snprintf(name, sizeof name, "i%d", n - 2);
+    B->idx[n - 2] = bind_let(B, name, w16_ir_add(k, w16_ir_mul(k, band, ik(B, TA)), lane));
+    int64_t stride = 1;
+    for (int d = n - 3; d >= 0; d--) {
+        snprintf(name, sizeof name, "i%d", d);
+        B->idx[d] = bind_let(B, name, w16_ir_floormod(&B->L,
+            w16_ir_floordiv(&B->L, q, stride, rq), S[d], (w16_range_t){0, rq.hi / stride}));
+        stride *= S[d];
+    }
+    /* (q * S[n-2] + i(n-2)) * S[n-1] + i(n-1) */
+    return w16_ir_add(k, w16_ir_mul(k, w16_ir_add(k, w16_ir_mul(k, q, ik(B, S[n - 2])),
+                                                  B->idx[n - 2]),
+                                    ik(B, S[n - 1])),
+                      B->idx[n - 1]);
+}
+
+/* The source element (flat, within its tensor *tensor) that slot 0 of the
+ * word at grid index w reads; -1 where the probe does not apply (padding,
+ * act-order, padded layouts). Numeric, through the specs' own maps: only
+ * the choice of lane direction depends on it. */
+static int64_t probe_source(builder_t *B, const int64_t *w, int n,
+                            int64_t *tensor)
+{
+    const w16_layout_t *dl = &B->dl;
+    const w16_repack_request_t *r = B->req;
+    w16_role_t role = dl->role == W16_ROLE_WEIGHT ? W16_ROLE_QWEIGHT : dl->role;
+    if (B->perm || !B->table[role] || B->dv[W16_VAR_IP] != r->problem.I ||
+        B->sv[W16_VAR_IP] != r->problem.I)
+        return -1;
+    int64_t idx[W16_MAX_STORE_DIMS], vars[W16_VAR_COUNT], c[W16_MAX_COORDS];
+    int64_t ext[W16_MAX_COORDS];
+    for (int d = 0; d < n; d++)
+        idx[d] = w[d] * (d == n - 1 ? B->wide : 1);
+    memcpy(vars, B->dv, sizeof vars);
+    w16_eval_error_t e;
+    if (!w16_layout_coord(dl, vars, idx, 0, c, &e))
+        return -1;
+    w16_var_t cv[W16_MAX_COORDS];
+    int nc = w16_role_coords(dl->role, cv);
+    w16_role_extent(dl->role, B->dv, ext);
+    *tensor = 0;
+    for (int i = 0; i < nc; i++) {
+        if (c[i] < 0 || c[i] >= ext[i])
+            return -1;
+        if (cv[i] == W16_VAR_e && !r->src->stacked) { /* a tensor per expert */
+            *tensor = c[i] * 2;
+            c[i] = 0;
+        }
+    }
+    for (int i = 0; i < nc; i++)
+        if (cv[i] == W16_VAR_n && !r->src->stacked && r->gemm == WNA16_GEMM_W13 &&
+            c[i] >= r->problem.I) { /* the up projection's tensor */
+            *tensor += 1;
+            c[i] -= r->problem.I;
+        }
+    int64_t index[W16_MAX_STORE_DIMS], bit, flat = 0;
+    memcpy(vars, B->sv, sizeof vars);
+    if (!w16_layout_locate(&B->sl[role], vars, c, index, &bit, &e))
+        return -1;
+    for (int d = 0; d < B->sl[role].ndim; d++)
+        flat = flat * B->sshape[role][d] + index[d];
+    return flat;
+}
+
+/* Whether the lanes should run down the columns of the destination: when
+ * along a row its words come from source elements a multiple of 4 KiB
+ * apart (the source rows of a transpose: every lane's load would fall in
+ * the same cache set) while down a column they come from neighbouring
+ * elements, and the destination rows are not themselves 4 KiB-aligned. */
+static bool lanes_down_columns(builder_t *B, const int64_t *S, int n)
+{
+    if (n < 2 || S[n - 1] < 32 || S[n - 2] < 16)
+        return false;
+    w16_role_t role = B->dl.role == W16_ROLE_WEIGHT ? W16_ROLE_QWEIGHT : B->dl.role;
+    int64_t w[W16_MAX_STORE_DIMS] = {0}, t0, t1, t2;
+    int64_t base = probe_source(B, w, n, &t0);
+    w[n - 1] = 16;
+    int64_t across = probe_source(B, w, n, &t1);
+    w[n - 1] = 0;
+    w[n - 2] = 1;
+    int64_t down = probe_source(B, w, n, &t2);
+    if (base < 0 || across < 0 || down < 0 || t0 != t1 || t0 != t2)
+        return false;
+    int64_t esz = (int64_t)wna16_dtype_size(B->req->src_dtype[role]);
+    int64_t along = (across - base) * esz / 16, step = (down - base) * esz;
+    int64_t row = S[n - 1] * (int64_t)wna16_dtype_size(B->req->dst_dtype) * B->wide;
+    along = along < 0 ? -along : along;
+    step = step < 0 ? -step : step;
+    return along >= 4096 && along % 4096 == 0 && step < 64 && row % 4096 != 0;
+}
+
 static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
                                    int max_lanes)
 {
@@ -636,6 +752,13 @@ static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
     int64_t total = 1;
     for (int d = 0; d < n; d++)
         total *= S[d];
+    if (total > 0 && lanes_down_columns(B, S, n)) {
+        int64_t ta = max_lanes;
+        while (ta > 1 && (S[n - 2] % ta || (ta & (ta - 1))))
+            ta--;
+        if (ta >= MIN_LANES)
+            return map_columns(B, S, n, ta);
+    }
     int best_j = -1;
     int64_t best_t = 0, best_l = 0, inner = 1;
     for (int j = n - 1; j >= 0 && inner <= max_lanes && total > 0; j--) {
