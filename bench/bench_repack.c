@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 static double now(void)
@@ -27,11 +28,22 @@ static double now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* CPU time of the process, all threads. */
+static double cpu_now(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
+
+enum { ROUNDS = 7 };
 
 static double median(double *v, int n)
 {
@@ -91,6 +103,19 @@ static void *pool_realloc(void *user, void *p, size_t old, size_t n)
     if (q)
         pool_free(user, p, old);
     return q;
+}
+
+/* The machine's load average: the figures are wall-clock times, and a
+ * machine shared with other work slows the two-thread repack more than
+ * the one-thread memcpy. */
+static void print_load(const char *when)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double l1 = 0;
+    if (f && fscanf(f, "%lf", &l1) == 1)
+        printf("  load average %s: %.2f\n", when, l1);
+    if (f)
+        fclose(f);
 }
 
 static size_t set_bytes(const wna16_tensor_set_t *s)
@@ -167,6 +192,7 @@ int main(int argc, char **argv)
     double mcc = median(t, 5);
     printf("  memcpy, 1 thread: warm %.2f ms (%.2f GB/s), cold %.2f ms (%.2f GB/s)\n",
            mc * 1e3, src_bytes / mc / 1e9, mcc * 1e3, src_bytes / mcc / 1e9);
+    print_load("at the start");
 
     /* A second context whose allocator recycles the output tensors. */
     pool_t pool = {.count = 0};
@@ -181,44 +207,69 @@ int main(int argc, char **argv)
 
     static const char *const dsts[] = {"triton", "xpu", "humming", "marlin", "cpu",
                                        "moe_wna16", "emulation"};
-    printf("  %-12s %9s %10s %10s  %9s %10s %10s  %s\n", "destination", "cold",
-           "GB/s(src)", "vs cold", "warm", "GB/s(src)", "vs warm",
+    int threads = w16_cpu_threads(cpu);
+    printf("  each round times a memcpy of the source bytes, then the repack;\n"
+           "  vs memcpy = median over %d rounds of memcpy time / repack time;\n"
+           "  cpu time = the same with CPU times, the repack's divided by its %d\n"
+           "  threads (what an unshared machine's wall clock would show)\n",
+           ROUNDS, threads);
+    printf("  %-12s %9s %10s %10s  %9s %10s %10s %9s  %s\n", "destination", "cold",
+           "GB/s(src)", "vs cold", "warm", "GB/s(src)", "vs warm", "cpu time",
            "first call (compile+run)");
     for (size_t d = 0; d < sizeof dsts / sizeof dsts[0]; d++) {
-        double m[2], first = 0;
+        double m[2], ratio[2], cratio[2], first = 0;
         bool ok = true;
         for (int w = 0; w < 2 && ok; w++) {
             wna16_context_t *c = w ? wctx : ctx;
             const wna16_spec_t *dst = wna16_spec_find(c, 0, dsts[d]);
-            for (int r = 0; r < 6; r++) {
+            double rt[ROUNDS], rr[ROUNDS], rc[ROUNDS];
+            for (int r = -1; r < ROUNDS; r++) {
+                /* the baseline, in the same conditions as the repack */
+                double t0 = now(), c0 = cpu_now();
+                char *cb = w ? b : malloc(src_bytes);
+                memcpy(cb, a, src_bytes);
+                double mt = now() - t0, mcpu = cpu_now() - c0;
+                if (!w)
+                    free(cb);
                 wna16_tensor_set_t *out;
                 wna16_tensor_set_create(c, &out, &err);
-                double t0 = now();
+                t0 = now();
+                c0 = cpu_now();
                 wna16_status_t st = wna16_repack_layer(c, w ? wgptq : gptq, src, "m",
                                                        E, H, I, &qd, dst,
                                                        WNA16_TARGET_CPU, out, &err);
-                double dt = now() - t0;
+                double dt = now() - t0, dcpu = cpu_now() - c0;
                 wna16_tensor_set_destroy(out);
                 if (st) {
                     printf("  %-12s %s\n", dsts[d], err.message);
                     ok = false;
                     break;
                 }
-                if (r == 0 && w == 0)
-                    first = dt;
-                else if (r > 0)
-                    t[r - 1] = dt;
+                if (r < 0) { /* compiles or loads the kernels */
+                    if (!w)
+                        first = dt;
+                    continue;
+                }
+                rt[r] = dt;
+                rr[r] = mt / dt;
+                /* the wall time an unshared machine would give: the
+                 * repack's CPU time spread over the pool's threads */
+                rc[r] = mcpu / (dcpu / threads);
             }
-            m[w] = median(t, 5);
+            m[w] = median(rt, ROUNDS);
+            ratio[w] = median(rr, ROUNDS);
+            cratio[w] = median(rc, ROUNDS);
         }
         if (ok)
-            printf("  %-12s %6.2f ms %10.2f %9.0f%%  %6.2f ms %10.2f %9.0f%%  %.1f ms\n",
-                   dsts[d], m[0] * 1e3, src_bytes / m[0] / 1e9, 100 * mcc / m[0],
-                   m[1] * 1e3, src_bytes / m[1] / 1e9, 100 * mc / m[1], first * 1e3);
+            printf("  %-12s %6.2f ms %10.2f %9.0f%%  %6.2f ms %10.2f %9.0f%% %9.0f%%  %.1f ms\n",
+                   dsts[d], m[0] * 1e3, src_bytes / m[0] / 1e9, 100 * ratio[0],
+                   m[1] * 1e3, src_bytes / m[1] / 1e9, 100 * ratio[1],
+                   100 * cratio[1], first * 1e3);
     }
     wna16_context_destroy(wctx);
     for (int i = 0; i < pool.count; i++)
         free(pool.p[i]);
+    print_load("after the repacks");
     printf("  (first call: the kernels come from the cache directory if an "
            "earlier run left them there, else they are compiled)\n");
 
