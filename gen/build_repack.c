@@ -13,7 +13,11 @@
  *
  * Coordinates of padding slots are replaced by 0 before the source is
  * addressed (a select), so no lane ever reads out of bounds, and the
- * interval analysis of lower_expr.c knows every coordinate's range.
+ * interval analysis of lower_expr.c knows every coordinate's range. Where
+ * a workgroup has no padding (known per workgroup, not per lane), a second
+ * copy of the body uses the coordinates as they are, which lets the slots
+ * of a word share their source words; the CPU emitter's LLVM pipeline
+ * hoists the choice out of the loop over lanes.
  */
 #include "gen/build_repack.h"
 #include "gen/lower_expr.h"

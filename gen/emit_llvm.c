@@ -2,7 +2,15 @@
  * emit_llvm.c - kernel IR to LLVM IR (see emit_llvm.h). A straight
  * recursive lowering: variables are allocas in the lane function's entry
  * block (mem2reg makes them SSA), structured statements become blocks, and
- * the lane function is always-inlined into the workgroup loop.
+ * the lane function is always-inlined into the loop over lanes:
+ *
+ *   NAME(args, g0, g1, ng)           reads the buffers from args
+ *     NAME.groups(..., bufs noalias) for g: for lane: NAME.lane(...)
+ *
+ * The loop over lanes asks to be vectorized (16 lanes) and is declared
+ * parallel: the lanes' buffer accesses form one access group, since the
+ * IR's lanes are unordered. Those are facts of the launch model that
+ * LLVM's own analyses cannot see (see emit_loops).
  */
 #include "gen/emit_llvm.h"
 

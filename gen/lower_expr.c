@@ -2,7 +2,10 @@
  * lower_expr.c - spec expressions to kernel IR (see lower_expr.h). Every
  * node is lowered together with its value range; the ranges only ever pick
  * a cheaper but equivalent form, so a wrong range could cost speed but the
- * forms chosen are exact for every value inside it.
+ * forms chosen are exact for every value inside it. The IR helpers add
+ * facts derived from the IR itself (ranges and alignments, through
+ * let-bound variables), aligned splits of sums, and 32-bit narrowing;
+ * tests/gen/test_lower_expr.c checks them against plain arithmetic.
  */
 #include "gen/lower_expr.h"
 
