@@ -8,6 +8,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "gen/build_repack.h"
+#include "gen/emit_llvm.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/cuda_xfer.h"
@@ -216,9 +217,7 @@ typedef struct job {
 
 /* The identity of a compiled kernel: its IR, printed (so any change in
  * what the builder generates changes the key by itself), plus the target
- * and the emitter's version (bump W16_CPU_EMITTER_VERSION when the CPU
- * lowering of the same IR changes). */
-#define W16_CPU_EMITTER_VERSION 3
+ * and the LLVM emitter's version (gen/emit_llvm.h). */
 
 static wna16_status_t kernel_key(job_t *J, const kir_kernel_t *k,
                                  w16_key_t *key, wna16_error_t *err)
@@ -234,7 +233,7 @@ static wna16_status_t kernel_key(job_t *J, const kir_kernel_t *k,
     w16_keyer_init(&kr);
     w16_keyer_str(&kr, "wna16 kernel");
     w16_keyer_str(&kr, WNA16_VERSION_STRING);
-    w16_keyer_u64(&kr, W16_CPU_EMITTER_VERSION);
+    w16_keyer_u64(&kr, W16_LLVM_EMITTER_VERSION);
     w16_cpu_key(&kr, J->cpu);
     w16_keyer_bytes(&kr, b.data, b.len);
     *key = w16_keyer_done(&kr);
@@ -380,6 +379,8 @@ static wna16_status_t gpu_close(job_t *J, wna16_status_t st,
         return st;
     if (st == WNA16_OK)
         st = gpu_finish_pending(J, err);
+    else if (G->pending) /* not copied back: never hand out unwritten memory */
+        memset(G->pending->data, 0, G->pending->nbytes);
     if (st == WNA16_OK)
         wna16_log(J->ctx, WNA16_LOG_INFO, "repack %s on %s: %d kernels; host "
                   "time: build and look up %.1f ms, uploads %.1f ms (%.1f MB), "
@@ -539,10 +540,11 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
         snprintf(leaf, sizeof leaf, "%s_%s", g == WNA16_GEMM_W13 ? "w13" : "w2",
                  l->name);
         join(name, sizeof name, J->prefix, leaf);
-        wna16_tensor_t *t;
+        wna16_tensor_t *t = NULL;
+        /* every word is written by the kernel: no zero fill */
         double t_out = ms_now();
-        st = wna16_tensor_set_add_new(J->out, name, req.dst_dtype, l->ndim,
-                                      shape, &t, err);
+        st = w16_tensor_set_add_uninit(J->out, name, req.dst_dtype, l->ndim,
+                                       shape, &t, err);
         J->gpu.t_out += ms_now() - t_out;
         if (st == WNA16_OK && t->nbytes == 0)
             continue; /* an empty tensor, e.g. g_idx without act-order */
@@ -559,8 +561,11 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
             w16_cuda_stream_sync(J->gpu.cuda, J->gpu.run, NULL);
             w16_cuda_free(J->gpu.cuda, ddst);
         }
-        if (st != WNA16_OK)
+        if (st != WNA16_OK) {
+            if (t && t->data) /* never hand out unwritten memory */
+                memset(t->data, 0, t->nbytes);
             return st;
+        }
     }
     return WNA16_OK;
 }
