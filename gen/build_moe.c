@@ -536,8 +536,8 @@ static const kir_expr_t *tile_channel(mb_t *B, int64_t extent,
     B->out->tiles = tiles;
     const kir_expr_t *gid = let(B, "gid", kir_builtin(k, KIR_OP_GROUP_ID));
     w16_range_t rg = {0, INT64_MAX / 2};
-    *major = let(B, "major", w16_ir_floordiv(k, gid, tiles, rg));
-    const kir_expr_t *tile = w16_ir_floormod(k, gid, tiles, rg);
+    *major = let(B, "major", w16_ir_floordiv(&B->L, gid, tiles, rg));
+    const kir_expr_t *tile = w16_ir_floormod(&B->L, gid, tiles, rg);
     const kir_expr_t *ch = let(B, "ch", w16_ir_add(k,
         w16_ir_mul(k, tile, ik(B, k->lanes)),
         kir_int_cast(k, KIR_I64, kir_builtin(k, KIR_OP_LANE_ID), false)));
@@ -634,9 +634,9 @@ static const kir_expr_t *slot_major(mb_t *B, const kir_expr_t *k, int S,
     if (S == 1)
         return k;
     w16_range_t rk = {0, KL - 1};
-    return w16_ir_add(B->k, w16_ir_mul(B->k, w16_ir_floormod(B->k, k, S, rk),
+    return w16_ir_add(B->k, w16_ir_mul(B->k, w16_ir_floormod(&B->L, k, S, rk),
                                        ik(B, KL / S)),
-                      w16_ir_floordiv(B->k, k, S, rk));
+                      w16_ir_floordiv(&B->L, k, S, rk));
 }
 
 /* Does the router weight scale the input (x = R(x * R(w)))? */
@@ -671,7 +671,7 @@ static void build_input(mb_t *B)
      * token's hidden row */
     const kir_expr_t *src = row;
     if (on_input && !r->batched)
-        src = w16_ir_floordiv(k, row, r->topk, (w16_range_t){0, INT64_MAX / 2});
+        src = w16_ir_floordiv(&B->L, row, r->topk, (w16_range_t){0, INT64_MAX / 2});
     const kir_expr_t *in = let(B, "in", w16_ir_mul(k, src, ik(B, H)));
     const kir_expr_t *at = let(B, "at", w16_ir_mul(k, row, ik(B, H)));
     const kir_expr_t *w = on_input
@@ -733,7 +733,7 @@ static void k_loop(mb_t *B, int g, const coord_t *e, const lane_rows_t *lr,
     char tag[16];
     for (int j = 0; shared && j < rows; j++) {
         snprintf(tag, sizeof tag, "r%d", j);
-        q[j] = group_at(B, g, e, &lr->n[j], w16_ir_floordiv(k, k0, GSE, rk), tag);
+        q[j] = group_at(B, g, e, &lr->n[j], w16_ir_floordiv(&B->L, k0, GSE, rk), tag);
     }
     for (int sl = 0; sl < S && !B->fail; sl++) {
         const kir_expr_t *kk = w16_ir_add(k, k0, ik(B, sl));
@@ -742,7 +742,7 @@ static void k_loop(mb_t *B, int g, const coord_t *e, const lane_rows_t *lr,
             snprintf(tag, sizeof tag, "r%d", j);
             if (!shared)
                 q[j] = group_at(B, g, e, &lr->n[j],
-                                w16_ir_floordiv(k, kk, GSE, rk), tag);
+                                w16_ir_floordiv(&B->L, kk, GSE, rk), tag);
             char name[24];
             snprintf(name, sizeof name, "w%d_%d", sl, j);
             w[j] = let(B, name, weight(B, g, e, &lr->n[j], kk, q[j]));

@@ -1,18 +1,23 @@
 /*
  * build_repack.c - the repack kernel builder (see build_repack.h).
  *
- *   lane -> flat destination element -> storage index i0..i(d-1)
- *     for each code slot (unrolled):
+ *   group, lane -> destination word (see "lanes and words") -> storage
+ *   index i0..i(d-1) of each element of the word
+ *     for each element of the word and each code slot (unrolled):
  *       dst inverse map  -> padded logical coordinates, valid?
  *       undo padding     -> logical coordinates of the layer
  *       source forward   -> table slot (expert, projection), element, bit
  *       load, extract, decode (source), encode (destination)
  *     or the whole element for float roles, with format conversion
- *   store the element
+ *   store the word
  *
  * Coordinates of padding slots are replaced by 0 before the source is
  * addressed (a select), so no lane ever reads out of bounds, and the
- * interval analysis of lower_expr.c knows every coordinate's range.
+ * interval analysis of lower_expr.c knows every coordinate's range. Where
+ * a workgroup has no padding (known per workgroup, not per lane), a second
+ * copy of the body uses the coordinates as they are, which lets the slots
+ * of a word share their source words; the CPU emitter's LLVM pipeline
+ * hoists the choice out of the loop over lanes.
  */
 #include "gen/build_repack.h"
 #include "gen/lower_expr.h"
@@ -39,6 +44,8 @@ typedef struct builder {
     w16_scale_xform_t dsx, ssx;
     const kir_param_t *smax;
     const kir_expr_t *idx[W16_MAX_STORE_DIMS]; /* storage index of the lane */
+    int wide; /* destination elements per word (one store of a lane) */
+    int pos;  /* element * slots + slot within the word, for names */
     w16_lower_t L;
     wna16_error_t *err;
     const char *fail;
@@ -46,9 +53,9 @@ typedef struct builder {
 
 static const char *gemm_name(wna16_gemm_t g) { return g == WNA16_GEMM_W13 ? "w13" : "w2"; }
 
-static kir_type_t int_type_of(wna16_dtype_t d)
+static kir_type_t int_type_bytes(size_t bytes)
 {
-    switch (wna16_dtype_size(d)) {
+    switch (bytes) {
     case 1: return KIR_I8;
     case 2: return KIR_I16;
     case 4: return KIR_I32;
@@ -67,6 +74,7 @@ static const char *float_tag(wna16_dtype_t d)
     default: return "";
     }
 }
+static kir_type_t int_type_of(wna16_dtype_t d) { return int_type_bytes(wna16_dtype_size(d)); }
 
 void w16_repack_kernel_name(char *out, size_t n, const w16_repack_request_t *r)
 {
@@ -184,12 +192,8 @@ static const kir_expr_t *bind_let(builder_t *B, const char *name,
 {
     if (!e)
         return NULL;
-    if (e->op == KIR_OP_CONST || e->op == KIR_OP_VAR)
-        return e;
-    const kir_var_t *v = kir_var(B->k, name, e->type);
-    if (!kir_let(B->k, B->body, v, e))
-        return bfail(B, "out of memory");
-    return kir_ref(B->k, v);
+    const kir_expr_t *r = w16_lower_let(&B->L, B->body, name, e);
+    return r ? r : bfail(B, "out of memory");
 }
 
 /* ---- the source side ----------------------------------------------------- */
@@ -221,7 +225,8 @@ static const kir_expr_t *permuted_k(builder_t *B, const lcoord_t *at,
     kir_kernel_t *kk = B->k;
     const kir_expr_t *idx = w16_ir_add(kk, w16_ir_mul(kk, at->c[0],
                                                       ik(B, B->dv[W16_VAR_K])), k);
-    return kir_int_cast(kk, KIR_I64, kir_load(kk, B->perm, idx), false);
+    return kir_int_cast(kk, KIR_I64, kir_load(kk, B->perm, w16_ir_index32(&B->L, idx)),
+                        false);
 }
 
 /* What z reads for the code at `at` (e, n, k): the zero point of its group
@@ -238,7 +243,7 @@ static const kir_expr_t *code_zero(builder_t *B, const lcoord_t *at)
     lcoord_t g = {.n = 3};
     g.c[0] = at->c[0];
     g.ext[0] = at->ext[0];
-    g.c[1] = gs > 0 ? w16_ir_floordiv(B->k, at->c[2], gs,
+    g.c[1] = gs > 0 ? w16_ir_floordiv(&B->L, at->c[2], gs,
                                       (w16_range_t){0, at->ext[2] - 1})
                     : ik(B, 0);
     g.ext[1] = gs > 0 ? (at->ext[2] + gs - 1) / gs : 1;
@@ -286,17 +291,22 @@ static const kir_expr_t *src_value_raw(builder_t *B, w16_role_t role,
              * multiple of IP; w2's padding is at the end of K */
             int64_t I = r->problem.I, IP = B->sv[W16_VAR_IP];
             w16_range_t rc = {0, ext - 1};
-            c = w16_ir_add(k, w16_ir_mul(k, w16_ir_floordiv(k, c, I, rc), ik(B, IP)),
-                           w16_ir_floormod(k, c, I, rc));
+            c = w16_ir_add(k, w16_ir_mul(k, w16_ir_floordiv(&B->L, c, I, rc), ik(B, IP)),
+                           w16_ir_floormod(&B->L, c, I, rc));
             ext = 2 * IP;
         }
         if (cv[i] == W16_VAR_n && per_expert && r->gemm == WNA16_GEMM_W13) {
             /* gate holds n in [0, I), up holds [I, 2I) */
             int64_t I = r->problem.I;
-            const kir_expr_t *up = kir_int_cast(k, KIR_I64,
-                kir_bin(k, KIR_OP_SLE, ik(B, I), c), false);
+            w16_range_t rc = {0, ext - 1};
+            const kir_expr_t *up = w16_ir_floordiv(&B->L, c, I, rc);
+            const kir_expr_t *within = w16_ir_floormod(&B->L, c, I, rc);
+            if (within->op == KIR_OP_UREM) { /* no cheaper form: compare */
+                up = kir_int_cast(k, KIR_I64, w16_ir_ge(&B->L, c, I), false);
+                within = kir_bin(k, KIR_OP_SUB, c, w16_ir_mul(k, up, ik(B, I)));
+            }
             slot = w16_ir_add(k, w16_ir_mul(k, slot, ik(B, 2)), up);
-            c = kir_bin(k, KIR_OP_SUB, c, w16_ir_mul(k, up, ik(B, I)));
+            c = within;
             ext = I;
         }
         w16_lower_bind(&B->L, cv[i], c, 0, ext - 1);
@@ -309,7 +319,8 @@ static const kir_expr_t *src_value_raw(builder_t *B, w16_role_t role,
             return NULL;
         flat = w16_ir_add(k, w16_ir_mul(k, flat, ik(B, B->sshape[role][d])), ix);
     }
-    const kir_expr_t *elem = kir_tload(k, B->table[role], slot, flat);
+    const kir_expr_t *elem = kir_tload(k, B->table[role], w16_ir_index32(&B->L, slot),
+                                       w16_ir_index32(&B->L, flat));
     const kir_expr_t *v = kir_int_cast(k, KIR_I64, elem, false);
     if (role != W16_ROLE_QWEIGHT && role != W16_ROLE_QZEROS)
         return v;
@@ -475,7 +486,8 @@ static const kir_expr_t *scale_bits(builder_t *B, wna16_dtype_t sd,
 
 /* Coordinates (role order) of the destination slot: inverse map with the
  * storage index bound, then validity and padding removal. Fills `at` with
- * clamped logical coordinates; returns the i1 "this slot holds a value". */
+ * the logical coordinates (meaningful only where the slot holds a value:
+ * see clamp_slot); returns the i1 "this slot holds a value". */
 static const kir_expr_t *dst_slot(builder_t *B, int slot, lcoord_t *at)
 {
     kir_kernel_t *k = B->k;
@@ -499,44 +511,51 @@ static const kir_expr_t *dst_slot(builder_t *B, int slot, lcoord_t *at)
         if (!c)
             return NULL;
         char name[16];
-        snprintf(name, sizeof name, "c%d_%s", slot, w16_var_name(cv[i]));
+        snprintf(name, sizeof name, "c%d_%s", B->pos, w16_var_name(cv[i]));
         c = bind_let(B, name, c);
-        valid = kir_bin(k, KIR_OP_AND, valid,
-                        w16_ir_in_range(k, c, rc, 0, ext[i]));
+        valid = w16_ir_and1(k, valid, w16_ir_in_range(&B->L, c, rc, 0, ext[i]));
+        /* where the slot holds a value, c is in range */
+        c = w16_ir_assume_in_range(&B->L, c, 0, ext[i]);
         int64_t logical_ext = ext[i];
         /* Undo the intermediate padding (zero-filled places). */
         if (IP != I) {
             w16_range_t cr = {rc.lo < 0 ? 0 : rc.lo,
                               rc.hi >= ext[i] ? ext[i] - 1 : rc.hi};
             if (cv[i] == W16_VAR_n && r->gemm == WNA16_GEMM_W13) {
-                const kir_expr_t *shard = w16_ir_floordiv(k, c, IP, cr);
-                const kir_expr_t *within = w16_ir_floormod(k, c, IP, cr);
-                valid = kir_bin(k, KIR_OP_AND, valid,
-                                kir_bin(k, KIR_OP_SLT, within, ik(B, I)));
+                const kir_expr_t *shard = w16_ir_floordiv(&B->L, c, IP, cr);
+                const kir_expr_t *within = w16_ir_floormod(&B->L, c, IP, cr);
+                valid = w16_ir_and1(k, valid, kir_bin(k, KIR_OP_SLT, within, ik(B, I)));
                 c = w16_ir_add(k, w16_ir_mul(k, shard, ik(B, I)), within);
                 logical_ext = 2 * I;
             } else if (cv[i] == W16_VAR_k && r->gemm == WNA16_GEMM_W2) {
-                valid = kir_bin(k, KIR_OP_AND, valid,
-                                kir_bin(k, KIR_OP_SLT, c, ik(B, I)));
+                valid = w16_ir_and1(k, valid, kir_bin(k, KIR_OP_SLT, c, ik(B, I)));
                 logical_ext = I;
             } else if (cv[i] == W16_VAR_g && r->gemm == WNA16_GEMM_W2 &&
                        r->problem.GS > 0) {
                 int64_t G = I / r->problem.GS;
-                valid = kir_bin(k, KIR_OP_AND, valid,
-                                kir_bin(k, KIR_OP_SLT, c, ik(B, G)));
+                valid = w16_ir_and1(k, valid, kir_bin(k, KIR_OP_SLT, c, ik(B, G)));
                 logical_ext = G;
             }
         }
         at->c[i] = c;
         at->ext[i] = logical_ext;
     }
-    valid = bind_let(B, "valid", valid);
-    for (int i = 0; i < nc; i++) {
+    return bind_let(B, "valid", valid);
+}
+
+/* Coordinates of a slot that may be padding replaced by 0 there, so the
+ * source is never addressed out of bounds. */
+static void clamp_slot(builder_t *B, const kir_expr_t *valid, lcoord_t *at)
+{
+    if (valid->op == KIR_OP_CONST && valid->ival)
+        return;
+    w16_var_t cv[W16_MAX_COORDS];
+    w16_role_coords(B->dl.role, cv);
+    for (int i = 0; i < at->n; i++) {
         char name[16];
-        snprintf(name, sizeof name, "s%d_%s", slot, w16_var_name(cv[i]));
-        at->c[i] = bind_let(B, name, kir_select(k, valid, at->c[i], ik(B, 0)));
+        snprintf(name, sizeof name, "s%d_%s", B->pos, w16_var_name(cv[i]));
+        at->c[i] = bind_let(B, name, w16_ir_select(B->k, valid, at->c[i], ik(B, 0)));
     }
-    return valid;
 }
 
 /* The value a code slot holds: source code, or implicit zero. i64. Sets
@@ -566,7 +585,7 @@ static const kir_expr_t *dequant_bits(builder_t *B, const lcoord_t *at)
     lcoord_t g = {.n = 3};
     g.c[0] = at->c[0];
     g.ext[0] = at->ext[0];
-    g.c[1] = w16_ir_floordiv(k, at->c[2], gse, (w16_range_t){0, at->ext[2] - 1});
+    g.c[1] = w16_ir_floordiv(&B->L, at->c[2], gse, (w16_range_t){0, at->ext[2] - 1});
     g.ext[1] = (at->ext[2] + gse - 1) / gse;
     g.c[2] = at->c[1];
     g.ext[2] = at->ext[1];
@@ -584,15 +603,14 @@ static const kir_expr_t *dequant_bits(builder_t *B, const lcoord_t *at)
     return f32_to_bits(B, r->dst_dtype, kir_bin(k, KIR_OP_FMUL, qz, s));
 }
 
-/* The raw bits (i64) one slot contributes, before masking and shifting. */
-static const kir_expr_t *slot_bits(builder_t *B, int slot)
+/* The raw bits (i64) one slot contributes, before masking and shifting:
+ * its value where `valid`, else 0. */
+static const kir_expr_t *slot_bits(builder_t *B, const kir_expr_t *valid,
+                                   lcoord_t at)
 {
     kir_kernel_t *k = B->k;
     const w16_repack_request_t *r = B->req;
-    lcoord_t at;
-    const kir_expr_t *valid = dst_slot(B, slot, &at);
-    if (!valid)
-        return NULL;
+    clamp_slot(B, valid, &at);
     const kir_expr_t *v = NULL;
     switch (B->dl.role) {
     case W16_ROLE_QWEIGHT:
@@ -605,13 +623,9 @@ static const kir_expr_t *slot_bits(builder_t *B, int slot)
                 w16_expr_uses(B->dl.encode, W16_VAR_z) &&
                 !(z = code_zero(B, &at)))
                 return NULL;
-            char name[16];
-            snprintf(name, sizeof name, "code%d", slot);
-            v = bind_let(B, name, v); /* the transform may read c twice */
-            if (z) {
-                snprintf(name, sizeof name, "zero%d", slot);
-                z = bind_let(B, name, z);
-            }
+            v = bind_let(B, "code", v); /* the transform may read c twice */
+            if (z)
+                z = bind_let(B, "zero", z);
             w16_lower_clear_vars(&B->L);
             w16_lower_bind(&B->L, W16_VAR_c, v, 0,
                            (INT64_C(1) << r->problem.BITS) - 1);
@@ -647,7 +661,7 @@ static const kir_expr_t *slot_bits(builder_t *B, int slot)
             v = src_value(B, W16_ROLE_G_IDX, &at);
         else /* k / group size */
             v = r->problem.GS > 0
-                    ? w16_ir_floordiv(k, at.c[1], r->problem.GS,
+                    ? w16_ir_floordiv(&B->L, at.c[1], r->problem.GS,
                                       (w16_range_t){0, at.ext[1] - 1})
                     : ik(B, 0);
         break;
@@ -664,10 +678,42 @@ static const kir_expr_t *slot_bits(builder_t *B, int slot)
     }
     if (!v)
         return NULL;
-    return kir_select(k, valid, v, ik(B, 0));
+    return w16_ir_select(k, valid, v, ik(B, 0));
 }
 
 /* ---- the kernel ---------------------------------------------------------- */
+
+/* ---- lanes and words ------------------------------------------------------
+ *
+ * A lane writes one destination word: `wide` consecutive elements of the
+ * last dimension (4 bytes for byte and half-word layouts), so narrow
+ * layouts cost one store per word and the codes a word takes from one
+ * source word are extracted from one load.
+ *
+ * Lanes run along the trailing dimensions of the word grid [S0 .. Sn-1]: a
+ * workgroup is t consecutive values of dimension j times all of the
+ * dimensions after it (L = t * Sj+1 * ... * Sn-1 lanes, t dividing Sj), so
+ * the word a lane writes is group * L + lane, no lane is ever past the end,
+ * and every index but the lane's part of the trailing ones depends on the
+ * group alone (the CPU emitter hoists it out of the loop over lanes):
+ *
+ *   q  = group / (Sj / t)                    dims 0 .. j-1 from q
+ *   ij = (group % (Sj / t)) * t + lane / P   P = Sj+1 * ... * Sn-1
+ *   id = (lane / (Sd+1 * ... * Sn-1)) % Sd   d > j
+ *
+ * Shapes with no such tiling of at least MIN_LANES lanes (a large prime
+ * last dimension) fall back to a plain flat index with a bounds check.
+ */
+enum { MIN_LANES = 32 };
+
+static int word_elems(const w16_repack_kernel_t *out, wna16_dtype_t dt)
+{
+    int es = (int)wna16_dtype_size(dt);
+    int w = es >= 4 ? 1 : 4 / es;
+    while (w > 1 && out->shape[out->ndim - 1] % w)
+        w /= 2;
+    return w;
+}
 
 static wna16_status_t setup(builder_t *B, wna16_context_t *ctx,
                             const w16_repack_request_t *req,
@@ -727,7 +773,8 @@ static wna16_status_t setup(builder_t *B, wna16_context_t *ctx,
     out->table_slots = out->per_expert_source
                            ? (int)req->problem.E * (req->gemm == WNA16_GEMM_W13 ? 2 : 1)
                            : 1;
-    kir_type_t dt = int_type_of(req->dst_dtype);
+    B->wide = sums ? 1 : word_elems(out, req->dst_dtype);
+    kir_type_t dt = int_type_bytes(wna16_dtype_size(req->dst_dtype) * (size_t)B->wide);
     B->dst = kir_param(B->k, "dst", KIR_PARAM_BUFFER, dt, true);
     for (int r = 0; r < W16_ROLE_COUNT; r++) {
         if (!req->src_dtype[r])
@@ -790,6 +837,249 @@ static wna16_status_t finish(builder_t *B, wna16_error_t *err)
     return kir_verify(B->k, err);
 }
 
+/* Storage index (in words) of the lane: fills B->idx and returns the flat
+ * word index the lane stores to. */
+/* Lanes down the columns instead: a workgroup is TA consecutive rows
+ * (dimension n-2) of one column (dimension n-1) of the word grid. */
+static const kir_expr_t *map_columns(builder_t *B, const int64_t *S, int n,
+                                     int64_t TA)
+{
+    kir_kernel_t *k = B->k;
+    int64_t cols = S[n - 1], rows = S[n - 2] / TA, total = 1;
+    for (int d = 0; d < n; d++)
+        total *= S[d];
+    k->lanes = (int)TA;
+    B->out->num_groups = total / TA;
+    B->L.num_groups = B->out->num_groups;
+    const kir_expr_t *g = kir_builtin(k, KIR_OP_GROUP_ID);
+    const kir_expr_t *lane = kir_int_cast(k, KIR_I64,
+                                          kir_builtin(k, KIR_OP_LANE_ID), false);
+    w16_range_t rg = {0, B->out->num_groups - 1};
+    const kir_expr_t *col = w16_ir_floormod(&B->L, g, cols, rg);
+    const kir_expr_t *gr = w16_ir_floordiv(&B->L, g, cols, rg);
+    w16_range_t rr = {0, rg.hi / cols};
+    const kir_expr_t *band = w16_ir_floormod(&B->L, gr, rows, rr);
+    const kir_expr_t *q = w16_ir_floordiv(&B->L, gr, rows, rr);
+    w16_range_t rq = {0, rr.hi / rows};
+    char name[8];
+    snprintf(name, sizeof name, "i%d", n - 1);
+    B->idx[n - 1] = bind_let(B, name, col);
+    snprintf(name, sizeof name, "i%d", n - 2);
+    B->idx[n - 2] = bind_let(B, name, w16_ir_add(k, w16_ir_mul(k, band, ik(B, TA)), lane));
+    int64_t stride = 1;
+    for (int d = n - 3; d >= 0; d--) {
+        snprintf(name, sizeof name, "i%d", d);
+        B->idx[d] = bind_let(B, name, w16_ir_floormod(&B->L,
+            w16_ir_floordiv(&B->L, q, stride, rq), S[d], (w16_range_t){0, rq.hi / stride}));
+        stride *= S[d];
+    }
+    /* (q * S[n-2] + i(n-2)) * S[n-1] + i(n-1) */
+    return w16_ir_add(k, w16_ir_mul(k, w16_ir_add(k, w16_ir_mul(k, q, ik(B, S[n - 2])),
+                                                  B->idx[n - 2]),
+                                    ik(B, S[n - 1])),
+                      B->idx[n - 1]);
+}
+
+/* The source element (flat, within its tensor *tensor) that slot 0 of the
+ * word at grid index w reads; -1 where the probe does not apply (padding,
+ * act-order, padded layouts). Numeric, through the specs' own maps: only
+ * the choice of lane direction depends on it. */
+static int64_t probe_source(builder_t *B, const int64_t *w, int n,
+                            int64_t *tensor)
+{
+    const w16_layout_t *dl = &B->dl;
+    const w16_repack_request_t *r = B->req;
+    w16_role_t role = dl->role == W16_ROLE_WEIGHT ? W16_ROLE_QWEIGHT : dl->role;
+    if (B->perm || !B->table[role] || B->dv[W16_VAR_IP] != r->problem.I ||
+        B->sv[W16_VAR_IP] != r->problem.I)
+        return -1;
+    int64_t idx[W16_MAX_STORE_DIMS], vars[W16_VAR_COUNT], c[W16_MAX_COORDS];
+    int64_t ext[W16_MAX_COORDS];
+    for (int d = 0; d < n; d++)
+        idx[d] = w[d] * (d == n - 1 ? B->wide : 1);
+    memcpy(vars, B->dv, sizeof vars);
+    w16_eval_error_t e;
+    if (!w16_layout_coord(dl, vars, idx, 0, c, &e))
+        return -1;
+    w16_var_t cv[W16_MAX_COORDS];
+    int nc = w16_role_coords(dl->role, cv);
+    w16_role_extent(dl->role, B->dv, ext);
+    *tensor = 0;
+    for (int i = 0; i < nc; i++) {
+        if (c[i] < 0 || c[i] >= ext[i])
+            return -1;
+        if (cv[i] == W16_VAR_e && !r->src->stacked) { /* a tensor per expert */
+            *tensor = c[i] * 2;
+            c[i] = 0;
+        }
+    }
+    for (int i = 0; i < nc; i++)
+        if (cv[i] == W16_VAR_n && !r->src->stacked && r->gemm == WNA16_GEMM_W13 &&
+            c[i] >= r->problem.I) { /* the up projection's tensor */
+            *tensor += 1;
+            c[i] -= r->problem.I;
+        }
+    int64_t index[W16_MAX_STORE_DIMS], bit, flat = 0;
+    memcpy(vars, B->sv, sizeof vars);
+    if (!w16_layout_locate(&B->sl[role], vars, c, index, &bit, &e))
+        return -1;
+    for (int d = 0; d < B->sl[role].ndim; d++)
+        flat = flat * B->sshape[role][d] + index[d];
+    return flat;
+}
+
+/* Whether the lanes should run down the columns of the destination: when
+ * along a row its words come from source elements a multiple of 4 KiB
+ * apart (the source rows of a transpose: every lane's load would fall in
+ * the same cache set) while down a column they come from neighbouring
+ * elements, and the destination rows are not themselves 4 KiB-aligned. */
+static bool lanes_down_columns(builder_t *B, const int64_t *S, int n)
+{
+    if (n < 2 || S[n - 1] < 32 || S[n - 2] < 16)
+        return false;
+    w16_role_t role = B->dl.role == W16_ROLE_WEIGHT ? W16_ROLE_QWEIGHT : B->dl.role;
+    int64_t w[W16_MAX_STORE_DIMS] = {0}, t0, t1, t2;
+    int64_t base = probe_source(B, w, n, &t0);
+    w[n - 1] = 16;
+    int64_t across = probe_source(B, w, n, &t1);
+    w[n - 1] = 0;
+    w[n - 2] = 1;
+    int64_t down = probe_source(B, w, n, &t2);
+    if (base < 0 || across < 0 || down < 0 || t0 != t1 || t0 != t2)
+        return false;
+    int64_t esz = (int64_t)wna16_dtype_size(B->req->src_dtype[role]);
+    int64_t along = (across - base) * esz / 16, step = (down - base) * esz;
+    int64_t row = S[n - 1] * (int64_t)wna16_dtype_size(B->req->dst_dtype) * B->wide;
+    along = along < 0 ? -along : along;
+    step = step < 0 ? -step : step;
+    return along >= 4096 && along % 4096 == 0 && step < 64 && row % 4096 != 0;
+}
+
+static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
+                                   int max_lanes)
+{
+    kir_kernel_t *k = B->k;
+    int64_t total = 1;
+    for (int d = 0; d < n; d++)
+        total *= S[d];
+    if (total > 0 && lanes_down_columns(B, S, n)) {
+        int64_t ta = max_lanes;
+        while (ta > 1 && (S[n - 2] % ta || (ta & (ta - 1))))
+            ta--;
+        if (ta >= MIN_LANES)
+            return map_columns(B, S, n, ta);
+    }
+    int best_j = -1;
+    int64_t best_t = 0, best_l = 0, inner = 1;
+    for (int j = n - 1; j >= 0 && inner <= max_lanes && total > 0; j--) {
+        /* a power of two if one is large enough: layouts tile by powers of
+         * two, so workgroups then fall on their tile and padding
+         * boundaries, and the lane's part of an index is bit operations */
+        int64_t t = max_lanes / inner;
+        while (t > 1 && (S[j] % t || (t & (t - 1))))
+            t--;
+        if (t * inner < MIN_LANES) {
+            t = max_lanes / inner;
+            while (t > 1 && S[j] % t)
+                t--;
+        }
+        if (t * inner > best_l) {
+            best_j = j;
+            best_t = t;
+            best_l = t * inner;
+        }
+        if (best_l >= max_lanes / 2)
+            break;
+        inner *= S[j];
+    }
+    if (best_l < MIN_LANES) {
+        /* flat index with a bounds check; unflatten per lane */
+        k->lanes = max_lanes;
+        const kir_expr_t *flat = lane_index(B, total);
+        int64_t stride = 1;
+        for (int d = n - 1; d >= 0; d--) {
+            w16_range_t rf = {0, total - 1};
+            const kir_expr_t *q = w16_ir_floordiv(&B->L, flat, stride, rf);
+            w16_range_t rq = {0, (total - 1) / stride};
+            char name[8];
+            snprintf(name, sizeof name, "i%d", d);
+            B->idx[d] = bind_let(B, name, w16_ir_floormod(&B->L, q, S[d], rq));
+            stride *= S[d];
+        }
+        return flat;
+    }
+    k->lanes = (int)best_l;
+    B->out->num_groups = total / best_l;
+    B->L.num_groups = B->out->num_groups;
+    int j = best_j;
+    int64_t per_row = S[j] / best_t, P = best_l / best_t;
+    const kir_expr_t *g = kir_builtin(k, KIR_OP_GROUP_ID);
+    const kir_expr_t *lane = kir_int_cast(k, KIR_I64,
+                                          kir_builtin(k, KIR_OP_LANE_ID), false);
+    w16_range_t rg = {0, B->out->num_groups - 1}, rl = {0, best_l - 1};
+    char name[8];
+    /* dimensions after j: from the lane alone */
+    int64_t stride = 1;
+    for (int d = n - 1; d > j; d--) {
+        const kir_expr_t *q = w16_ir_floordiv(&B->L, lane, stride, rl);
+        snprintf(name, sizeof name, "i%d", d);
+        B->idx[d] = bind_let(B, name, w16_ir_floormod(&B->L, q, S[d],
+                                                      (w16_range_t){0, (best_l - 1) / stride}));
+        stride *= S[d];
+    }
+    /* dimension j: the group's rows and the lane's */
+    const kir_expr_t *row = w16_ir_mul(k, w16_ir_floormod(&B->L, g, per_row, rg),
+                                       ik(B, best_t));
+    snprintf(name, sizeof name, "i%d", j);
+    B->idx[j] = bind_let(B, name, w16_ir_add(k, row,
+                                             w16_ir_floordiv(&B->L, lane, P, rl)));
+    /* dimensions before j: from the group alone */
+    const kir_expr_t *q = w16_ir_floordiv(&B->L, g, per_row, rg);
+    w16_range_t rq = {0, (B->out->num_groups - 1) / per_row};
+    stride = 1;
+    for (int d = j - 1; d >= 0; d--) {
+        snprintf(name, sizeof name, "i%d", d);
+        B->idx[d] = bind_let(B, name, w16_ir_floormod(&B->L,
+            w16_ir_floordiv(&B->L, q, stride, rq), S[d],
+            (w16_range_t){0, rq.hi / stride}));
+        stride *= S[d];
+    }
+    return w16_ir_add(k, w16_ir_mul(k, g, ik(B, best_l)), lane);
+}
+
+/* Gathers every slot of the lane's word and stores it. valid: each slot's
+ * validity, or NULL when every slot is known to hold a value. */
+static void store_word(builder_t *B, const lcoord_t *at,
+                       const kir_expr_t *const *valid, int np, int slots,
+                       int cb, const kir_expr_t *flat)
+{
+    kir_kernel_t *k = B->k;
+    int eb = (int)wna16_dtype_size(B->req->dst_dtype) * 8;
+    const kir_expr_t *acc = ik(B, 0), *yes = kir_const(k, KIR_I1, 1);
+    for (int p = 0; p < np && !B->fail; p++) {
+        B->pos = p;
+        const kir_expr_t *v = slot_bits(B, valid ? valid[p] : yes, at[p]);
+        if (!v)
+            break;
+        if (cb < 64)
+            v = kir_bin(k, KIR_OP_AND, v, ik(B, (INT64_C(1) << cb) - 1));
+        int shift = (p / slots) * eb + (p % slots) * cb;
+        if (shift)
+            v = kir_bin(k, KIR_OP_SHL, v, ik(B, shift));
+        acc = p ? kir_bin(k, KIR_OP_OR, acc, v) : v;
+        char name[16];
+        snprintf(name, sizeof name, "acc%d", p);
+        acc = bind_let(B, name, acc);
+    }
+    /* the word in 32-bit arithmetic where it has at most 32 bits */
+    if (kir_type_bits(B->dst->type) <= 32)
+        acc = w16_ir_narrow32(&B->L, acc);
+    if (!B->fail &&
+        !kir_store(k, B->body, B->dst, w16_ir_index32(&B->L, flat),
+                   kir_int_cast(k, B->dst->type, acc, false)))
+        bfail(B, "ill-typed store");
+}
+
 wna16_status_t w16_build_repack(wna16_context_t *ctx,
                                 const w16_repack_request_t *req,
                                 w16_repack_kernel_t *out, wna16_error_t *err)
@@ -801,43 +1091,84 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
         return st;
     }
     kir_kernel_t *k = B.k;
-    const kir_expr_t *flat = lane_index(&B, out->elems);
-    /* storage index of the element: row-major unflatten */
-    int64_t stride = 1;
-    for (int d = out->ndim - 1; d >= 0; d--) {
-        w16_range_t rf = {0, out->elems - 1};
-        const kir_expr_t *q = w16_ir_floordiv(k, flat, stride, rf);
-        w16_range_t rq = {0, (out->elems - 1) / stride};
-        char name[8];
-        snprintf(name, sizeof name, "i%d", d);
-        B.idx[d] = bind_let(&B, name, w16_ir_floormod(k, q, out->shape[d], rq));
-        stride *= out->shape[d];
-    }
+    int n = out->ndim;
+    int wide = B.wide;
+    int64_t S[W16_MAX_STORE_DIMS] = {0};
+    for (int d = 0; d < n; d++)
+        S[d] = out->shape[d] / (d == n - 1 ? wide : 1);
+    const kir_expr_t *flat = map_lanes(&B, S, n, req->lanes > 0 ? req->lanes : 256);
+    const kir_expr_t *word = B.idx[n - 1];
     int cb = w16_layout_code_bits(&B.dl, req->dst_dtype, B.dv);
     int slots = w16_layout_slots(&B.dl, req->dst_dtype, B.dv);
-    const kir_expr_t *acc = ik(&B, 0);
-    for (int s = 0; s < slots && !B.fail; s++) {
-        const kir_expr_t *v = slot_bits(&B, s);
-        if (!v)
-            break;
-        if (cb < 64)
-            v = kir_bin(k, KIR_OP_AND, v, ik(&B, (INT64_C(1) << cb) - 1));
-        if (s)
-            v = kir_bin(k, KIR_OP_SHL, v, ik(&B, (int64_t)s * cb));
-        acc = s ? kir_bin(k, KIR_OP_OR, acc, v) : v;
-        char name[16];
-        snprintf(name, sizeof name, "acc%d", s);
-        acc = bind_let(&B, name, acc);
+    /* every slot's coordinates and validity first */
+    int np = wide * slots;
+    lcoord_t at[64];
+    const kir_expr_t *valid[64], *all = kir_const(k, KIR_I1, 1);
+    if (np > 64)
+        bfail(&B, "more than 64 code slots in a destination word");
+    for (int p = 0; p < np && !B.fail; p++) {
+        int j = p / slots;
+        B.idx[n - 1] = wide == 1 ? word
+                                 : w16_ir_add(k, w16_ir_mul(k, word, ik(&B, wide)),
+                                              ik(&B, j));
+        B.pos = p;
+        valid[p] = dst_slot(&B, p % slots, &at[p]);
+        all = valid[p] ? w16_ir_and1(k, all, valid[p]) : NULL;
+        if (!all)
+            bfail(&B, "out of memory");
     }
-    if (!B.fail) {
-        const kir_expr_t *val = kir_int_cast(k, B.dst->type, acc, false);
-        if (!kir_store(k, B.body, B.dst, flat, val))
-            bfail(&B, "ill-typed store");
+    if (!B.fail && !(all->op == KIR_OP_CONST && all->ival) &&
+        !w16_ir_uses_lane(&B.L, all)) {
+        /* Padding that is the same for every lane of a workgroup (a tail
+         * of whole workgroups): a branch the CPU emitter moves out of the
+         * loop over lanes, and a body for the words without padding that
+         * knows every slot is valid (no clamped coordinates, so the slots
+         * of a word share their source words). */
+        kir_stmt_t *br = kir_if(k, B.body, bind_let(&B, "all_valid", all));
+        if (!br) {
+            bfail(&B, "out of memory");
+        } else {
+            kir_block_t *outer = B.body;
+            B.body = &br->body;
+            store_word(&B, at, NULL, np, slots, cb, flat);
+            B.body = &br->else_body;
+            store_word(&B, at, valid, np, slots, cb, flat);
+            B.body = outer;
+        }
+    } else if (!B.fail) {
+        store_word(&B, at, all->op == KIR_OP_CONST ? NULL : valid, np, slots,
+                   cb, flat);
     }
-    k->comment = "repack: one lane per destination element (gather)";
+    k->comment = "repack: one lane per destination word (gather)";
     if ((st = finish(&B, err)) != WNA16_OK)
         w16_repack_kernel_free(out);
     return st;
+}
+
+/* Blocks of at most this many codes are summed unrolled. */
+enum { MAX_UNROLLED_SUM = 256 };
+
+/* q - z of the code at (e, n, k) (block sums). */
+static const kir_expr_t *block_term(builder_t *B, const kir_expr_t *e,
+                                    const kir_expr_t *n, const kir_expr_t *kval)
+{
+    kir_kernel_t *k = B->k;
+    const w16_repack_request_t *req = B->req;
+    int64_t E = B->dv[W16_VAR_E], N = B->dv[W16_VAR_N], K = B->dv[W16_VAR_K];
+    lcoord_t at = {.n = 3};
+    at.c[0] = e; at.ext[0] = E;
+    at.c[1] = n; at.ext[1] = N;
+    at.c[2] = kval; at.ext[2] = K;
+    const kir_expr_t *q = src_value(B, W16_ROLE_QWEIGHT, &at);
+    int64_t gse = req->problem.GS > 0 ? req->problem.GS : K;
+    lcoord_t g = {.n = 3};
+    g.c[0] = e; g.ext[0] = E;
+    g.c[1] = w16_ir_floordiv(&B->L, kval, gse, (w16_range_t){0, K - 1});
+    g.ext[1] = K / gse;
+    g.c[2] = n; g.ext[2] = N;
+    const kir_expr_t *z = req->problem.zp ? src_value(B, W16_ROLE_QZEROS, &g)
+                                          : ik(B, INT64_C(1) << (req->problem.BITS - 1));
+    return q && z ? kir_bin(k, KIR_OP_SUB, q, z) : NULL;
 }
 
 wna16_status_t w16_build_repack_sums(wna16_context_t *ctx,
@@ -862,42 +1193,53 @@ wna16_status_t w16_build_repack_sums(wna16_context_t *ctx,
     }
     kir_kernel_t *k = B.k;
     int64_t E = B.dv[W16_VAR_E], N = B.dv[W16_VAR_N], K = B.dv[W16_VAR_K];
-    int64_t KB = K / bk, total = E * N * KB;
-    const kir_expr_t *flat = lane_index(&B, total);
-    w16_range_t rf = {0, total - 1};
-    const kir_expr_t *kb = bind_let(&B, "kb", w16_ir_floormod(k, flat, KB, rf));
-    const kir_expr_t *n = bind_let(&B, "n", w16_ir_floormod(k,
-        w16_ir_floordiv(k, flat, KB, rf), N, (w16_range_t){0, total / KB}));
-    const kir_expr_t *e = bind_let(&B, "e", w16_ir_floordiv(k, flat, KB * N, rf));
-    /* sum over the block of (q - z): a loop over k */
-    const kir_var_t *sum = kir_var(k, "sum", KIR_I64);
-    const kir_var_t *kk = kir_var(k, "kk", KIR_I64);
-    kir_let(k, B.body, sum, ik(&B, 0));
-    kir_stmt_t *loop = kir_for(k, B.body, kk, ik(&B, 0), ik(&B, bk), 1);
-    if (!loop) {
-        w16_repack_kernel_free(out);
-        return w16_err_nomem(err, "building the sums kernel");
+    int64_t KB = K / bk;
+    /* lanes run along n: neighbouring lanes read neighbouring source
+     * words of one row and write neighbouring sums */
+    int64_t S[3] = {E, KB, N};
+    map_lanes(&B, S, 3, req->lanes > 0 ? req->lanes : 256);
+    const kir_expr_t *e = B.idx[0], *kb = B.idx[1], *n = B.idx[2];
+    const kir_expr_t *sum = NULL;
+    if (bk <= MAX_UNROLLED_SUM) {
+        /* the block unrolled (a lane body without loops vectorizes; the
+         * codes of one source word share its load), summed pairwise */
+        const kir_expr_t *terms[MAX_UNROLLED_SUM];
+        for (int64_t t = 0; t < bk && !B.fail; t++)
+            terms[t] = block_term(&B, e, n, w16_ir_add(k, w16_ir_mul(k, kb, ik(&B, bk)),
+                                                       ik(&B, t)));
+        for (int64_t m = bk; m > 1 && !B.fail;) {
+            int64_t h = m / 2;
+            for (int64_t i = 0; i < h; i++) {
+                terms[i] = w16_ir_add(k, terms[2 * i], terms[2 * i + 1]);
+                if (m <= 16) /* the last levels get names */
+                    terms[i] = bind_let(&B, "sum", terms[i]);
+            }
+            if (m % 2)
+                terms[h] = terms[m - 1];
+            m = h + m % 2;
+        }
+        sum = B.fail ? NULL : terms[0];
+    } else {
+        /* a loop over the block */
+        const kir_var_t *acc = kir_var(k, "sum", KIR_I64);
+        const kir_var_t *kk = kir_var(k, "kk", KIR_I64);
+        kir_let(k, B.body, acc, ik(&B, 0));
+        kir_stmt_t *loop = kir_for(k, B.body, kk, ik(&B, 0), ik(&B, bk), 1);
+        if (!loop) {
+            w16_repack_kernel_free(out);
+            return w16_err_nomem(err, "building the sums kernel");
+        }
+        kir_block_t *outer = B.body;
+        B.body = &loop->body;
+        const kir_expr_t *kval = bind_let(&B, "k", w16_ir_add(k,
+            w16_ir_mul(k, kb, ik(&B, bk)), kir_ref(k, kk)));
+        kir_assign(k, B.body, acc, w16_ir_add(k, kir_ref(k, acc),
+                                              block_term(&B, e, n, kval)));
+        B.body = outer;
+        sum = kir_ref(k, acc);
     }
-    kir_block_t *outer = B.body;
-    B.body = &loop->body;
-    const kir_expr_t *kval = bind_let(&B, "k", w16_ir_add(k,
-        w16_ir_mul(k, kb, ik(&B, bk)), kir_ref(k, kk)));
-    lcoord_t at = {.n = 3};
-    at.c[0] = e; at.ext[0] = E;
-    at.c[1] = n; at.ext[1] = N;
-    at.c[2] = kval; at.ext[2] = K;
-    const kir_expr_t *q = src_value(&B, W16_ROLE_QWEIGHT, &at);
-    int64_t gse = req->problem.GS > 0 ? req->problem.GS : K;
-    lcoord_t g = {.n = 3};
-    g.c[0] = e; g.ext[0] = E;
-    g.c[1] = w16_ir_floordiv(k, kval, gse, (w16_range_t){0, K - 1});
-    g.ext[1] = K / gse;
-    g.c[2] = n; g.ext[2] = N;
-    const kir_expr_t *z = req->problem.zp ? src_value(&B, W16_ROLE_QZEROS, &g)
-                                          : ik(&B, INT64_C(1) << (req->problem.BITS - 1));
-    kir_assign(k, B.body, sum, w16_ir_add(k, kir_ref(k, sum),
-                                          kir_bin(k, KIR_OP_SUB, q, z)));
-    B.body = outer;
+    if (!sum)
+        bfail(&B, "out of memory");
     /* store the int32 little-endian at the sums index */
     w16_lower_clear_vars(&B.L);
     w16_lower_bind(&B.L, W16_VAR_e, e, 0, E - 1);
@@ -912,12 +1254,13 @@ wna16_status_t w16_build_repack_sums(wna16_context_t *ctx,
     }
     pos = bind_let(&B, "pos", pos);
     for (int byte = 0; byte < 4 && !B.fail; byte++) {
-        const kir_expr_t *v = kir_int_cast(k, KIR_I8,
-            kir_bin(k, KIR_OP_LSHR, kir_ref(k, sum), ik(&B, 8 * byte)), false);
-        if (!kir_store(k, B.body, B.dst, w16_ir_add(k, pos, ik(&B, byte)), v))
+        const kir_expr_t *v = kir_int_cast(k, KIR_I8, w16_ir_narrow32(&B.L,
+            kir_bin(k, KIR_OP_LSHR, sum, ik(&B, 8 * byte))), false);
+        if (!kir_store(k, B.body, B.dst,
+                       w16_ir_index32(&B.L, w16_ir_add(k, pos, ik(&B, byte))), v))
             bfail(&B, "ill-typed store");
     }
-    k->comment = "repack: block sums of (q - z), one lane per (e, n, block)";
+    k->comment = "repack: block sums of (q - z), one lane per (e, block, n)";
     if ((st = finish(&B, err)) != WNA16_OK)
         w16_repack_kernel_free(out);
     return st;

@@ -3,13 +3,14 @@
  *
  * One kernel fills one destination tensor (one role of one operand, e.g.
  * w13_qweight) of a stacked layout. It is a gather: every lane owns one
- * destination element, walks its code slots through the destination's
- * inverse map to logical coordinates, undoes the destination's padding,
- * finds each value in the source through the source's forward map (per
- * expert and projection tensors through a buffer table, stacked tensors
+ * destination word (an element, or a few consecutive narrow ones), walks
+ * the code slots of each element through the destination's inverse map
+ * to logical coordinates, undoes the destination's padding, finds each
+ * value in the source through the source's forward map (per expert and
+ * projection tensors through a buffer table, stacked tensors
  * through a one-entry table), converts it (value transforms, float
  * formats, dequantization for layouts that hold dequantized weights) and
- * writes the whole element once. Nothing here is specific to a format or
+ * writes the whole word once. Nothing here is specific to a format or
  * a backend: the specs say everything, and every dimension is a constant
  * in the kernel.
  */
@@ -28,7 +29,8 @@ typedef struct w16_repack_request {
     /* dtypes of the source tensors per role; INVALID = not read */
     wna16_dtype_t src_dtype[W16_ROLE_COUNT];
     wna16_dtype_t dst_dtype; /* one of the destination layout's dtypes */
-    int lanes;               /* workgroup size (0 = 256) */
+    int lanes;               /* largest workgroup size (0 = 256); the
+                                builder picks one that tiles the tensor */
     /* act-order sorted destination: the source's K is read through a map
      * [E][K] (i32, parameter perm_param), and the g_idx_sort_indices
      * kernel writes the permutation given as parameter perm_param too (the

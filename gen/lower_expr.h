@@ -10,6 +10,22 @@
  * constant. Tables become constant tables with the index clamped into
  * range, so padding slots (whose coordinates may leave the domain) never
  * read out of bounds.
+ *
+ * Besides ranges, the IR helpers know alignments: facts about any i64 IR
+ * value (a range and a number it is always a multiple of) come from the
+ * IR itself, the lane id and the let-bound variables the builder notes.
+ * A value that is the sum of a multiple of m and a part in [0, m) divides,
+ * takes remainders and compares against multiples of m part by part:
+ *
+ *   (A + B) / d = A / d + B / d   (A / d exact)   when d divides m
+ *   (A + B) / d = A / d                           when m divides d
+ *   (A + B) % d = B % d, or A % d + B             likewise
+ *   A + B >= c  <=>  A >= c                       when m divides c
+ *
+ * so the part that depends on the workgroup alone stays apart from the
+ * part that depends on the lane (the CPU emitter hoists the first out of
+ * the loop over lanes) and the code slots of one word share their source
+ * address (one load).
  */
 #ifndef W16_LOWER_EXPR_H
 #define W16_LOWER_EXPR_H
@@ -21,8 +37,23 @@ typedef struct w16_range {
     int64_t lo, hi;
 } w16_range_t;
 
+/* What is known about an i64 IR value: it lies in [lo, hi] and is a
+ * multiple of `align` (0: the value is 0). */
+typedef struct w16_facts {
+    int64_t lo, hi;
+    uint64_t align;
+} w16_facts_t;
+
 typedef struct w16_lower {
     kir_kernel_t *k;
+    /* Facts and definitions of let-bound variables, by variable index
+     * (w16_lower_note_var); arrays in the kernel's arena. */
+    w16_facts_t *vfacts;
+    const kir_expr_t **vdef;
+    const kir_expr_t **vnarrow; /* w16_ir_narrow32 of each variable */
+    int n_vfacts;
+    int64_t num_groups; /* range of the group id (0: unknown) */
+    int arms;           /* depth of condition arms being lowered */
     /* The IR value (i64) and range of each free variable (coordinates,
      * storage indices, slot, c); dims are folded away before lowering. */
     const kir_expr_t *var[W16_VAR_COUNT];
@@ -36,6 +67,36 @@ typedef struct w16_lower {
 } w16_lower_t;
 
 void w16_lower_init(w16_lower_t *L, kir_kernel_t *k);
+/* let name = e in block b, returning the value to use for it (e itself
+ * for constants and variables). A value whose facts fit in 32 bits gets a
+ * 32-bit variable, viewed as i64 through an extension: its arithmetic is
+ * then done in 32 bits by whatever narrows (w16_ir_narrow32), while the
+ * facts and the definition stay visible. NULL when out of memory. */
+const kir_expr_t *w16_lower_let(w16_lower_t *L, kir_block_t *b,
+                                const char *name, const kir_expr_t *e);
+/* Records that variable v is let-bound to def (so its facts are def's,
+ * and sums can be seen through it). Out of memory only loses the facts. */
+void w16_lower_note_var(w16_lower_t *L, const kir_var_t *v,
+                        const kir_expr_t *def);
+/* An i32 expression equal to e's low 32 bits (so equal to e where e's
+ * facts lie in [0, 2^31)): the arithmetic redone in 32 bits where the
+ * facts allow it (the CPU vectorizes 32-bit lanes twice as wide, and
+ * 32-bit divisions by constants are cheaper), else a truncation. */
+const kir_expr_t *w16_ir_narrow32(w16_lower_t *L, const kir_expr_t *e);
+/* e as an i64 index through w16_ir_narrow32 when its facts lie in
+ * [0, 2^31), else e. */
+const kir_expr_t *w16_ir_index32(w16_lower_t *L, const kir_expr_t *e);
+/* e where it lies in [lo, hi): selects with a constant arm outside the
+ * range reduced to their other arm (for values only used where they are
+ * known to be in range). */
+const kir_expr_t *w16_ir_assume_in_range(const w16_lower_t *L,
+                                         const kir_expr_t *e, int64_t lo,
+                                         int64_t hi);
+/* Whether e may differ between the lanes of a workgroup (it reads the lane
+ * id, a load, or a variable whose definition is not noted). */
+bool w16_ir_uses_lane(const w16_lower_t *L, const kir_expr_t *e);
+/* The facts about an i64 (or zero-extended) IR value. */
+w16_facts_t w16_ir_facts(const w16_lower_t *L, const kir_expr_t *e);
 /* Forgets every variable binding (keeps the kernel's constant tables). */
 void w16_lower_clear_vars(w16_lower_t *L);
 /* Binds a free variable to an IR value of known range. */
@@ -46,20 +107,28 @@ void w16_lower_bind(w16_lower_t *L, w16_var_t v, const kir_expr_t *value,
 const kir_expr_t *w16_lower(w16_lower_t *L, const w16_expr_t *x,
                             w16_range_t *r);
 
-/* IR helpers with constant folding and the range-aware forms above. All
- * operands and results are i64. */
+/* IR helpers with constant folding and the range- and alignment-aware
+ * forms above. All operands and results are i64 unless said otherwise. */
 const kir_expr_t *w16_ir_const(kir_kernel_t *k, int64_t v);
 const kir_expr_t *w16_ir_add(kir_kernel_t *k, const kir_expr_t *a,
                              const kir_expr_t *b);
 const kir_expr_t *w16_ir_mul(kir_kernel_t *k, const kir_expr_t *a,
                              const kir_expr_t *b);
-/* Floor division / modulo by a positive constant d of a value in [lo, hi]. */
-const kir_expr_t *w16_ir_floordiv(kir_kernel_t *k, const kir_expr_t *a,
+/* Floor division / modulo by a positive constant d of a value known to lie
+ * in ra (besides what its facts say). */
+const kir_expr_t *w16_ir_floordiv(w16_lower_t *L, const kir_expr_t *a,
                                   int64_t d, w16_range_t ra);
-const kir_expr_t *w16_ir_floormod(kir_kernel_t *k, const kir_expr_t *a,
+const kir_expr_t *w16_ir_floormod(w16_lower_t *L, const kir_expr_t *a,
                                   int64_t d, w16_range_t ra);
 /* i1: lo <= a < hi, using the range to drop tests that always hold. */
-const kir_expr_t *w16_ir_in_range(kir_kernel_t *k, const kir_expr_t *a,
+const kir_expr_t *w16_ir_in_range(w16_lower_t *L, const kir_expr_t *a,
                                   w16_range_t ra, int64_t lo, int64_t hi);
+/* i1: a >= c (signed). */
+const kir_expr_t *w16_ir_ge(w16_lower_t *L, const kir_expr_t *a, int64_t c);
+/* i1 helpers that fold constant operands. */
+const kir_expr_t *w16_ir_and1(kir_kernel_t *k, const kir_expr_t *a,
+                              const kir_expr_t *b);
+const kir_expr_t *w16_ir_select(kir_kernel_t *k, const kir_expr_t *c,
+                                const kir_expr_t *a, const kir_expr_t *b);
 
 #endif

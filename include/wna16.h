@@ -113,7 +113,9 @@ typedef struct wna16_context_options {
     /* NULL: messages at `log_level` and above go to stderr. */
     wna16_log_fn log;
     void *log_user;
-    wna16_log_level_t log_level; /* default (0) means WNA16_LOG_WARN */
+    /* default (0) means $WNA16_LOG_LEVEL (debug, info, warn, error) if
+     * set, else WNA16_LOG_WARN */
+    wna16_log_level_t log_level;
     bool log_level_set;          /* set to true to honour log_level = DEBUG */
     /* Directory holding formats/ and backends/ JSON specs that replace the
      * built-in ones with the same name. NULL: $WNA16_SPEC_DIR if set, else

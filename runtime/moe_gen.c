@@ -18,14 +18,12 @@
 #include "runtime/moe.h"
 #include "runtime/ref/ref.h"
 
+#include "gen/emit_llvm.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Bump when the CPU lowering of the same kernel IR changes (as
- * W16_CPU_EMITTER_VERSION for the repack kernels in repack_gen.c). */
-#define W16_MOE_CPU_EMITTER_VERSION 1
 
 /* Elements up to which the input and combine stages run on the calling
  * thread rather than the pool. */
@@ -309,7 +307,7 @@ static wna16_status_t kernel_key(wna16_context_t *ctx, const kir_kernel_t *k,
     w16_keyer_init(&kr);
     w16_keyer_str(&kr, "wna16 moe kernel");
     w16_keyer_str(&kr, WNA16_VERSION_STRING);
-    w16_keyer_u64(&kr, W16_MOE_CPU_EMITTER_VERSION);
+    w16_keyer_u64(&kr, W16_LLVM_EMITTER_VERSION);
     w16_cpu_key(&kr, cpu);
     w16_keyer_bytes(&kr, b.data, b.len);
     *key = w16_keyer_done(&kr);

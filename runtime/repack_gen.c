@@ -6,7 +6,9 @@
  * tensor) and run it. The checks that refuse what a layout cannot hold are
  * the reference's own (w16_check_holds), so both paths refuse alike.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "gen/build_repack.h"
+#include "gen/emit_llvm.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/cuda_xfer.h"
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 wna16_status_t w16_repack_layer_generated(wna16_context_t *ctx,
                                           const wna16_spec_t *src_format,
@@ -180,7 +183,18 @@ typedef struct gpu {
     uint64_t pending_dst;
     w16_cuda_event_t *pending_ran;
     uint64_t dperm[2], dread[2]; /* device copies of the permutations */
+    /* host time per phase (ms) and bytes moved, logged at info level */
+    double t_build, t_up, t_down, t_out;
+    double mb_up, mb_down;
+    int kernels;
 } gpu_t;
+
+static double ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 typedef struct job {
     wna16_context_t *ctx;
@@ -203,9 +217,7 @@ typedef struct job {
 
 /* The identity of a compiled kernel: its IR, printed (so any change in
  * what the builder generates changes the key by itself), plus the target
- * and the emitter's version (bump W16_CPU_EMITTER_VERSION when the CPU
- * lowering of the same IR changes). */
-#define W16_CPU_EMITTER_VERSION 3
+ * and the LLVM emitter's version (gen/emit_llvm.h). */
 
 static wna16_status_t kernel_key(job_t *J, const kir_kernel_t *k,
                                  w16_key_t *key, wna16_error_t *err)
@@ -221,7 +233,7 @@ static wna16_status_t kernel_key(job_t *J, const kir_kernel_t *k,
     w16_keyer_init(&kr);
     w16_keyer_str(&kr, "wna16 kernel");
     w16_keyer_str(&kr, WNA16_VERSION_STRING);
-    w16_keyer_u64(&kr, W16_CPU_EMITTER_VERSION);
+    w16_keyer_u64(&kr, W16_LLVM_EMITTER_VERSION);
     w16_cpu_key(&kr, J->cpu);
     w16_keyer_bytes(&kr, b.data, b.len);
     *key = w16_keyer_done(&kr);
@@ -263,9 +275,12 @@ static wna16_status_t gpu_upload(job_t *J, const void *src, size_t bytes,
                                  uint64_t *dptr, wna16_error_t *err)
 {
     gpu_t *G = &J->gpu;
+    double t0 = ms_now();
     wna16_status_t st = w16_cuda_alloc(G->cuda, bytes, dptr, err);
     if (st == WNA16_OK)
         st = w16_cuda_xfer_upload(G->xfer, *dptr, src, bytes, G->up, err);
+    G->t_up += ms_now() - t0;
+    G->mb_up += (double)bytes / 1e6;
     return st;
 }
 
@@ -283,6 +298,7 @@ static wna16_status_t gpu_upload_role(job_t *J, src_role_t *sr,
     size_t total = 0;
     for (int i = 0; i < sr->slots; i++)
         total += (sr->bytes[i] + 255) & ~(size_t)255;
+    double t0 = ms_now();
     wna16_status_t st = w16_cuda_alloc(G->cuda, total, &sr->dbase, err);
     size_t off = 0;
     for (int i = 0; i < sr->slots && st == WNA16_OK; i++) {
@@ -291,7 +307,9 @@ static wna16_status_t gpu_upload_role(job_t *J, src_role_t *sr,
                                   (const void *)(uintptr_t)sr->table[i],
                                   sr->bytes[i], G->up, err);
         off += (sr->bytes[i] + 255) & ~(size_t)255;
+        G->mb_up += (double)sr->bytes[i] / 1e6;
     }
+    G->t_up += ms_now() - t0;
     if (st == WNA16_OK)
         st = gpu_upload(J, sr->dev, sizeof(uint64_t) * (size_t)sr->slots,
                         &sr->dtable, err);
@@ -314,11 +332,14 @@ static wna16_status_t gpu_finish_pending(job_t *J, wna16_error_t *err)
     gpu_t *G = &J->gpu;
     if (!G->pending)
         return WNA16_OK;
+    double t0 = ms_now();
     wna16_status_t st = w16_cuda_stream_wait_event(G->cuda, G->down,
                                                    G->pending_ran, err);
     if (st == WNA16_OK)
         st = w16_cuda_xfer_download(G->xfer, G->pending->data, G->pending_dst,
                                     G->pending->nbytes, G->down, err);
+    G->t_down += ms_now() - t0;
+    G->mb_down += (double)G->pending->nbytes / 1e6;
     w16_cuda_stream_sync(G->cuda, G->down, NULL);
     w16_cuda_free(G->cuda, G->pending_dst);
     G->pending = NULL;
@@ -358,6 +379,15 @@ static wna16_status_t gpu_close(job_t *J, wna16_status_t st,
         return st;
     if (st == WNA16_OK)
         st = gpu_finish_pending(J, err);
+    else if (G->pending) /* not copied back: never hand out unwritten memory */
+        memset(G->pending->data, 0, G->pending->nbytes);
+    if (st == WNA16_OK)
+        wna16_log(J->ctx, WNA16_LOG_INFO, "repack %s on %s: %d kernels; host "
+                  "time: build and look up %.1f ms, uploads %.1f ms (%.1f MB), "
+                  "copies back %.1f ms (%.1f MB), output tensors %.1f ms",
+                  J->prefix ? J->prefix : "", w16_cuda_device_name(G->cuda),
+                  G->kernels, G->t_build, G->t_up, G->mb_up, G->t_down,
+                  G->mb_down, G->t_out);
     /* nothing may still read or write what is freed below */
     w16_cuda_stream_sync(G->cuda, G->up, NULL);
     w16_cuda_stream_sync(G->cuda, G->run, NULL);
@@ -392,8 +422,11 @@ static wna16_status_t launch_cuda(job_t *J, const w16_repack_request_t *req,
 {
     gpu_t *G = &J->gpu;
     w16_cuda_function_t *fn = NULL;
+    double t0 = ms_now();
     wna16_status_t st = w16_cuda_kernel_get(J->ctx, rk->kernel, &fn, NULL,
                                             err);
+    G->t_build += ms_now() - t0;
+    G->kernels++;
     uint64_t vals[3 + W16_ROLE_COUNT] = {ddst};
     for (int r = 0; r < W16_ROLE_COUNT && st == WNA16_OK; r++) {
         if (rk->src_param[r] < 0)
@@ -435,8 +468,10 @@ static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
                                  wna16_error_t *err)
 {
     w16_repack_kernel_t rk;
+    double t0 = ms_now();
     wna16_status_t st = sums ? w16_build_repack_sums(J->ctx, req, &rk, err)
                              : w16_build_repack(J->ctx, req, &rk, err);
+    J->gpu.t_build += ms_now() - t0;
     if (st != WNA16_OK)
         return st;
     if (J->target == WNA16_TARGET_CUDA) {
@@ -505,9 +540,12 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
         snprintf(leaf, sizeof leaf, "%s_%s", g == WNA16_GEMM_W13 ? "w13" : "w2",
                  l->name);
         join(name, sizeof name, J->prefix, leaf);
-        wna16_tensor_t *t;
-        st = wna16_tensor_set_add_new(J->out, name, req.dst_dtype, l->ndim,
-                                      shape, &t, err);
+        wna16_tensor_t *t = NULL;
+        /* every word is written by the kernel: no zero fill */
+        double t_out = ms_now();
+        st = w16_tensor_set_add_uninit(J->out, name, req.dst_dtype, l->ndim,
+                                       shape, &t, err);
+        J->gpu.t_out += ms_now() - t_out;
         if (st == WNA16_OK && t->nbytes == 0)
             continue; /* an empty tensor, e.g. g_idx without act-order */
         uint64_t ddst = 0;
@@ -523,8 +561,11 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
             w16_cuda_stream_sync(J->gpu.cuda, J->gpu.run, NULL);
             w16_cuda_free(J->gpu.cuda, ddst);
         }
-        if (st != WNA16_OK)
+        if (st != WNA16_OK) {
+            if (t && t->data) /* never hand out unwritten memory */
+                memset(t->data, 0, t->nbytes);
             return st;
+        }
     }
     return WNA16_OK;
 }

@@ -88,6 +88,17 @@ char *w16_arena_strdup(w16_arena_t *a, const char *s);
 char *w16_arena_strndup(w16_arena_t *a, const char *s, size_t n);
 void w16_arena_free(w16_arena_t *a);
 
+/* ---- tensor sets ---------------------------------------------------------- */
+
+/* wna16_tensor_set_add_new without the zero fill: for producers that write
+ * every byte (the generated repack kernels), so the pages are first
+ * touched by the threads that fill them. */
+wna16_status_t w16_tensor_set_add_uninit(wna16_tensor_set_t *set,
+                                         const char *name, wna16_dtype_t dtype,
+                                         int ndim, const int64_t *shape,
+                                         wna16_tensor_t **out,
+                                         wna16_error_t *err);
+
 /* ---- context internals --------------------------------------------------- */
 
 typedef struct w16_spec_registry w16_spec_registry_t;

@@ -26,6 +26,17 @@ static void default_log(void *user, wna16_log_level_t level, const char *msg)
     fprintf(stderr, "wna16: %s: %s\n", names[level & 3], msg);
 }
 
+/* $WNA16_LOG_LEVEL: debug, info, warn or error; anything else is warn. */
+static wna16_log_level_t env_log_level(void)
+{
+    static const char *const names[] = {"debug", "info", "warn", "error"};
+    const char *v = getenv("WNA16_LOG_LEVEL");
+    for (int i = 0; v && i < 4; i++)
+        if (strcmp(v, names[i]) == 0)
+            return (wna16_log_level_t)i;
+    return WNA16_LOG_WARN;
+}
+
 wna16_status_t wna16_context_create(const wna16_context_options_t *opts,
                                     wna16_context_t **out, wna16_error_t *err)
 {
@@ -52,7 +63,7 @@ wna16_status_t wna16_context_create(const wna16_context_options_t *opts,
     ctx->log = o.log ? o.log : default_log;
     ctx->log_user = o.log_user;
     ctx->log_level = (o.log_level_set || o.log_level) ? o.log_level
-                                                      : WNA16_LOG_WARN;
+                                                      : env_log_level();
     const char *dir = o.spec_dir ? o.spec_dir : getenv("WNA16_SPEC_DIR");
     if (dir && !*dir)
         dir = NULL;

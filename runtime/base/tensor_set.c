@@ -1,6 +1,7 @@
 /*
  * tensor_set.c - a small ordered set of named tensors: views over memory the
- * caller keeps alive, or zero-filled storage the set owns.
+ * caller keeps alive, or storage the set owns (zero-filled, or left as
+ * allocated for producers that write every byte).
  */
 #include "runtime/base/base.h"
 
@@ -131,11 +132,10 @@ wna16_status_t wna16_tensor_set_add_view(wna16_tensor_set_t *set,
     return push(set, t, false, NULL, err);
 }
 
-wna16_status_t wna16_tensor_set_add_new(wna16_tensor_set_t *set,
-                                        const char *name, wna16_dtype_t dtype,
-                                        int ndim, const int64_t *shape,
-                                        wna16_tensor_t **out,
-                                        wna16_error_t *err)
+static wna16_status_t add_owned(wna16_tensor_set_t *set, const char *name,
+                                wna16_dtype_t dtype, int ndim,
+                                const int64_t *shape, bool zero,
+                                wna16_tensor_t **out, wna16_error_t *err)
 {
     if (ndim < 0 || ndim > WNA16_MAX_DIMS)
         return w16_err(err, WNA16_EINVAL, "tensor '%s': %d dimensions (max %d)",
@@ -155,7 +155,8 @@ wna16_status_t wna16_tensor_set_add_new(wna16_tensor_set_t *set,
                            name);
     }
     t.nbytes = bytes;
-    t.data = w16_calloc(set->ctx, 1, bytes ? bytes : 1);
+    t.data = zero ? w16_calloc(set->ctx, 1, bytes ? bytes : 1)
+                  : w16_alloc(set->ctx, bytes ? bytes : 1);
     if (!t.data)
         return w16_err(err, WNA16_ENOMEM, "out of memory allocating tensor '%s' "
                        "(%zu bytes)", name, bytes);
@@ -163,6 +164,24 @@ wna16_status_t wna16_tensor_set_add_new(wna16_tensor_set_t *set,
     if (st != WNA16_OK)
         w16_free(set->ctx, t.data, bytes);
     return st;
+}
+
+wna16_status_t wna16_tensor_set_add_new(wna16_tensor_set_t *set,
+                                        const char *name, wna16_dtype_t dtype,
+                                        int ndim, const int64_t *shape,
+                                        wna16_tensor_t **out,
+                                        wna16_error_t *err)
+{
+    return add_owned(set, name, dtype, ndim, shape, true, out, err);
+}
+
+wna16_status_t w16_tensor_set_add_uninit(wna16_tensor_set_t *set,
+                                         const char *name, wna16_dtype_t dtype,
+                                         int ndim, const int64_t *shape,
+                                         wna16_tensor_t **out,
+                                         wna16_error_t *err)
+{
+    return add_owned(set, name, dtype, ndim, shape, false, out, err);
 }
 
 const wna16_tensor_t *wna16_tensor_set_find(const wna16_tensor_set_t *set,

@@ -49,6 +49,26 @@ static wna16_status_t llvm_err(wna16_error_t *err, LLVMErrorRef e,
     return st;
 }
 
+/* The host's features, plus on x86 a preference for scalar loads over
+ * gather instructions: the vectorized lane loops of repack kernels gather
+ * their source words, and AVX2/AVX-512 gathers run slower than the loads
+ * they replace on the CPUs measured (Zen 4: kernels 1.3x to 5x slower
+ * with them; recent Intel parts under the gather data sampling mitigation
+ * are known to be alike). A malloc'd string, or NULL. */
+static char *host_features(const char *triple)
+{
+    char *f = LLVMGetHostCPUFeatures();
+    const char *extra = strncmp(triple, "x86_64", 6) == 0 ? ",+prefer-no-gather" : "";
+    size_t n = f ? strlen(f) : 0;
+    char *g = malloc(n + strlen(extra) + 1);
+    if (g) {
+        memcpy(g, f ? f : "", n);
+        strcpy(g + n, extra);
+    }
+    LLVMDisposeMessage(f);
+    return g;
+}
+
 static wna16_status_t cpu_create(wna16_context_t *ctx, w16_cpu_t **out,
                                  wna16_error_t *err)
 {
@@ -62,7 +82,11 @@ static wna16_status_t cpu_create(wna16_context_t *ctx, w16_cpu_t **out,
     pthread_mutex_init(&c->mu, NULL);
     c->triple = LLVMGetDefaultTargetTriple();
     c->cpu_name = LLVMGetHostCPUName();
-    c->features = LLVMGetHostCPUFeatures();
+    c->features = host_features(c->triple);
+    if (!c->features) {
+        w16_cpu_destroy(c);
+        return w16_err_nomem(err, "creating the CPU target");
+    }
     LLVMTargetRef target;
     char *msg = NULL;
     if (LLVMGetTargetFromTriple(c->triple, &target, &msg)) {
@@ -120,7 +144,7 @@ void w16_cpu_destroy(w16_cpu_t *c)
     w16_pool_destroy(c->pool);
     LLVMDisposeMessage(c->triple);
     LLVMDisposeMessage(c->cpu_name);
-    LLVMDisposeMessage(c->features);
+    free(c->features);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -138,11 +162,21 @@ const char *w16_cpu_name(const w16_cpu_t *c) { return c->cpu_name; }
 const char *w16_cpu_features(const w16_cpu_t *c) { return c->features; }
 int w16_cpu_threads(const w16_cpu_t *c) { return w16_pool_threads(c->pool); }
 
+/* LLVM's warnings and remarks (e.g. a vectorization hint it could not
+ * follow) are not errors of ours and must not reach stderr; errors come
+ * back through the calls' own results. */
+static void quiet_diagnostics(LLVMDiagnosticInfoRef di, void *user)
+{
+    (void)di;
+    (void)user;
+}
+
 wna16_status_t w16_cpu_compile_object(w16_cpu_t *c, const kir_kernel_t *k,
                                       const char *symbol, void **obj,
                                       size_t *size, wna16_error_t *err)
 {
     LLVMContextRef lc = LLVMContextCreate();
+    LLVMContextSetDiagnosticHandler(lc, quiet_diagnostics, NULL);
     LLVMModuleRef m = LLVMModuleCreateWithNameInContext(k->name, lc);
     LLVMSetTarget(m, c->triple);
     LLVMTargetDataRef td = LLVMCreateTargetDataLayout(c->tm);
