@@ -26,8 +26,10 @@ static void usage(FILE *f)
 "(Qwen3-30B-A3B: hidden 2048, intermediate 768, 128 experts, top-8) with\n"
 "random int4 group-128 weights made in memory as GPTQ tensors (encoded\n"
 "through the gptq format spec) and 16 random tokens.\n"
-"With CHECKPOINT (a Hugging Face directory with config.json): its first MoE\n"
-"layer, or --layer PREFIX (e.g. model.layers.3.mlp.experts).\n"
+"With CHECKPOINT (a Hugging Face directory with config.json, sharded or\n"
+"not, or a .safetensors file with the model's config.json next to it): its\n"
+"first MoE layer, or --layer PREFIX (e.g. model.layers.3.mlp.experts), found\n"
+"by the format spec's tensor names as `wna16 repack` finds them.\n"
 "\n"
 "Steps, each printed with its time: the target (a CUDA GPU when one is\n"
 "usable, else the CPU); the layer; the activations; backend selection for the\n"
@@ -76,6 +78,19 @@ static void usage(FILE *f)
 "did not match (the reason is printed); 2 usage error.\n");
 }
 
+/* A number option's value in [lo, hi]; false after the usage error. */
+static bool number(const char *flag, const char *v, long lo, long hi,
+                   long *out)
+{
+    if (cli_parse_int(v, lo, hi, out))
+        return true;
+    if (v)
+        cli_usage_error("run", "%s: '%s' is not %ld to %ld", flag, v, lo, hi);
+    else
+        cli_usage_error("run", "%s needs a value", flag);
+    return false;
+}
+
 static int parse(int argc, char **argv, run_opts_t *o)
 {
     memset(o, 0, sizeof *o);
@@ -99,25 +114,26 @@ static int parse(int argc, char **argv, run_opts_t *o)
             if (!(o->backend = v))
                 return cli_usage_error("run", "--backend needs a name");
         } else if (cli_opt_value(argc, argv, &i, "--tokens", &v)) {
-            if (!cli_parse_int(v, 1, 1 << 20, &o->tokens))
-                return cli_usage_error("run", "--tokens wants 1 to %d",
-                                       1 << 20);
+            if (!number("--tokens", v, 1, 1 << 20, &o->tokens))
+                return CLI_USAGE;
             o->tokens_set = true;
         } else if (cli_opt_value(argc, argv, &i, "--experts", &v)) {
-            if (!cli_parse_int(v, 1, 128, &o->experts))
-                return cli_usage_error("run", "--experts wants 1 to 128");
+            if (!number("--experts", v, 1, 128, &o->experts))
+                return CLI_USAGE;
             experts_set = true;
         } else if (cli_opt_value(argc, argv, &i, "--seed", &v)) {
-            if (!cli_parse_int(v, 0, 1L << 30, &o->seed))
-                return cli_usage_error("run", "--seed wants 0 to %ld",
-                                       1L << 30);
+            if (!number("--seed", v, 0, 1L << 30, &o->seed))
+                return CLI_USAGE;
         } else if (cli_opt_value(argc, argv, &i, "--target", &v)) {
             if (v && strcmp(v, "cpu") == 0)
                 o->target = WNA16_TARGET_CPU;
             else if (v && strcmp(v, "cuda") == 0)
                 o->target = WNA16_TARGET_CUDA;
+            else if (v)
+                return cli_usage_error("run", "--target: '%s' is not cpu or "
+                                       "cuda", v);
             else
-                return cli_usage_error("run", "--target: cpu or cuda");
+                return cli_usage_error("run", "--target needs cpu or cuda");
             o->target_set = true;
         } else if (strcmp(argv[i], "--json") == 0) {
             o->json = true;

@@ -267,6 +267,11 @@ int run_choose_backend(wna16_context_t *ctx, const run_opts_t *o,
     else
         run_log_step(log, "selection for %s (vLLM's select_wna16_moe_backend, "
                      "from the specs): none: %s", plat, c->sel_error);
+    /* every backend tried before the answer, and why it was refused */
+    for (size_t i = 0; i < c->sel.n_passed_over; i++)
+        run_log_more(log, "passed over %s: %s",
+                     wna16_spec_name(c->sel.passed_over[i].backend),
+                     c->sel.passed_over[i].reason);
     if (c->sel.note[0])
         run_log_more(log, "note: %s", c->sel.note);
 

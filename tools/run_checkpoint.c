@@ -1,6 +1,7 @@
 /*
  * run_checkpoint.c - `wna16 run CHECKPOINT`: one MoE layer of a Hugging
- * Face checkpoint directory. config.json gives the format, quantization,
+ * Face checkpoint directory, or a .safetensors file with the model's
+ * config.json next to it. config.json gives the format, quantization,
  * sizes and top-k; the layer is the first MoE layer the format spec's
  * tensor names find, or --layer PREFIX. Also what both layer sources
  * share: what the tensors present say about the layer, and freeing it.
@@ -112,6 +113,35 @@ static wna16_status_t need(const char *path, const char *key, int32_t v,
                    "reads the layer's sizes from it)", path, key);
 }
 
+/* The model's config.json: the checkpoint directory's, or for a lone
+ * .safetensors file (one shard or a whole small checkpoint) the one next
+ * to it, read into `own`. */
+static wna16_status_t find_config(const char *path, const wna16_checkpoint_t *ck,
+                                  wna16_model_config_t *own,
+                                  const wna16_model_config_t **cfg,
+                                  wna16_error_t *err)
+{
+    if ((*cfg = wna16_checkpoint_config(ck)))
+        return WNA16_OK;
+    char cj[4200];
+    const char *slash = strrchr(path, '/');
+    int n = slash ? snprintf(cj, sizeof cj, "%.*s/config.json",
+                             (int)(slash - path), path)
+                  : snprintf(cj, sizeof cj, "config.json");
+    if (n < 0 || (size_t)n >= sizeof cj)
+        return w16_err(err, WNA16_ELIMIT, "%s: path too long", path);
+    FILE *f = fopen(cj, "r");
+    if (!f)
+        return w16_err(err, WNA16_EFORMAT, "%s: no config.json (wna16 run "
+                       "reads the quantization and the layer's sizes from "
+                       "it; for a .safetensors file, from %s)", path, cj);
+    fclose(f);
+    wna16_status_t st = wna16_model_config_load(cj, own, err);
+    if (st == WNA16_OK)
+        *cfg = own;
+    return st;
+}
+
 int run_checkpoint_open(wna16_context_t *ctx, const run_opts_t *o,
                         run_layer_t *L, run_log_t *log)
 {
@@ -121,10 +151,9 @@ int run_checkpoint_open(wna16_context_t *ctx, const run_opts_t *o,
     run_log_step(log, "layer: reading %s", path);
     wna16_status_t st = wna16_checkpoint_open(ctx, path, &L->ck, &err);
     const wna16_model_config_t *cfg = NULL;
-    if (st == WNA16_OK && !(cfg = wna16_checkpoint_config(L->ck)))
-        st = w16_err(&err, WNA16_EFORMAT, "%s: no config.json (wna16 run "
-                     "reads the quantization and the layer's sizes from it)",
-                     path);
+    wna16_model_config_t own;
+    if (st == WNA16_OK)
+        st = find_config(path, L->ck, &own, &cfg, &err);
     if (st == WNA16_OK)
         st = wna16_model_config_quant(cfg, &L->quant, &err);
     if (st == WNA16_OK &&

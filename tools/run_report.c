@@ -163,6 +163,17 @@ void run_report_json(const run_opts_t *o, const run_layer_t *L,
     jstr(&j, "target", wna16_target_name(c->target));
     jstr(&j, "device", c->device);
     jstr(&j, "selected", sel ? wna16_spec_name(sel) : NULL);
+    jstr(&j, "selection_error", c->sel_status == WNA16_OK ? NULL
+                                                          : c->sel_error);
+    key(&j, "passed_over");
+    for (size_t i = 0; i < c->sel.n_passed_over; i++) {
+        fputs(i ? ", {\"backend\": " : "[{\"backend\": ", j.f);
+        cli_json_string(j.f, wna16_spec_name(c->sel.passed_over[i].backend));
+        fputs(", \"reason\": ", j.f);
+        cli_json_string(j.f, c->sel.passed_over[i].reason);
+        fputc('}', j.f);
+    }
+    fputs(c->sel.n_passed_over ? "]" : "[]", j.f);
     jstr(&j, "backend", wna16_spec_name(c->backend));
     jstr(&j, "backend_reason", c->why[0] ? c->why : NULL);
     jnum(&j, "repack_s", f->repack_s);

@@ -12,12 +12,22 @@
  *       and matches the reference MoE of the checkpoint's first layer on
  *       X (decoded here with the reference, independently of wna16 run):
  *       max |output - reference| <= 2^-5 max |reference|
+ *   run_io_check json OUT.json
+ *       checks that OUT.json (stdout of `wna16 run --json`) is exactly one
+ *       JSON object with the figures: "ok" true, the finite numbers
+ *       max_abs_error, max_rel_error, cold_compile_ms, cached_ms and
+ *       bandwidth_gbs (the errors within the run's tolerance 2^-5, the
+ *       times and bandwidth positive), "target" and "backend" strings and
+ *       a "passed_over" array
  *
  * Prints what it did; exits 0 on success, 1 otherwise.
  */
 #include "wna16.h"
 
+#include <cjson/cJSON.h>
+
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,6 +212,93 @@ static int check(wna16_context_t *ctx, int argc, char **argv)
     return ok ? 0 : 1;
 }
 
+/* ---- json ---------------------------------------------------------------- */
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *b = realloc(buf, 2 * cap + 1);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    return buf;
+}
+
+/* A finite number under `key`, above `lo` (exclusive when `strict`). */
+static bool number(const cJSON *o, const char *key, double lo, bool strict,
+                   double *v)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(n) || !isfinite(n->valuedouble) ||
+        (strict ? n->valuedouble <= lo : n->valuedouble < lo)) {
+        printf("run_io_check: \"%s\" is not a number %s %g\n", key,
+               strict ? ">" : ">=", lo);
+        return false;
+    }
+    *v = n->valuedouble;
+    return true;
+}
+
+static int json(int argc, char **argv)
+{
+    if (argc < 3)
+        return fail("json OUT.json", NULL);
+    char *text = slurp(argv[2]);
+    if (!text)
+        return fail("json: cannot read the file", NULL);
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithOpts(text, &end, 1);
+    int rc = 1;
+    double abs_e, rel_e, cold, cached, gbs;
+    const cJSON *target = cJSON_GetObjectItemCaseSensitive(o, "target");
+    const cJSON *backend = cJSON_GetObjectItemCaseSensitive(o, "backend");
+    if (!cJSON_IsObject(o)) {
+        printf("run_io_check: %s is not one JSON object (parse stops at "
+               "offset %td)\n", argv[2], end ? end - text : (ptrdiff_t)-1);
+    } else if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "ok"))) {
+        printf("run_io_check: \"ok\" is not true\n");
+    } else if (!cJSON_IsString(target) || !cJSON_IsString(backend) ||
+               !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(o,
+                                                              "passed_over"))) {
+        printf("run_io_check: \"target\", \"backend\" (strings) or "
+               "\"passed_over\" (an array) missing\n");
+    } else if (number(o, "max_abs_error", 0, false, &abs_e) &&
+               number(o, "max_rel_error", 0, false, &rel_e) &&
+               number(o, "cold_compile_ms", 0, false, &cold) &&
+               number(o, "cached_ms", 0, true, &cached) &&
+               number(o, "bandwidth_gbs", 0, true, &gbs)) {
+        if (rel_e > 0x1p-5) {
+            printf("run_io_check: max_rel_error %g above 2^-5\n", rel_e);
+        } else {
+            printf("run_io_check: one JSON object: target %s, backend %s, "
+                   "max abs error %g, max rel error %g, cold compile %g ms, "
+                   "cached %g ms, %g GB/s\n", target->valuestring,
+                   backend->valuestring, abs_e, rel_e, cold, cached, gbs);
+            rc = 0;
+        }
+    }
+    cJSON_Delete(o);
+    free(text);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     wna16_context_t *ctx = NULL;
@@ -210,7 +307,8 @@ int main(int argc, char **argv)
         return fail("context", &err);
     int rc = argc > 1 && strcmp(argv[1], "make") == 0    ? make(ctx, argc, argv)
              : argc > 1 && strcmp(argv[1], "check") == 0 ? check(ctx, argc, argv)
-                                                         : fail("make or check", NULL);
+             : argc > 1 && strcmp(argv[1], "json") == 0  ? json(argc, argv)
+                                                  : fail("make, check or json", NULL);
     wna16_context_destroy(ctx);
     return rc;
 }
