@@ -8,8 +8,8 @@
  *   backend      run_backend.c (the best target present, selection for its
  *                platform, and what that target's fused MoE runs)
  *   repack       wna16_repack_layer on the target (cmd_run.c)
- *   fused MoE    run_moe.c (timing, kernel cache) with run_moe_cpu.c or
- *                run_moe_cuda.c
+ *   fused MoE    run_moe_cpu.c or run_moe_cuda.c, timed by run_time.c
+ *                (first call, kernel cache, cached calls)
  *   reference    run_reference.c (the scalar reference and the errors)
  *   report       run_report.c (progress lines, the summary or one JSON
  *                object) and -o (run_io.c)
@@ -165,7 +165,7 @@ int run_choose_target(wna16_context_t *ctx, const run_opts_t *o,
 int run_choose_backend(wna16_context_t *ctx, const run_opts_t *o,
                        const run_layer_t *L, run_choice_t *c, run_log_t *log);
 
-/* ---- the fused MoE and its figures (run_moe*.c) ------------------------------ */
+/* ---- the fused MoE and its figures (run_time.c, run_moe_*.c) ------------------------------ */
 
 typedef struct run_figures {
     /* the repack */

@@ -47,10 +47,18 @@ int run_choose_target(wna16_context_t *ctx, const run_opts_t *o,
         w16_cuda_t *cuda = NULL;
         if (w16_cuda_get(ctx, &cuda, &err) != WNA16_OK ||
             !w16_nvrtc_available(ctx, &err)) {
-            if (o->target_set)
-                return cli_fail(&err);
-            snprintf(note, sizeof note, "; a GPU is present but %s",
-                     err.message);
+            /* one wording whichever piece is missing (the driver says
+             * "CUDA target unavailable: ...", NVRTC "NVRTC unavailable") */
+            static const char pre[] = "CUDA target unavailable: ";
+            const char *why = err.message;
+            if (strncmp(why, pre, sizeof pre - 1) == 0)
+                why += sizeof pre - 1;
+            if (o->target_set) {
+                fprintf(stderr, "wna16: %s%s\n", pre, why);
+                return CLI_FAIL;
+            }
+            snprintf(note, sizeof note, "; a GPU is present but the %s%s "
+                     "(the CPU runs it)", pre, why);
             c->target = WNA16_TARGET_CPU;
         } else {
             c->platform = WNA16_PLATFORM_CUDA;

@@ -84,8 +84,14 @@ void run_report_human(const run_layer_t *L, const run_input_t *in,
     fprintf(o, "     max abs error        %.4g\n", f->max_abs);
     fprintf(o, "     max rel error        %.4g (of max |reference| %.4g)\n",
             f->max_rel, f->max_ref);
-    fprintf(o, "     cold-compile time    %.1f ms (first call %.1f ms minus "
-            "the cached time; %s)\n", f->cold_compile_ms, f->first_ms, cache);
+    if (f->cache_hit) /* nothing was compiled: no compile time to show */
+        fprintf(o, "     cold-compile time    none: %s (first call %.1f ms, "
+                "%.1f ms over the cached time)\n", cache, f->first_ms,
+                f->cold_compile_ms);
+    else
+        fprintf(o, "     cold-compile time    %.1f ms (first call %.1f ms "
+                "minus the cached time; %s)\n", f->cold_compile_ms,
+                f->first_ms, cache);
     fprintf(o, "     cached time          %.3f ms (median of %d calls, best "
             "%.3f ms)\n", f->cached_ms, f->calls, f->best_ms);
     fprintf(o, "     effective bandwidth  %.1f GB/s (%d of %d experts "
@@ -179,7 +185,7 @@ void run_report_json(const run_opts_t *o, const run_layer_t *L,
     jnum(&j, "repack_s", f->repack_s);
     jint(&j, "packed_bytes", (long long)f->packed_bytes);
     jnum(&j, "first_call_ms", f->first_ms);
-    jnum(&j, "cold_compile_ms", f->cold_compile_ms);
+    jnum(&j, "cold_compile_ms", f->cache_hit ? NAN : f->cold_compile_ms);
     jbool(&j, "cache_hit", f->cache_hit);
     jint(&j, "kernels_compiled", (long long)f->compiled);
     jint(&j, "kernels_from_disk", (long long)f->from_disk);

@@ -1,0 +1,69 @@
+/*
+ * run_moe_cpu.c - the fused MoE of `wna16 run` on the CPU: the
+ * wna16_moe_layer_* API (kernels generated from the backend's layout spec,
+ * JIT-compiled by LLVM through the kernel cache, run on all cores), timed
+ * by run_time_calls.
+ */
+#include "run.h"
+#include "runtime/cpu/cpu.h"
+
+#include <stdlib.h>
+
+typedef struct cpu_call {
+    wna16_moe_layer_t *layer;
+    wna16_moe_params_t p;
+    const run_input_t *in;
+    void *scratch; /* output of the timed calls */
+} cpu_call_t;
+
+static wna16_status_t call_cpu(void *user, void *out, double *ms,
+                               wna16_error_t *err)
+{
+    cpu_call_t *c = user;
+    double t = run_now();
+    wna16_status_t st = wna16_moe_layer_run(c->layer, &c->p, c->in->hidden,
+                                            c->in->M, c->in->ids,
+                                            c->in->weights, c->in->topk,
+                                            out ? out : c->scratch, err);
+    *ms = (run_now() - t) * 1e3;
+    return st;
+}
+
+int run_moe_cpu(wna16_context_t *ctx, const run_layer_t *L,
+                const run_choice_t *c, const wna16_tensor_set_t *packed,
+                const run_input_t *in, void *out, run_figures_t *f,
+                run_log_t *log)
+{
+    wna16_error_t err;
+    w16_cpu_t *cpu = NULL;
+    cpu_call_t call = {.in = in};
+    if (w16_cpu_get(ctx, &cpu, &err) != WNA16_OK)
+        return cli_fail(&err);
+    f->threads = w16_cpu_threads(cpu);
+    run_log_step(log, "fused MoE on the CPU: kernels generated from %s's "
+                 "layout spec, LLVM JIT, %d threads; %d tokens, top-%d, %s, "
+                 "silu", wna16_spec_name(c->backend), f->threads, in->M, in->topk,
+                 wna16_dtype_name(in->dtype));
+    wna16_moe_params_init(&call.p);
+    call.p.act_dtype = in->dtype;
+    call.scratch = malloc((size_t)in->M * (size_t)L->H * 2);
+    int rc = CLI_FAIL;
+    if (!call.scratch) {
+        fprintf(stderr, "wna16: out of memory\n");
+    } else if (wna16_moe_layer_create(ctx, c->backend, packed, L->prefix, L->E,
+                                      L->H, L->I, &L->quant, WNA16_TARGET_CPU,
+                                      &call.layer, &err) != WNA16_OK) {
+        cli_fail(&err);
+    } else {
+        rc = run_time_calls(ctx, call_cpu, &call, out, f);
+    }
+    wna16_moe_layer_destroy(call.layer);
+    free(call.scratch);
+    if (rc == CLI_OK)
+        run_log_more(log, "first call %.1f ms (%s); cached %.2f ms (median of "
+                     "%d calls, best %.2f)", f->first_ms,
+                     f->cache_hit ? "kernels from the kernel cache: hit"
+                                  : "kernels compiled: cache miss",
+                     f->cached_ms, f->calls, f->best_ms);
+    return rc;
+}
