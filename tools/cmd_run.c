@@ -220,15 +220,18 @@ static int run(wna16_context_t *ctx, const run_opts_t *o)
     int rc = run_choose_target(ctx, o, &c, &log);
     if (rc == CLI_OK)
         rc = o->checkpoint ? run_checkpoint_open(ctx, o, &L, &log)
-                           : run_default_make(ctx, o, &L, &log);
+                           : run_default_shape(ctx, o, &L);
+    /* the activations before the default's tensors: a bad --input fails
+     * at once */
+    if (rc == CLI_OK)
+        rc = o->input ? run_input_read(ctx, o->input, &L, &in)
+                      : run_input_random(&L, (int32_t)o->tokens,
+                                         (uint64_t)o->seed, &in);
+    if (rc == CLI_OK && !o->checkpoint)
+        rc = run_default_make(ctx, o, &L, &log);
     if (rc != CLI_OK)
         goto out;
-    run_log_step(&log, "activations: %s", o->input ? o->input : "random");
-    rc = o->input ? run_input_read(ctx, o->input, &L, &in)
-                  : run_input_random(&L, (int32_t)o->tokens,
-                                     (uint64_t)o->seed, &in);
-    if (rc != CLI_OK)
-        goto out;
+    run_log_step(&log, "activations: %s", in.source);
     f.experts_touched = run_input_experts(&in, L.E);
     run_log_more(&log, "%d tokens, top-%d, %s; the routing reaches %d of the "
                  "%d experts", in.M, in.topk, wna16_dtype_name(in.dtype),

@@ -92,7 +92,11 @@ typedef struct run_layer {
 
 /* The embedded default (run_default.c): Qwen3-30B-A3B's MoE layer shape
  * (H 2048, I 768, 128 experts, top-8), random int4 group-128 weights
- * encoded as GPTQ tensors through the gptq format spec. */
+ * encoded as GPTQ tensors through the gptq format spec. _shape sets the
+ * sizes, format and quantization (so --input is checked before the
+ * encoding's seconds); _make then makes the tensors. */
+int run_default_shape(wna16_context_t *ctx, const run_opts_t *o,
+                      run_layer_t *L);
 int run_default_make(wna16_context_t *ctx, const run_opts_t *o,
                      run_layer_t *L, run_log_t *log);
 /* One MoE layer of a checkpoint directory (run_checkpoint.c). */

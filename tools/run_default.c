@@ -132,10 +132,9 @@ static wna16_status_t gather_expert(run_layer_t *L, int32_t e,
     return WNA16_OK;
 }
 
-int run_default_make(wna16_context_t *ctx, const run_opts_t *o,
-                     run_layer_t *L, run_log_t *log)
+int run_default_shape(wna16_context_t *ctx, const run_opts_t *o,
+                      run_layer_t *L)
 {
-    wna16_error_t err;
     memset(L, 0, sizeof *L);
     L->format = wna16_spec_find(ctx, WNA16_SPEC_FORMAT, "gptq");
     if (!L->format || L->format->stacked) {
@@ -155,6 +154,13 @@ int run_default_make(wna16_context_t *ctx, const run_opts_t *o,
              "%d%s experts, top-%d), random int4 group-%d GPTQ weights "
              "(seed %ld)", L->H, L->I, L->E, L->E == DEFAULT_E ? "" : " of 128",
              L->topk, DEFAULT_GROUP, o->seed);
+    return CLI_OK;
+}
+
+int run_default_make(wna16_context_t *ctx, const run_opts_t *o,
+                     run_layer_t *L, run_log_t *log)
+{
+    wna16_error_t err;
     run_log_step(log, "layer: %s", L->source);
     run_log_more(log, "codes and fp16 scales made in memory, encoded as GPTQ "
                  "tensors through the gptq format spec (reference encoder, %d "
