@@ -278,7 +278,7 @@ static int run(wna16_context_t *ctx, const run_opts_t *o)
     if (o->json)
         run_report_json(o, &L, &in, &c, &f);
     else
-        run_report_human(&L, &in, &c, &f, &log);
+        run_report_human(&L, &c, &f, &log);
     rc = f.ok ? CLI_OK : CLI_FAIL;
 out:
     free(got);

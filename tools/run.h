@@ -146,6 +146,7 @@ int run_output_write(wna16_context_t *ctx, const char *path,
 
 /* ---- target and backend (run_backend.c) -------------------------------------- */
 
+#define RUN_MAX_SKIPPED 16
 typedef struct run_choice {
     wna16_target_t target;      /* CPU or CUDA */
     wna16_device_info_t dev;
@@ -158,6 +159,12 @@ typedef struct run_choice {
     const wna16_spec_t *backend; /* the layout the fused MoE runs */
     bool substituted;            /* backend is not selection's answer */
     char why[1024];              /* why, when substituted (or a note) */
+    /* when substituted: the layouts tried before it, and why not */
+    size_t n_skipped;
+    struct {
+        const wna16_spec_t *backend;
+        char reason[512];
+    } skipped[RUN_MAX_SKIPPED];
 } run_choice_t;
 
 /* The target: --target, else CUDA when a usable GPU is present, else the
@@ -229,9 +236,8 @@ int run_reference(wna16_context_t *ctx, const run_layer_t *L,
 
 /* ---- report (run_report.c) --------------------------------------------------- */
 
-void run_report_human(const run_layer_t *L, const run_input_t *in,
-                      const run_choice_t *c, const run_figures_t *f,
-                      run_log_t *log);
+void run_report_human(const run_layer_t *L, const run_choice_t *c,
+                      const run_figures_t *f, run_log_t *log);
 void run_report_json(const run_opts_t *o, const run_layer_t *L,
                      const run_input_t *in, const run_choice_t *c,
                      const run_figures_t *f);

@@ -26,6 +26,7 @@
 #include "runtime/cuda/cuda.h"
 #include "runtime/ref/ref.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- the target -------------------------------------------------------------- */
@@ -212,35 +213,57 @@ static void fit(const run_choice_t *c, const wna16_spec_t *b,
                k_major(b, &p, WNA16_GEMM_W2, f->why_slow, sizeof f->why_slow));
 }
 
-/* The first backend, in vLLM's CUDA priority order (backends without one
- * after, in registry order), that the target runs well. Without one, `why`
- * says why the first that would be fast cannot run ("name: reason"). */
-static const wna16_spec_t *first_good(wna16_context_t *ctx,
-                                      const run_choice_t *c,
+/* Backends in vLLM's CUDA priority order (those without one after, in
+ * registry order). */
+typedef struct cand {
+    int prio;
+    size_t index;
+    const wna16_spec_t *b;
+} cand_t;
+
+static int cmp_cand(const void *x, const void *y)
+{
+    const cand_t *a = x, *b = y;
+    if (a->prio != b->prio)
+        return a->prio < b->prio ? -1 : 1;
+    return a->index < b->index ? -1 : a->index > b->index;
+}
+
+/* The first backend in that order that the target runs well; each one
+ * before it goes into c->skipped with its reason. Without one, `why` says
+ * why the first that would be fast cannot run ("name: reason"). */
+static const wna16_spec_t *first_good(wna16_context_t *ctx, run_choice_t *c,
                                       const run_layer_t *L, char *why,
                                       size_t n)
 {
-    const wna16_spec_t *best = NULL;
-    int best_prio = 0, why_prio = 0;
-    fit_t f;
-    for (size_t i = 0; i < wna16_spec_count(ctx); i++) {
+    cand_t cands[64];
+    size_t nc = 0;
+    for (size_t i = 0; i < wna16_spec_count(ctx) && nc < 64; i++) {
         const wna16_spec_t *b = wna16_spec_at(ctx, i);
         if (b->kind != WNA16_SPEC_BACKEND)
             continue;
         int prio = b->bsel.priority[WNA16_PLATFORM_CUDA];
-        prio = prio > 0 ? prio : 1000;
-        if (best && prio >= best_prio)
-            continue;
+        cands[nc++] = (cand_t){prio > 0 ? prio : 1000, i, b};
+    }
+    qsort(cands, nc, sizeof *cands, cmp_cand);
+    c->n_skipped = 0;
+    fit_t f;
+    for (size_t i = 0; i < nc; i++) {
+        const wna16_spec_t *b = cands[i].b;
         fit(c, b, L, &f);
-        if (f.runs && f.fast) {
-            best = b;
-            best_prio = prio;
-        } else if (f.fast && (!why[0] || prio < why_prio)) {
+        if (f.runs && f.fast)
+            return b;
+        if (f.fast && !why[0])
             snprintf(why, n, "%s: %s", b->name, f.why_not);
-            why_prio = prio;
+        if (c->n_skipped < RUN_MAX_SKIPPED) {
+            c->skipped[c->n_skipped].backend = b;
+            snprintf(c->skipped[c->n_skipped].reason,
+                     sizeof c->skipped[0].reason, "%s",
+                     !f.runs ? f.why_not : f.why_slow);
+            c->n_skipped++;
         }
     }
-    return best;
+    return NULL;
 }
 
 /* ---- selection and the choice -------------------------------------------------- */
@@ -348,5 +371,9 @@ int run_choose_backend(wna16_context_t *ctx, const run_opts_t *o,
         snprintf(c->why, sizeof c->why, "selection found no backend for %s. "
                  "Running %s's layout (%s)", plat, c->backend->name, how);
     run_log_more(log, "%s", c->why);
+    for (size_t i = 0; i < c->n_skipped; i++)
+        run_log_more(log, "  %s's layout passed over: %s",
+                     wna16_spec_name(c->skipped[i].backend),
+                     c->skipped[i].reason);
     return CLI_OK;
 }

@@ -71,11 +71,9 @@ static void cache_text(const run_figures_t *f, char *out, size_t n)
                  f->cache_dir);
 }
 
-void run_report_human(const run_layer_t *L, const run_input_t *in,
-                      const run_choice_t *c, const run_figures_t *f,
-                      run_log_t *log)
+void run_report_human(const run_layer_t *L, const run_choice_t *c,
+                      const run_figures_t *f, run_log_t *log)
 {
-    (void)in;
     char cache[4300];
     cache_text(f, cache, sizeof cache);
     FILE *o = stdout;
@@ -181,6 +179,15 @@ void run_report_json(const run_opts_t *o, const run_layer_t *L,
     }
     fputs(c->sel.n_passed_over ? "]" : "[]", j.f);
     jstr(&j, "backend", wna16_spec_name(c->backend));
+    key(&j, "layouts_passed_over");
+    for (size_t i = 0; i < c->n_skipped; i++) {
+        fputs(i ? ", {\"backend\": " : "[{\"backend\": ", j.f);
+        cli_json_string(j.f, wna16_spec_name(c->skipped[i].backend));
+        fputs(", \"reason\": ", j.f);
+        cli_json_string(j.f, c->skipped[i].reason);
+        fputc('}', j.f);
+    }
+    fputs(c->n_skipped ? "]" : "[]", j.f);
     jstr(&j, "backend_reason", c->why[0] ? c->why : NULL);
     jnum(&j, "repack_s", f->repack_s);
     jint(&j, "packed_bytes", (long long)f->packed_bytes);
