@@ -227,6 +227,10 @@ int run_moe_cuda(wna16_context_t *ctx, const run_layer_t *L,
 
 /* ---- the reference (run_reference.c) ----------------------------------------- */
 
+/* The run passes when max |kernel - reference| / max |reference| is at
+ * most this (run_reference.c says why). */
+#define RUN_REL_TOL 0x1p-5
+
 /* The scalar reference MoE on the layer's logical form (the default's, or
  * the routed experts decoded from the checkpoint) into `ref`, then the
  * errors of `got` against it. */

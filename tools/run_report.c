@@ -80,8 +80,9 @@ void run_report_human(const run_layer_t *L, const run_choice_t *c,
     fprintf(o, "  figures (%s target, %s layout):\n",
             wna16_target_name(c->target), wna16_spec_name(c->backend));
     fprintf(o, "     max abs error        %.4g\n", f->max_abs);
-    fprintf(o, "     max rel error        %.4g (of max |reference| %.4g)\n",
-            f->max_rel, f->max_ref);
+    fprintf(o, "     max rel error        %.4g (of max |reference| %.4g; "
+            "passes at most 2^-5 = %.5f)\n", f->max_rel, f->max_ref,
+            RUN_REL_TOL);
     if (f->cache_hit) /* nothing was compiled: no compile time to show */
         fprintf(o, "     cold-compile time    none: %s (first call %.1f ms, "
                 "%.1f ms over the cached time)\n", cache, f->first_ms,
@@ -207,6 +208,7 @@ void run_report_json(const run_opts_t *o, const run_layer_t *L,
     jnum(&j, "max_abs_error", f->max_abs);
     jnum(&j, "max_rel_error", f->max_rel);
     jnum(&j, "max_abs_reference", f->max_ref);
+    jnum(&j, "rel_tolerance", RUN_REL_TOL);
     jbool(&j, "ok", f->ok);
     jstr(&j, "output", f->ok ? o->output : NULL);
     jnum(&j, "total_s", f->total_s);
