@@ -12,7 +12,7 @@
  *     but they vectorize the dot products over k, so they are fast only on
  *     layouts that pack each row's codes in k order ("K-major", e.g. the
  *     N-first Triton layout) and read the others code by code (the CPU
- *     backend's VNNI blocks, about 20x slower: bench/RESULTS.md).
+ *     backend's VNNI blocks, an order of magnitude slower: bench/RESULTS.md).
  * When selection's answer is not such a layout (or selection finds none),
  * the run says so and uses the first layout, in vLLM's CUDA priority
  * order, that the target runs well and that holds the layer. --backend
@@ -359,7 +359,7 @@ int run_choose_backend(wna16_context_t *ctx, const run_opts_t *o,
     if (sel && f.runs) /* runs, but slowly: the CPU and a non-K-major layout */
         snprintf(c->why, sizeof c->why, "%s's layout is slow on the CPU: the "
                  "generated kernels vectorize over k, and %s, so they would "
-                 "read it with scalar loads (about 20x slower, "
+                 "read it with scalar loads (an order of magnitude slower, "
                  "bench/RESULTS.md). Running %s's layout instead (%s)",
                  sel->name, f.why_slow, c->backend->name, how);
     else if (sel)
