@@ -307,14 +307,14 @@ static void emit_block(cemit_t *E, const kir_block_t *blk, int d);
 
 static void emit_stmt(cemit_t *E, const kir_stmt_t *s, int d)
 {
+    /* a value nobody reads is left out (expressions have no side effects) */
+    if ((s->kind == KIR_S_LET || s->kind == KIR_S_ASSIGN) &&
+        !E->read[s->var->index])
+        return;
     indent(E, d);
     switch (s->kind) {
     case KIR_S_LET:
     case KIR_S_ASSIGN:
-        if (!E->read[s->var->index]) {
-            put(E, "/* unused value */;\n");
-            return;
-        }
         w16_buf_printf(E->b, "%s = ", s->var->name);
         emit_expr(E, s->a);
         put(E, ";\n");

@@ -1,11 +1,15 @@
 /*
  * base.c - allocation, errors, the text buffer and the arena (see base.h).
  */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MADV_HUGEPAGE */
 #include "runtime/base/base.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 /* ---- allocation ---------------------------------------------------------- */
 
@@ -48,6 +52,49 @@ void w16_free(wna16_context_t *ctx, void *p, size_t size)
         ctx->allocator.free(ctx->allocator.user, p, size ? size : 1);
     else
         free(p);
+}
+
+/* Bulk buffers come from mmap only with the default allocator, so the
+ * size alone tells w16_free_bulk how a buffer was made. */
+static bool bulk_mapped(const wna16_context_t *ctx, size_t size)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    return !(ctx && ctx->custom_allocator) && size >= W16_BULK_MIN;
+#else
+    (void)ctx;
+    (void)size;
+    return false;
+#endif
+}
+
+void *w16_alloc_bulk(wna16_context_t *ctx, size_t size, bool zero)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (bulk_mapped(ctx, size)) {
+        /* anonymous mappings are zero-filled, so `zero` costs nothing;
+         * the advice is a hint and its failure changes nothing */
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return NULL;
+        (void)madvise(p, size, MADV_HUGEPAGE);
+        return p;
+    }
+#endif
+    return zero ? w16_calloc(ctx, 1, size) : w16_alloc(ctx, size);
+}
+
+void w16_free_bulk(wna16_context_t *ctx, void *p, size_t size)
+{
+    if (!p)
+        return;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (bulk_mapped(ctx, size)) {
+        munmap(p, size);
+        return;
+    }
+#endif
+    w16_free(ctx, p, size);
 }
 
 char *w16_strdup(wna16_context_t *ctx, const char *s)

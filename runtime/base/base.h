@@ -28,6 +28,15 @@ void *w16_calloc(wna16_context_t *ctx, size_t n, size_t size);
 void *w16_realloc(wna16_context_t *ctx, void *p, size_t old_size,
                   size_t new_size);
 void w16_free(wna16_context_t *ctx, void *p, size_t size);
+/* Tensor-sized buffers (never reallocated). With the default allocator,
+ * buffers of W16_BULK_MIN bytes or more are mapped with transparent huge
+ * pages where the kernel offers them: a repacked layer is hundreds of MB
+ * written once, and faulting it in 4 KiB pages cost several times the
+ * copy itself (bench/RESULTS.md, GPU repack). `zero` asks for zeroed
+ * bytes. Free with w16_free_bulk and the same size. */
+#define W16_BULK_MIN ((size_t)4 << 20)
+void *w16_alloc_bulk(wna16_context_t *ctx, size_t size, bool zero);
+void w16_free_bulk(wna16_context_t *ctx, void *p, size_t size);
 char *w16_strdup(wna16_context_t *ctx, const char *s);
 /* Frees a string from w16_strdup. */
 void w16_strfree(wna16_context_t *ctx, char *s);

@@ -69,7 +69,7 @@ void wna16_tensor_set_destroy(wna16_tensor_set_t *set)
     for (size_t i = 0; i < set->count; i++) {
         entry_t *e = set->items[i];
         if (e->owned)
-            w16_free(set->ctx, e->t.data, e->t.nbytes);
+            w16_free_bulk(set->ctx, e->t.data, e->t.nbytes);
         w16_strfree(set->ctx, e->name);
         w16_free(set->ctx, e, sizeof *e);
     }
@@ -155,14 +155,13 @@ static wna16_status_t add_owned(wna16_tensor_set_t *set, const char *name,
                            name);
     }
     t.nbytes = bytes;
-    t.data = zero ? w16_calloc(set->ctx, 1, bytes ? bytes : 1)
-                  : w16_alloc(set->ctx, bytes ? bytes : 1);
+    t.data = w16_alloc_bulk(set->ctx, bytes ? bytes : 1, zero);
     if (!t.data)
         return w16_err(err, WNA16_ENOMEM, "out of memory allocating tensor '%s' "
                        "(%zu bytes)", name, bytes);
     wna16_status_t st = push(set, &t, true, out, err);
     if (st != WNA16_OK)
-        w16_free(set->ctx, t.data, bytes);
+        w16_free_bulk(set->ctx, t.data, bytes);
     return st;
 }
 
