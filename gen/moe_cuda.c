@@ -410,6 +410,20 @@ wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
     return WNA16_OK;
 }
 
+void w16_moe_cuda_split(const wna16_spec_t *spec, int block_m,
+                        wna16_gemm_t gemm, int64_t N, int64_t K,
+                        int *max_split, int *ctas_per_sm)
+{
+    *max_split = 1;
+    *ctas_per_sm = 1;
+    if (!spec->tiling)
+        return;
+    const w16_tile_rule_t *r = w16_tiling_gemm(spec->tiling, block_m, gemm,
+                                               N, K);
+    *max_split = r->max_split_k;
+    *ctas_per_sm = r->ctas_per_sm;
+}
+
 unsigned w16_moe_gemm_threads(const w16_moe_gemm_cfg_t *c)
 {
     return 32u * (unsigned)(c->warps_n * c->warps_k);
@@ -555,6 +569,8 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     def_int(b, "SMEM_BYTES", (long long)w16_moe_gemm_shared(c));
     w16_buf_puts(b, "} // namespace w16cfg\n");
     w16_buf_printf(b, "#define W16_KERNEL %s\n", name);
+    if (c->gemm == WNA16_GEMM_W13)
+        w16_buf_printf(b, "#define W16_REDUCE %s_reduce\n", name);
     return append_template(b, "moe_marlin_gemm.cu", err);
 }
 
