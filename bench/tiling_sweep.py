@@ -25,36 +25,37 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SPEC = os.path.join(HERE, "..", "specs", "backends", "marlin.json")
 MODELS = ["Mixtral-8x7B", "DeepSeek-V3/EP8"]
 
-# (block_n, block_k, warps_n, warps_k, stages, max_split_k, ctas_per_sm)
+# (block_n, block_k, warps_n, warps_k, stages, max_split_k, ctas_per_sm,
+#  min_ctas)
 W13 = {
-    "n128k128w2x4p4s16c2": (128, 128, 2, 4, 4, 16, 2),
-    "n128k128w2x4p4s1": (128, 128, 2, 4, 4, 1, 2),
-    "n128k128w2x4p4s16c4": (128, 128, 2, 4, 4, 16, 4),
-    "n128k128w2x2p4s16c4": (128, 128, 2, 2, 4, 16, 4),
-    "n256k64w4x2p4s16c2": (256, 64, 4, 2, 4, 16, 2),
-    "n128k256w2x8p3s16c2": (128, 256, 2, 8, 3, 16, 2),
-    "n128k64w2x4p6s16c2": (128, 64, 2, 4, 6, 16, 2),
-    "n256k128w4x2p4s16c2": (256, 128, 4, 2, 4, 16, 2),
+    "n256k128w4x2p4s16c2o1": (256, 128, 4, 2, 4, 16, 2, 1),
+    "n256k128w4x2p4s16c2o2": (256, 128, 4, 2, 4, 16, 2, 2),
+    "n256k128w4x2p4s16c4o2": (256, 128, 4, 2, 4, 16, 4, 2),
+    "n256k128w4x2p3s16c3o3": (256, 128, 4, 2, 3, 16, 3, 3),
+    "n128k128w2x2p4s16c4o4": (128, 128, 2, 2, 4, 16, 4, 4),
+    "n128k128w2x4p4s16c2o2": (128, 128, 2, 4, 4, 16, 2, 2),
+    "n256k64w4x2p4s16c4o3": (256, 64, 4, 2, 4, 16, 4, 3),
+    "n256k128w4x2p4s4c2o2": (256, 128, 4, 2, 4, 4, 2, 2),
 }
 W2 = {
-    "n64k256w1x8p4s16c2": (64, 256, 1, 8, 4, 16, 2),
-    "n64k256w1x8p4s1": (64, 256, 1, 8, 4, 1, 2),
-    "n64k256w1x8p4s16c4": (64, 256, 1, 8, 4, 16, 4),
-    "n128k128w2x4p4s16c2": (128, 128, 2, 4, 4, 16, 2),
-    "n64k128w1x4p4s16c4": (64, 128, 1, 4, 4, 16, 4),
-    "n256k64w4x2p4s16c2": (256, 64, 4, 2, 4, 16, 2),
-    "n128k256w2x8p3s16c2": (128, 256, 2, 8, 3, 16, 2),
-    "n128k128w2x2p4s16c4": (128, 128, 2, 2, 4, 16, 4),
+    "n128k128w2x2p4s16c4o1": (128, 128, 2, 2, 4, 16, 4, 1),
+    "n128k128w2x2p4s16c4o4": (128, 128, 2, 2, 4, 16, 4, 4),
+    "n128k128w2x2p4s16c4o3": (128, 128, 2, 2, 4, 16, 4, 3),
+    "n128k128w2x4p4s16c4o2": (128, 128, 2, 4, 4, 16, 4, 2),
+    "n256k64w4x2p4s16c4o2": (256, 64, 4, 2, 4, 16, 4, 2),
+    "n64k256w1x8p4s16c4o2": (64, 256, 1, 8, 4, 16, 4, 2),
+    "n128k128w2x2p4s16c8o4": (128, 128, 2, 2, 4, 16, 8, 4),
+    "n64k128w1x4p4s16c8o4": (64, 128, 1, 4, 4, 16, 8, 4),
 }
-BASE_W13 = "n128k128w2x4p4s16c2"
-BASE_W2 = "n64k256w1x8p4s16c2"
+BASE_W13 = "n256k128w4x2p4s16c2o1"
+BASE_W2 = "n128k128w2x2p4s16c4o1"
 
 
 def row(gemm, v):
-    bn, bk, wn, wk, st, sk, cps = v
+    bn, bk, wn, wk, st, sk, cps, occ = v
     return {"gemm": gemm, "block_m": [16, 16], "block_n": bn, "block_k": bk,
             "warps_n": wn, "warps_k": wk, "stages": st, "max_split_k": sk,
-            "ctas_per_sm": cps}
+            "ctas_per_sm": cps, "min_ctas": occ}
 
 
 def main():

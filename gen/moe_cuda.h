@@ -59,6 +59,7 @@ typedef struct w16_moe_gemm_cfg {
     wna16_dtype_t act_dtype, scale_dtype, bias_dtype; /* F16 or BF16 */
     wna16_activation_t activation; /* W13 only (gated) */
     int block_m, block_n, block_k, warps_n, warps_k, stages;
+    int min_ctas;            /* launch bounds: CTAs per SM; 0 or 1 = none */
 } w16_moe_gemm_cfg_t;
 
 /* The routing block (block_m) for a number of routed slots per expert;

@@ -170,6 +170,8 @@ typedef struct w16_tile_rule {
      * tile, chosen at run time as the fewest that give ctas_per_sm CTAs
      * for every SM on the problem's expected row blocks */
     int max_split_k, ctas_per_sm;
+    /* CTAs per SM the compiler must fit in registers (launch bounds) */
+    int min_ctas;
     const char *json_path;
 } w16_tile_rule_t;
 

@@ -336,7 +336,10 @@ __device__ __forceinline__ int tile_col(int tt, int ncol, int N, int ip)
 
 using namespace w16;
 
-extern "C" __global__ void __launch_bounds__(NTHREADS)
+// MIN_CTAS: the tiling row's min_ctas, so that registers leave room for
+// that many CTAs per SM (occupancy hides the shared-memory and tensor-core
+// latencies of the dequantizing inner loop).
+extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_CTAS)
 W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
            const int *__restrict__ sorted_ids,
            const int *__restrict__ expert_ids,

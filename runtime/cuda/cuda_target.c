@@ -878,6 +878,14 @@ static wna16_status_t opt_in_shared(w16_cuda_t *c, CUfunction f,
     if (r != CUDA_SUCCESS)
         return cu_fail(c, err, WNA16_EINTERNAL, r, "CUDA launch: allowing %u "
                        "bytes of dynamic shared memory", bytes);
+    /* A kernel that asks for this much shared memory is tiled around it:
+     * prefer the largest shared-memory carveout, so that as many CTAs fit
+     * as registers allow (without the hint the driver may pick a carveout
+     * that holds fewer). A hint: failure only costs occupancy. */
+    cu_warn(c, c->cu.cuFuncSetAttribute(
+                   f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                   CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
+            "preferring the shared-memory carveout");
     return WNA16_OK;
 }
 
