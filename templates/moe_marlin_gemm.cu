@@ -386,27 +386,53 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     int4 *sB = smem4 + STAGES * A_STAGE / 8;
     int4 *sS = sB + STAGES * B_STAGE;
 
+    // ---- the thread's share of every stage's loads, computed once -------
+    // A: chunk i = tid + q * NTHREADS of the BM x BK tile; rows of padding
+    // (no routed slot) are zeroed once in every stage buffer and never
+    // loaded. B: vector i of the stage's tiles, as an offset from the
+    // stage's first k16 row (-1: a tile past the end of N or IP).
+    constexpr int A_PER = (BM * A_CHUNKS + NTHREADS - 1) / NTHREADS;
+    constexpr int B_PER = B_STAGE / NTHREADS;
+    static_assert(B_STAGE % NTHREADS == 0, "B vectors per thread");
+    const act_t *a_src[A_PER];
+    int a_dst[A_PER];
+#pragma unroll
+    for (int q = 0; q < A_PER; q++) {
+        int i = tid + q * NTHREADS, r = i / A_CHUNKS, c = i % A_CHUNKS;
+        int t = i < BM * A_CHUNKS ? s_rows[r] : -1;
+        a_src[q] = t >= 0 ? a + (size_t)(t / a_row_div) * K + c * 8 : nullptr;
+        a_dst[q] = r * BK + ((c ^ (r % 8)) * 8);
+    }
+    int b_off[B_PER];
+#pragma unroll
+    for (int q = 0; q < B_PER; q++) {
+        int i = tid + q * NTHREADS;
+        int v = i % TILE_VECS, rest = i / TILE_VECS;
+        int tt = rest % TILES, ks = rest / TILES;
+        int col = tile_col(tt, ncol, N, ip);
+        b_off[q] = col >= 0 ? (int)((ks * tiles_n + col / 64) * TILE_VECS + v)
+                            : -1;
+    }
+    for (int i = tid; i < STAGES * BM * A_CHUNKS; i += NTHREADS) {
+        int r = (i / A_CHUNKS) % BM;
+        if (s_rows[r] < 0)
+            reinterpret_cast<int4 *>(sA)[i] = make_int4(0, 0, 0, 0);
+    }
+
     // ---- one stage of loads: A rows and B tiles for k in [it*BK, +BK) ----
     auto load_stage = [&](int it, int slot) {
         const int k0 = it * BK;
         act_t *dA = sA + slot * A_STAGE;
-        for (int i = tid; i < BM * A_CHUNKS; i += NTHREADS) {
-            int r = i / A_CHUNKS, c = i % A_CHUNKS, t = s_rows[r];
-            const act_t *src =
-                t >= 0 ? a + (size_t)(t / a_row_div) * K + k0 + c * 8 : a;
-            cp_async16(dA + r * BK + ((c ^ (r % 8)) * 8), src, t >= 0);
-        }
+#pragma unroll
+        for (int q = 0; q < A_PER; q++)
+            if (a_src[q])
+                cp_async16(dA + a_dst[q], a_src[q] + k0, true);
         int4 *dB = sB + slot * B_STAGE;
-        for (int i = tid; i < B_STAGE; i += NTHREADS) {
-            int v = i % TILE_VECS, rest = i / TILE_VECS;
-            int tt = rest % TILES, ks = rest / TILES;
-            int col = tile_col(tt, ncol, N, ip);
-            const int4 *src =
-                col >= 0 ? qw_e + ((size_t)(k0 / 16 + ks) * tiles_n + col / 64) *
-                                      TILE_VECS + v
-                         : qweight;
-            cp_async16(dB + i, src, col >= 0);
-        }
+        const int4 *qs = qw_e + (size_t)(k0 / 16) * tiles_n * TILE_VECS;
+#pragma unroll
+        for (int q = 0; q < B_PER; q++)
+            cp_async16(dB + tid + q * NTHREADS,
+                       b_off[q] >= 0 ? qs + b_off[q] : qweight, b_off[q] >= 0);
         if constexpr (SMEM_SCALES) { // row r = group k0/group_size + r
             int4 *dS = sS + slot * S_STAGE;
             const int g0 = k0 / group_size;
@@ -509,9 +535,19 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                     acc[mb][t][j][c] = 0.0f;
 
     // ---- compute one stage ---------------------------------------------
+    // groups that are whole stages (group_size a multiple of BK): one
+    // scale check per stage instead of one per k16 step
+    const bool stage_groups = SMEM_SCALES && group_size % BK == 0;
     auto compute_stage = [&](int it, int slot) {
         const act_t *cA = sA + slot * A_STAGE;
         const int4 *cB = sB + slot * B_STAGE;
+        if constexpr (SMEM_SCALES) {
+            if (stage_groups) {
+                int g = it * BK / group_size;
+                if (g != cur_g[0])
+                    load_group_smem(slot, 0, g);
+            }
+        }
         // Act-order reloads scales for four k rows per step: unrolling the
         // steps too would multiply that code (compile time) for nothing.
 #pragma unroll(ACT_ORDER ? 1 : KS)
@@ -535,7 +571,7 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                         if (g != cur_g[r])
                             load_group(r, g);
                     }
-                } else {
+                } else if (!stage_groups) {
                     int g = kg / group_size;
                     if (g != cur_g[0])
                         load_group_smem(slot, g - it * BK / group_size, g);
