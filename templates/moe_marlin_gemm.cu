@@ -48,9 +48,13 @@
 // scales (one group) multiply the float32 accumulator in the epilogue.
 //
 // Activations. The A tile (BM rows x BK) is copied to shared memory with
-// cp.async (16 bytes per thread, zero-filled for padding rows), its 16-byte
-// chunks XOR-swizzled by row so that ldmatrix.x4 reads are conflict-free.
-// A pipeline of STAGES such A and B tiles hides the loads.
+// cp.async (16 bytes per thread; padding rows are zeroed once per stage
+// buffer and never loaded), its 16-byte chunks XOR-swizzled by row so that
+// ldmatrix.x4 reads are conflict-free. A pipeline of STAGES such A and B
+// tiles (and, for grouped scales, the stage's rows of scales) hides the
+// loads; every thread computes its load addresses once per CTA, so a
+// stage costs one add per 16-byte copy (the dequantizing loop is
+// instruction-bound at small M: bench/RESULTS.md).
 //
 // Warps. WN x WK warps: warp (wn, wk) computes tiles [wn*NT, wn*NT + NT)
 // of the CTA over the k16 steps [wk*KS, wk*KS + KS) of every stage; the
