@@ -6,19 +6,32 @@
  * For every shape and token count: a layer in the Marlin layout with
  * random codes and scales (any bits are valid codes, so the tensors are
  * filled directly in the layout the spec declares, without the reference
- * encoder), COPIES device copies of it (wrapping device tensors) so that
- * consecutive runs read different weights and the L2 cache (60 MB on an
- * H200) does not flatter small decodes, uniform random top-k routing, and
- * REPS timed runs rotating over the copies (CUDA events around each run,
- * the median kept). Reported: microseconds per run, the bytes the run
- * must read at least (the weights, scales and zeros of the experts that
- * received tokens, plus activations), that as GB/s, and the ratio to the
- * D2D copy bandwidth (read + write counted, as the copy moves 2x its
- * size). The first run of every configuration reports the cold NVRTC
- * compile time of each kernel it needed (0 when the kernel cache had it).
- * A program, not a test: without a GPU it says so and exits 0.
+ * encoder), enough device copies of it that the copies total at least
+ * 512 MB (two at least), so that consecutive runs read different weights
+ * and the L2 cache (60 MB on an H200) does not flatter small decodes;
+ * uniform random top-k routing over the model's global experts (with
+ * expert parallelism, an expert map gives this rank its local experts and
+ * drops the rest, as a real EP rank sees every token of the batch). The
+ * runs rotating over the copies are captured into one CUDA graph, as a
+ * serving system replays a layer; the graph is replayed REPS times (CUDA
+ * events around each replay) and the median time per run is reported.
+ * Reported: microseconds per run, the bytes the run must read at least
+ * (the weights, scales and zeros of the local experts that received
+ * tokens, plus activations), that as GB/s, the ratio to the D2D copy
+ * bandwidth (read + write counted, as the copy moves 2x its size), and
+ * TFLOP/s (2 * local routed rows * (H * 2I + I * H) per run). The first
+ * run of every configuration reports the cold NVRTC compile time of each
+ * kernel it needed (0 when the kernel cache had it). A program, not a
+ * test: without a GPU it says so and exits 0.
  *
- *   bench_moe_cuda [quick]     (quick: the first shape, two token counts)
+ *   bench_moe_cuda [quick|all] [--model NAME] [--tokens 1,16,...]
+ *                  [--specs a.json,b.json,...]
+ *
+ * default: the issue's targets, Mixtral-8x7B and DeepSeek-V3 int4; quick:
+ * Mixtral at M = 1 and 16; all: every shape, 4 and 8 bit. --specs runs
+ * every configuration once per backend spec file (each replaces the
+ * built-in "marlin" spec in turn: a tiling table sweep, see
+ * bench/tiling_sweep.py), reusing the layer's device tensors.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "wna16.h"
@@ -28,22 +41,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define COPIES 4
-#define REPS 21
+#define MAX_COPIES 16
+#define MIN_ROTATED_BYTES ((size_t)512 << 20)
+#define REPS 7
 
 typedef struct shape {
     const char *model;
     int32_t E, H, I, topk;
+    int32_t n_global; /* global experts routed over (0: E, no EP) */
+    bool target;      /* one of the target shapes */
 } shape_t;
 
-/* Real layer shapes (per tensor-parallel rank of 1). */
+/* Real layer shapes. DeepSeek-V3: the routed experts one GPU of 8-way
+ * expert parallelism holds (256 / 8 = 32), top-8 over all 256. */
 static const shape_t SHAPES[] = {
-    {"Qwen3-30B-A3B", 128, 2048, 768, 8},
-    {"DeepSeek-V2-Lite", 64, 2048, 1408, 6},
-    {"Mixtral-8x7B", 8, 4096, 14336, 2},
-    {"Qwen3-235B-A22B", 128, 4096, 1536, 8},
+    {"Mixtral-8x7B", 8, 4096, 14336, 2, 0, true},
+    {"DeepSeek-V3/EP8", 32, 7168, 2048, 8, 256, true},
+    {"Qwen3-30B-A3B", 128, 2048, 768, 8, 0, false},
+    {"DeepSeek-V2-Lite", 64, 2048, 1408, 6, 0, false},
+    {"Qwen3-235B-A22B", 128, 4096, 1536, 8, 0, false},
 };
-static const int32_t TOKENS[] = {1, 4, 16, 64, 256, 1024, 4096};
+static const int32_t TOKENS[] = {1, 16, 64, 256, 4096};
 
 static wna16_error_t err;
 static w16_cuda_t *cuda;
@@ -71,13 +89,13 @@ static int cmp_f(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* One layer's tensors on the device, COPIES times. */
+/* One layer's tensors on the device, n_copies times. */
 typedef struct dev_layer {
-    wna16_tensor_set_t *sets[COPIES];
-    uint64_t bufs[COPIES][16];
-    int n;
+    wna16_tensor_set_t *sets[MAX_COPIES];
+    uint64_t bufs[MAX_COPIES][16];
+    int n, n_copies;
     size_t per_expert_bytes; /* codes + scales + zeros, w13 and w2 */
-    size_t total_bytes;
+    size_t total_bytes;      /* one copy */
 } dev_layer_t;
 
 static void make_layer(wna16_context_t *ctx, const wna16_spec_t *spec,
@@ -90,7 +108,13 @@ static void make_layer(wna16_context_t *ctx, const wna16_spec_t *spec,
     CHECK(wna16_repack_layer_shapes(ctx, spec, "L", s->E, s->H, s->I, q,
                                     WNA16_DTYPE_BF16, WNA16_DTYPE_BF16, d, &n,
                                     &err));
-    for (int c = 0; c < COPIES; c++)
+    size_t one = 0;
+    for (size_t i = 0; i < n; i++)
+        one += d[i].nbytes;
+    int copies = (int)((MIN_ROTATED_BYTES + one - 1) / one);
+    copies = copies < 2 ? 2 : copies > MAX_COPIES ? MAX_COPIES : copies;
+    L->n_copies = copies;
+    for (int c = 0; c < copies; c++)
         CHECK(wna16_tensor_set_create(ctx, &L->sets[c], &err));
     for (size_t i = 0; i < n; i++) {
         size_t bytes = d[i].nbytes;
@@ -104,11 +128,14 @@ static void make_layer(wna16_context_t *ctx, const wna16_spec_t *spec,
             for (size_t k = 0; k < bytes / 2; k++)
                 v[k] = wna16_f32_to_bf16((float)(64 + rnd() % 64) / 8192.0f);
         } else {
-            for (size_t k = 0; k < bytes; k++)
+            uint32_t *v = (uint32_t *)h; /* codes: any bits */
+            for (size_t k = 0; k < bytes / 4; k++)
+                v[k] = rnd();
+            for (size_t k = bytes / 4 * 4; k < bytes; k++)
                 h[k] = (unsigned char)rnd();
         }
         L->total_bytes += bytes;
-        for (int c = 0; c < COPIES; c++) {
+        for (int c = 0; c < copies; c++) {
             uint64_t p = 0;
             CHECK(w16_cuda_alloc(cuda, bytes, &p, &err));
             CHECK(w16_cuda_copy_h2d(cuda, p, h, bytes, &err));
@@ -127,7 +154,7 @@ static void make_layer(wna16_context_t *ctx, const wna16_spec_t *spec,
 
 static void free_layer(dev_layer_t *L)
 {
-    for (int c = 0; c < COPIES; c++) {
+    for (int c = 0; c < L->n_copies; c++) {
         for (int i = 0; i < L->n; i++)
             w16_cuda_free(cuda, L->bufs[c][i]);
         wna16_tensor_set_destroy(L->sets[c]);
@@ -160,103 +187,218 @@ static double copy_gbs(void)
     return 2.0 * (double)bytes / (t[2] * 1e-3) / 1e9;
 }
 
-static void bench_shape(wna16_context_t *ctx, const wna16_spec_t *spec,
-                        const shape_t *s, int bits, double copy_bw, int n_tok)
+/* Uniform random top-k over n_global experts (distinct per token); the
+ * local expert of global id g is g when g < E (this rank holds the first
+ * E global experts; with uniform routing which E does not matter). */
+typedef struct routing {
+    int32_t *ids, *map;
+    float *w;
+    size_t local_slots, experts;
+} routing_t;
+
+static void make_routing(const shape_t *s, int32_t M, routing_t *r)
+{
+    /* the same routing for a shape and M whatever ran before (a sweep
+     * compares specs on identical problems) */
+    rng = 0x9E3779B97F4A7C15ull ^ ((uint64_t)M * 0x100000001B3ull) ^
+          (uint64_t)s->H * 31u ^ (uint64_t)s->E;
+    int32_t k = s->topk, ng = s->n_global ? s->n_global : s->E;
+    size_t P = (size_t)M * k;
+    r->ids = malloc(P * sizeof *r->ids);
+    r->w = malloc(P * sizeof *r->w);
+    r->map = malloc((size_t)ng * sizeof *r->map);
+    char *hit = calloc((size_t)s->E, 1);
+    for (int32_t g = 0; g < ng; g++)
+        r->map[g] = g < s->E ? g : -1;
+    r->local_slots = 0;
+    for (int32_t m = 0; m < M; m++)
+        for (int32_t j = 0; j < k; j++) {
+            int32_t id;
+            bool dup;
+            do {
+                id = (int32_t)(rnd() % (uint32_t)ng);
+                dup = false;
+                for (int32_t j2 = 0; j2 < j; j2++)
+                    dup |= r->ids[(size_t)m * k + j2] == id;
+            } while (dup);
+            r->ids[(size_t)m * k + j] = id;
+            r->w[(size_t)m * k + j] = 1.0f / (float)k;
+            if (r->map[id] >= 0) {
+                hit[r->map[id]] = 1;
+                r->local_slots++;
+            }
+        }
+    r->experts = 0;
+    for (int32_t e = 0; e < s->E; e++)
+        r->experts += hit[e];
+    free(hit);
+}
+
+static void free_routing(routing_t *r)
+{
+    free(r->ids);
+    free(r->w);
+    free(r->map);
+}
+
+static void bench_spec(wna16_context_t *ctx, const wna16_spec_t *spec,
+                       const char *tag, const shape_t *s, int bits,
+                       const dev_layer_t *Lp, double copy_bw,
+                       const int32_t *tokens, int n_tok)
 {
     wna16_quant_desc_t q = {.bits = bits, .group_size = 128};
-    dev_layer_t L;
-    make_layer(ctx, spec, s, &q, &L);
-    wna16_cuda_moe_t *moe[COPIES];
-    for (int c = 0; c < COPIES; c++)
+    dev_layer_t L = *Lp;
+    int nc = L.n_copies;
+    wna16_cuda_moe_t *moe[MAX_COPIES];
+    for (int c = 0; c < nc; c++)
         CHECK(wna16_cuda_moe_create(ctx, spec, L.sets[c], "L", s->E, s->H,
                                     s->I, &q, true, &moe[c], &err));
-    wna16_moe_params_t p;
-    wna16_moe_params_init(&p);
-    p.act_dtype = WNA16_DTYPE_BF16;
+    w16_cuda_stream_t *st;
+    CHECK(w16_cuda_stream_create_async(cuda, &st, &err));
     w16_cuda_event_t *e0, *e1;
     CHECK(w16_cuda_event_create(cuda, &e0, &err));
     CHECK(w16_cuda_event_create(cuda, &e1, &err));
+    /* runs per graph: every copy, at least 8 runs */
+    int runs = (8 + nc - 1) / nc * nc;
     for (int ti = 0; ti < n_tok; ti++) {
-        int32_t M = TOKENS[ti], k = s->topk;
+        int32_t M = tokens[ti], k = s->topk;
         size_t P = (size_t)M * k;
-        int32_t *ids = malloc(P * sizeof *ids);
-        float *w = malloc(P * sizeof *w);
+        routing_t R;
+        make_routing(s, M, &R);
+        wna16_moe_params_t p;
+        wna16_moe_params_init(&p);
+        p.act_dtype = WNA16_DTYPE_BF16;
+        if (s->n_global) {
+            p.expert_map = R.map;
+            p.global_num_experts = s->n_global;
+        }
         uint16_t *x = malloc((size_t)M * s->H * 2);
-        char *hit = calloc((size_t)s->E, 1);
-        for (int32_t m = 0; m < M; m++)
-            for (int32_t j = 0; j < k; j++) {
-                int32_t id;
-                bool dup;
-                do {
-                    id = (int32_t)(rnd() % (uint32_t)s->E);
-                    dup = false;
-                    for (int32_t j2 = 0; j2 < j; j2++)
-                        dup |= ids[(size_t)m * k + j2] == id;
-                } while (dup);
-                ids[(size_t)m * k + j] = id;
-                w[(size_t)m * k + j] = 1.0f / (float)k;
-                hit[id] = 1;
-            }
         for (size_t i = 0; i < (size_t)M * s->H; i++)
             x[i] = wna16_f32_to_bf16((float)((int)(rnd() % 2001) - 1000) / 1000.0f);
-        size_t experts = 0;
-        for (int32_t e = 0; e < s->E; e++)
-            experts += hit[e];
-        size_t bytes = experts * L.per_expert_bytes + 2 * (size_t)M * s->H * 2;
+        size_t bytes = R.experts * L.per_expert_bytes + 2 * (size_t)M * s->H * 2;
+        double flops = 2.0 * (double)R.local_slots *
+                       (3.0 * (double)s->H * (double)s->I);
         uint64_t d = 0;
         size_t nx = (size_t)M * s->H * 2;
         CHECK(w16_cuda_alloc(cuda, 2 * nx + 8 * P + 256, &d, &err));
         uint64_t dx = d, dout = d + nx, dids = d + 2 * nx, dw = dids + 4 * P;
         CHECK(w16_cuda_copy_h2d(cuda, dx, x, nx, &err));
-        CHECK(w16_cuda_copy_h2d(cuda, dids, ids, 4 * P, &err));
-        CHECK(w16_cuda_copy_h2d(cuda, dw, w, 4 * P, &err));
-        /* the first run compiles (or loads from the cache) */
-        CHECK(wna16_cuda_moe_run_device(moe[0], &p, dx, M, dids, dw, k, dout,
-                                        NULL, &err));
-        CHECK(wna16_cuda_moe_sync(moe[0], NULL, &err));
+        CHECK(w16_cuda_copy_h2d(cuda, dids, R.ids, 4 * P, &err));
+        CHECK(w16_cuda_copy_h2d(cuda, dw, R.w, 4 * P, &err));
+        /* the first run compiles (or loads from the cache); one run of
+         * every copy then sizes each workspace before the capture */
         wna16_cuda_moe_report_t rep;
-        wna16_cuda_moe_last_report(moe[0], &rep);
-        float t[REPS];
-        for (int r = 0; r < REPS + COPIES; r++) {
-            wna16_cuda_moe_t *mo = moe[r % COPIES];
-            float ms = 0;
-            CHECK(w16_cuda_event_record(cuda, e0, NULL, &err));
-            CHECK(wna16_cuda_moe_run_device(mo, &p, dx, M, dids, dw, k, dout,
-                                            NULL, &err));
-            CHECK(w16_cuda_event_record(cuda, e1, NULL, &err));
-            CHECK(w16_cuda_event_sync(cuda, e1, &err));
-            CHECK(w16_cuda_event_elapsed_ms(cuda, e0, e1, &ms, &err));
-            if (r >= COPIES) /* the first round warms every copy */
-                t[r - COPIES] = ms;
+        for (int c = 0; c < nc; c++) {
+            CHECK(wna16_cuda_moe_run_device(moe[c], &p, dx, M, dids, dw, k,
+                                            dout, st, &err));
+            CHECK(wna16_cuda_moe_sync(moe[c], st, &err));
+            if (c == 0)
+                wna16_cuda_moe_last_report(moe[0], &rep);
         }
-        for (int c = 0; c < COPIES; c++)
-            CHECK(wna16_cuda_moe_sync(moe[c], NULL, &err));
+        w16_cuda_graph_t *graph;
+        CHECK(w16_cuda_capture_begin(cuda, st, &err));
+        for (int r = 0; r < runs; r++)
+            CHECK(wna16_cuda_moe_run_device(moe[r % nc], &p, dx, M, dids, dw,
+                                            k, dout, st, &err));
+        CHECK(w16_cuda_capture_end(cuda, st, &graph, &err));
+        CHECK(w16_cuda_graph_launch(cuda, graph, st, &err)); /* warm */
+        float t[REPS];
+        for (int r = 0; r < REPS; r++) {
+            CHECK(w16_cuda_event_record(cuda, e0, st, &err));
+            CHECK(w16_cuda_graph_launch(cuda, graph, st, &err));
+            CHECK(w16_cuda_event_record(cuda, e1, st, &err));
+            CHECK(w16_cuda_event_sync(cuda, e1, &err));
+            CHECK(w16_cuda_event_elapsed_ms(cuda, e0, e1, &t[r], &err));
+            t[r] /= (float)runs;
+        }
+        for (int c = 0; c < nc; c++)
+            CHECK(wna16_cuda_moe_sync(moe[c], st, &err));
+        w16_cuda_graph_destroy(cuda, graph);
         qsort(t, REPS, sizeof *t, cmp_f);
         double us = t[REPS / 2] * 1e3, gbs = (double)bytes / (us * 1e-6) / 1e9;
-        printf("%-17s b%d %5d tok  %4zu/%-3d experts  %9.1f us  %7.1f MB  "
-               "%7.1f GB/s  %5.1f%% of copy  bm %2d  compile %.0f+%.0f+%.0f ms"
-               "  %s | %s\n",
-               s->model, bits, M, experts, s->E, us, (double)bytes / 1e6, gbs,
-               100.0 * gbs / copy_bw, rep.block_m, rep.compile_ms[0],
-               rep.compile_ms[1], rep.compile_ms[2], rep.tile_rule[0],
-               rep.tile_rule[1]);
+        if (*tag)
+            printf("[%s] ", tag);
+        printf("%-16s b%d %5d tok %6zu rows %3zu/%-3d exp %9.1f us %7.1f MB "
+               "%7.1f GB/s %5.1f%% copy %6.1f TFLOP/s  bm %2d split %d/%d  "
+               "compile %.0f+%.0f+%.0f ms  %s | %s\n",
+               s->model, bits, M, R.local_slots, R.experts, s->E, us,
+               (double)bytes / 1e6, gbs, 100.0 * gbs / copy_bw,
+               flops / (us * 1e-6) / 1e12, rep.block_m, rep.split_k[0],
+               rep.split_k[1], rep.compile_ms[0], rep.compile_ms[1],
+               rep.compile_ms[2], rep.tile_rule[0], rep.tile_rule[1]);
         fflush(stdout);
         w16_cuda_free(cuda, d);
-        free(ids);
-        free(w);
         free(x);
-        free(hit);
+        free_routing(&R);
     }
     w16_cuda_event_destroy(cuda, e0);
     w16_cuda_event_destroy(cuda, e1);
-    for (int c = 0; c < COPIES; c++)
+    w16_cuda_stream_destroy(cuda, st);
+    for (int c = 0; c < nc; c++)
         wna16_cuda_moe_destroy(moe[c]);
+}
+
+/* One shape: its layer once, then every spec (NULL: the built-in one). */
+static void bench_shape(wna16_context_t *ctx, const shape_t *s, int bits,
+                        double copy_bw, const int32_t *tokens, int n_tok,
+                        char **specs, int n_specs)
+{
+    wna16_quant_desc_t q = {.bits = bits, .group_size = 128};
+    const wna16_spec_t *spec = wna16_spec_find(ctx, WNA16_SPEC_BACKEND,
+                                               "marlin");
+    dev_layer_t L;
+    make_layer(ctx, spec, s, &q, &L);
+    if (n_specs == 0)
+        bench_spec(ctx, spec, "", s, bits, &L, copy_bw, tokens, n_tok);
+    for (int i = 0; i < n_specs; i++) {
+        const wna16_spec_t *v = NULL;
+        CHECK(wna16_spec_load_file(ctx, specs[i], &v, &err));
+        const char *tag = strrchr(specs[i], '/');
+        bench_spec(ctx, v, tag ? tag + 1 : specs[i], s, bits, &L, copy_bw,
+                   tokens, n_tok);
+    }
     free_layer(&L);
+}
+
+/* Splits a comma-separated list in place. */
+static int split_list(char *text, char **items, int max)
+{
+    int n = 0;
+    for (char *t = strtok(text, ","); t && n < max; t = strtok(NULL, ","))
+        items[n++] = t;
+    return n;
 }
 
 int main(int argc, char **argv)
 {
-    bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    bool quick = false, all = false;
+    const char *model = NULL;
+    int32_t tokens[16];
+    int n_tok = (int)(sizeof TOKENS / sizeof TOKENS[0]);
+    memcpy(tokens, TOKENS, sizeof TOKENS);
+    char *specs[64];
+    int n_specs = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "quick") == 0) {
+            quick = true;
+            n_tok = 2;
+        } else if (strcmp(argv[i], "all") == 0) {
+            all = true;
+        } else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+            model = argv[++i];
+        } else if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) {
+            char *items[16];
+            n_tok = split_list(argv[++i], items, 16);
+            for (int k = 0; k < n_tok; k++)
+                tokens[k] = (int32_t)atoi(items[k]);
+        } else if (strcmp(argv[i], "--specs") == 0 && i + 1 < argc) {
+            n_specs = split_list(argv[++i], specs, 64);
+        } else {
+            fprintf(stderr, "usage: bench_moe_cuda [quick|all] [--model NAME] "
+                    "[--tokens 1,16,...] [--specs a.json,...]\n");
+            return 2;
+        }
+    }
     wna16_context_t *ctx;
     if (wna16_context_create(NULL, &ctx, &err)) {
         fprintf(stderr, "%s\n", err.message);
@@ -267,23 +409,22 @@ int main(int argc, char **argv)
         wna16_context_destroy(ctx);
         return 0;
     }
-    const wna16_spec_t *spec = wna16_spec_find(ctx, WNA16_SPEC_BACKEND,
-                                               "marlin");
     double bw = copy_gbs();
-    printf("%s, sm_%d%d, %s, %s; D2D copy %.0f GB/s (read + write)\n",
+    printf("%s, sm_%d%d, %d SMs, %s, %s; D2D copy %.0f GB/s (read + write)\n",
            w16_cuda_device_name(cuda), w16_cuda_cc_major(cuda),
-           w16_cuda_cc_minor(cuda), w16_cuda_driver_version(cuda),
-           w16_nvrtc_version(), bw);
-    printf("bf16 activations, group size 128, random uniform top-k routing, "
-           "%d weight copies rotated, median of %d runs\n", COPIES, REPS);
-    size_t n_shapes = quick ? 1 : sizeof SHAPES / sizeof SHAPES[0];
-    int n_tok = quick ? 2 : (int)(sizeof TOKENS / sizeof TOKENS[0]);
-    for (size_t s = 0; s < n_shapes; s++)
-        for (int bits = 4; bits <= 8; bits += 4) {
-            if (quick && bits == 8)
-                continue;
-            bench_shape(ctx, spec, &SHAPES[s], bits, bw, n_tok);
-        }
+           w16_cuda_cc_minor(cuda), w16_cuda_sm_count(cuda),
+           w16_cuda_driver_version(cuda), w16_nvrtc_version(), bw);
+    printf("bf16 activations, group size 128, uniform random top-k routing "
+           "(EP: expert map), weight copies >= 512 MB rotated, CUDA graph of "
+           ">= 8 runs, median of %d replays\n", REPS);
+    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
+        if (model ? strcmp(model, SHAPES[i].model) != 0
+                  : (quick && i > 0) || (!all && !SHAPES[i].target))
+            continue;
+        for (int bits = 4; bits <= (all ? 8 : 4); bits += 4)
+            bench_shape(ctx, &SHAPES[i], bits, bw, tokens, n_tok, specs,
+                        n_specs);
+    }
     wna16_context_destroy(ctx);
     return 0;
 }

@@ -2,7 +2,8 @@
 # Builds wna16 on a GPU machine and runs everything that needs the GPU: the
 # GPU tests (labels cuda, gpu: the CUDA runtime, GPU repack, the fused MoE
 # against the reference), the repack tests (golden files included), then
-# bench_repack_cuda and bench_moe_cuda. Logs go to $OUT (default
+# bench_repack_cuda, bench_moe_cuda and its torch baseline
+# (bench_moe_torch.py, needs python3 with torch). Logs go to $OUT (default
 # ./gpu-out).
 #
 #   [STEP=tests|bench|all] bash bench/gpu_session.sh [GOLDEN_DIR]
@@ -40,4 +41,7 @@ fi
 if [ "$STEP" = all ] || [ "$STEP" = bench ]; then
   ./bench/bench_repack_cuda 2>&1 | tee "$OUT/bench_repack_cuda.txt"
   ./bench/bench_moe_cuda 2>&1 | tee "$OUT/bench_moe_cuda.txt"
+  # the bf16 torch._grouped_mm layer on the same shapes, with the ratio
+  python3 ../bench/bench_moe_torch.py --cuda-bench "$OUT/bench_moe_cuda.txt" \
+    2>&1 | tee "$OUT/bench_moe_torch.txt"
 fi

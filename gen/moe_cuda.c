@@ -405,9 +405,24 @@ wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
     cfg->warps_n = r->warps_n;
     cfg->warps_k = r->warps_k < bk / 16 ? r->warps_k : bk / 16;
     cfg->stages = r->stages;
+    cfg->min_ctas = r->min_ctas;
     if (json_path)
         *json_path = r->json_path;
     return WNA16_OK;
+}
+
+void w16_moe_cuda_split(const wna16_spec_t *spec, int block_m,
+                        wna16_gemm_t gemm, int64_t N, int64_t K,
+                        int *max_split, int *ctas_per_sm)
+{
+    *max_split = 1;
+    *ctas_per_sm = 1;
+    if (!spec->tiling)
+        return;
+    const w16_tile_rule_t *r = w16_tiling_gemm(spec->tiling, block_m, gemm,
+                                               N, K);
+    *max_split = r->max_split_k;
+    *ctas_per_sm = r->ctas_per_sm;
 }
 
 unsigned w16_moe_gemm_threads(const w16_moe_gemm_cfg_t *c)
@@ -440,6 +455,11 @@ void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size)
              c->scales == W16_MOE_SCALES_T64 ? "t64" : "t32",
              dt_short(c->scale_dtype), dt_short(c->bias_dtype), c->block_m,
              c->block_n, c->block_k, c->warps_n, c->warps_k, c->stages);
+    if (c->min_ctas > 1) {
+        size_t len = strlen(out);
+        if (len < size)
+            snprintf(out + len, size - len, "_o%d", c->min_ctas);
+    }
 }
 
 static bool is_f16ish(wna16_dtype_t d)
@@ -486,6 +506,9 @@ static wna16_status_t check_cfg(const w16_moe_gemm_cfg_t *c,
         why = "at most 4 m16 x 64 accumulator tiles a warp";
     else if (c->stages < 2 || c->stages > 8)
         why = "stages are 2 to 8";
+    else if (c->min_ctas < 0 || c->min_ctas > 8 ||
+             32 * c->warps_n * c->warps_k * c->min_ctas > 2048)
+        why = "min_ctas is 0 to 8, with at most 2048 threads an SM";
     if (why)
         return w16_err(err, WNA16_EINVAL, "CUDA fused-MoE GEMM: %s", why);
     return WNA16_OK;
@@ -552,9 +575,12 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     def_int(b, "WN", c->warps_n);
     def_int(b, "WK", c->warps_k);
     def_int(b, "STAGES", c->stages);
+    def_int(b, "MIN_CTAS", c->min_ctas > 1 ? c->min_ctas : 1);
     def_int(b, "SMEM_BYTES", (long long)w16_moe_gemm_shared(c));
     w16_buf_puts(b, "} // namespace w16cfg\n");
     w16_buf_printf(b, "#define W16_KERNEL %s\n", name);
+    if (c->gemm == WNA16_GEMM_W13)
+        w16_buf_printf(b, "#define W16_REDUCE %s_reduce\n", name);
     return append_template(b, "moe_marlin_gemm.cu", err);
 }
 

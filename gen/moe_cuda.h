@@ -59,6 +59,7 @@ typedef struct w16_moe_gemm_cfg {
     wna16_dtype_t act_dtype, scale_dtype, bias_dtype; /* F16 or BF16 */
     wna16_activation_t activation; /* W13 only (gated) */
     int block_m, block_n, block_k, warps_n, warps_k, stages;
+    int min_ctas;            /* launch bounds: CTAs per SM; 0 or 1 = none */
 } w16_moe_gemm_cfg_t;
 
 /* The routing block (block_m) for a number of routed slots per expert;
@@ -76,6 +77,13 @@ wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
                                  w16_moe_gemm_cfg_t *cfg,
                                  const char **json_path, wna16_error_t *err);
 
+/* The split-K bounds of the row w16_moe_cuda_tile picks for the same
+ * problem: at most *max_split K slices, aiming at *ctas_per_sm CTAs per
+ * SM (the tiling row's "max_split_k" and "ctas_per_sm"). */
+void w16_moe_cuda_split(const wna16_spec_t *spec, int block_m,
+                        wna16_gemm_t gemm, int64_t N, int64_t K,
+                        int *max_split, int *ctas_per_sm);
+
 /* Threads and dynamic shared memory of one CTA. */
 unsigned w16_moe_gemm_threads(const w16_moe_gemm_cfg_t *c);
 size_t w16_moe_gemm_shared(const w16_moe_gemm_cfg_t *c);
@@ -84,7 +92,9 @@ size_t w16_moe_gemm_shared(const w16_moe_gemm_cfg_t *c);
  * "w16_moe_marlin_w13_silu_f16_b4_zp_ao_gq_t64_sf16_bf16_m16n128k128_w2x4_p4". */
 void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size);
 
-/* The whole translation unit of one GEMM (NUL-terminated in b). Fails
+/* The whole translation unit of one GEMM (NUL-terminated in b); for w13 it
+ * also holds the split-K reduction kernel, named as the GEMM + "_reduce".
+ * Fails
  * (EINVAL) on a configuration the template cannot take. */
 wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
                                    wna16_error_t *err);

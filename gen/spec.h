@@ -166,6 +166,12 @@ typedef struct w16_tile_rule {
     int block_k;            /* 64, 128 or 256 (halved to divide K) */
     int warps_n, warps_k;   /* powers of two */
     int stages;             /* cp.async pipeline depth, 2 .. 8 */
+    /* split-K: at most max_split_k (a power of two, 1 = none) K slices a
+     * tile, chosen at run time as the fewest that give ctas_per_sm CTAs
+     * for every SM on the problem's expected row blocks */
+    int max_split_k, ctas_per_sm;
+    /* CTAs per SM the compiler must fit in registers (launch bounds) */
+    int min_ctas;
     const char *json_path;
 } w16_tile_rule_t;
 

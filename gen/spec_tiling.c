@@ -12,7 +12,9 @@
  *                  {"block_m": 64} ],
  *     "gemm":    [ {"gemm": "w2", "block_m": [16, 16], "n": [1, 4096],
  *                   "k": [1, 65536], "block_n": 128, "block_k": 128,
- *                   "warps_n": 2, "warps_k": 4, "stages": 4}, ...,
+ *                   "warps_n": 2, "warps_k": 4, "stages": 4,
+ *                   "max_split_k": 8, "ctas_per_sm": 2, "min_ctas": 2},
+ *                  ...,
  *                  {"block_n": 128, "block_k": 64, "warps_n": 2,
  *                   "warps_k": 2, "stages": 3} ]
  *   }
@@ -112,8 +114,11 @@ static bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 size_t w16_tile_shared_bytes(int block_m, int block_n, int block_k,
                              int stages, int bits)
 {
+    /* A rows, B tiles, and the stage's group rows of scales (at most
+     * block_k / 16 rows of 64 two-byte scales per tile) */
     size_t stage = (size_t)block_m * block_k * 2 +
-                   (size_t)(block_k / 16) * (block_n / 64) * 128u * bits;
+                   (size_t)(block_k / 16) * (block_n / 64) * 128u * bits +
+                   (size_t)(block_k / 16) * (block_n / 64) * 128u;
     size_t pipe = stage * (size_t)stages;
     size_t c = (size_t)block_m * (block_n + 4) * 4;
     return pipe > c ? pipe : c;
@@ -199,7 +204,8 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
 {
     static const char *const keys[] = {"gemm", "block_m", "n", "k",
                                        "block_n", "block_k", "warps_n",
-                                       "warps_k", "stages", NULL};
+                                       "warps_k", "stages", "max_split_k",
+                                       "ctas_per_sm", "min_ctas", NULL};
     int n = cJSON_GetArraySize(arr);
     if (!cJSON_IsArray(arr) || n < 1 || n > 32)
         return tfail(L, base, "expected an array of 1 to 32 rows");
@@ -277,6 +283,34 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
         g->warps_n = (int)v[2];
         g->warps_k = (int)v[3];
         g->stages = (int)v[4];
+        /* optional split-K: max_split_k (power of two, default 1 = none)
+         * and the CTAs per SM it aims for (default 2) */
+        /* and min_ctas (default 1): the CTAs per SM the kernel's launch
+         * bounds make the compiler fit in registers */
+        static const char *const sk_keys[] = {"max_split_k", "ctas_per_sm",
+                                              "min_ctas"};
+        static const int64_t sk_hi[] = {64, 16, 8}, sk_def[] = {1, 2, 1};
+        int64_t sk[3];
+        for (int k = 0; k < 3; k++) {
+            snprintf(pk, sizeof pk, "%s.%s", p, sk_keys[k]);
+            const cJSON *j = cJSON_GetObjectItemCaseSensitive(r, sk_keys[k]);
+            sk[k] = sk_def[k];
+            if (j && !int_at(L, j, pk, 1, sk_hi[k], &sk[k]))
+                return false;
+        }
+        if (!is_pow2(sk[0])) {
+            snprintf(pk, sizeof pk, "%s.max_split_k", p);
+            return tfail(L, pk, "expected a power of two");
+        }
+        g->max_split_k = (int)sk[0];
+        g->ctas_per_sm = (int)sk[1];
+        g->min_ctas = (int)sk[2];
+        if (32 * v[2] * v[3] * sk[2] > 2048) {
+            snprintf(pk, sizeof pk, "%s.min_ctas", p);
+            return tfail(L, pk, "%lld CTAs of %lld threads exceed an SM's "
+                         "2048 threads", (long long)sk[2],
+                         (long long)(32 * v[2] * v[3]));
+        }
         if (!check_rule(L, p, g, t))
             return false;
         g->json_path = w16_arena_strdup(&L->spec->arena, p);

@@ -1139,7 +1139,9 @@ typedef struct wna16_cuda_moe wna16_cuda_moe_t;
  * says. With device_tensors false the data are host memory and are copied
  * to the GPU (the object owns the copies); with device_tensors true each
  * tensor's `data` is a CUDA device address ((void *)(uintptr_t)dptr) that
- * the caller keeps alive and unchanged while the object lives. Checks
+ * the caller keeps alive and unchanged while the object lives (qweight
+ * and scales 16-byte aligned, the rest 4-byte; cudaMalloc'd memory is
+ * 256-byte aligned). Checks
  * tensor names, dtypes and shapes against the spec, that the spec's
  * layouts are the ones the kernels read (a differing layout is refused
  * with the first element stored elsewhere), and act-order tensors on the
@@ -1210,6 +1212,7 @@ typedef struct wna16_cuda_moe_report {
     char kernel[2][160];      /* [0] w13 + activation, [1] w2 */
     char tile_rule[2][64];    /* "$.tiling.gemm[1]" */
     double compile_ms[3];     /* w13, w2, the routing/finalize unit */
+    int32_t split_k[2];       /* K slices of w13, w2 (1: no split-K) */
 } wna16_cuda_moe_report_t;
 
 void wna16_cuda_moe_last_report(const wna16_cuda_moe_t *moe,

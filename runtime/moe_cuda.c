@@ -7,10 +7,16 @@
  *   [gather]                             act-order permutation of the
  *                                        input, router weights on input
  *   GEMM 1 + activation                  a2 [slots][IP], activation dtype
+ *     (split-K: partial sums, then      (per split, float32; the reduce
+ *      reduce + activation)              kernel adds them in order)
  *   [gather]                             act-order permutation of a2
- *   GEMM 2                               y [slots][H], float32
- *   finalize                             top-k weighted sum, or the
+ *   GEMM 2                               y [splits][slots][H], float32
+ *   finalize                             split and top-k sums, or the
  *                                        batched rows, in a fixed order
+ *
+ * Split-K: when row blocks x column tiles would leave SMs idle (small M),
+ * each tile's K range is cut into the fewest power-of-two slices that give
+ * the tiling row's ctas_per_sm CTAs per SM, at most its max_split_k.
  *
  * all queued on one stream. The kernels come from gen/moe_cuda.c (the
  * templates specialized from the spec and its tiling table) through the
@@ -51,7 +57,7 @@ struct wna16_cuda_moe {
     int32_t map_len, map_cap;
     struct {
         w16_moe_gemm_cfg_t cfg;
-        w16_cuda_function_t *fn;
+        w16_cuda_function_t *fn[2]; /* the GEMM, w13's split-K reduce */
     } memo[MEMO_MAX];
     int n_memo, memo_next;
     w16_cuda_function_t *aux[2][W16_AUX_COUNT]; /* [bf16] */
@@ -91,6 +97,7 @@ static wna16_status_t get_aux(wna16_cuda_moe_t *m, wna16_dtype_t act,
     return WNA16_OK;
 }
 
+/* fn[0] the GEMM, fn[1] (w13) its split-K reduce kernel. */
 static wna16_status_t get_gemm(wna16_cuda_moe_t *m, const w16_moe_gemm_cfg_t *c,
                                w16_cuda_function_t **fn, double *ms,
                                wna16_error_t *err)
@@ -98,26 +105,31 @@ static wna16_status_t get_gemm(wna16_cuda_moe_t *m, const w16_moe_gemm_cfg_t *c,
     *ms = 0;
     for (int i = 0; i < m->n_memo; i++)
         if (memcmp(&m->memo[i].cfg, c, sizeof *c) == 0) {
-            *fn = m->memo[i].fn;
+            fn[0] = m->memo[i].fn[0];
+            fn[1] = m->memo[i].fn[1];
             return WNA16_OK;
         }
-    char name[160];
+    char name[160], rname[176];
     w16_moe_gemm_name(c, name, sizeof name);
+    snprintf(rname, sizeof rname, "%s_reduce", name);
+    fn[1] = NULL;
     w16_buf_t src;
     w16_buf_init(&src, m->ctx);
     wna16_status_t st = w16_moe_gemm_source(c, &src, err);
     if (st == WNA16_OK && src.failed)
         st = w16_err_nomem(err, "writing a fused-MoE kernel");
-    const char *names[1] = {name};
+    const char *names[2] = {name, rname};
+    int n_fn = c->gemm == WNA16_GEMM_W13 ? 2 : 1;
     if (st == WNA16_OK)
-        st = w16_cuda_module_get(m->ctx, name, src.data, names, 1, fn, ms,
+        st = w16_cuda_module_get(m->ctx, name, src.data, names, n_fn, fn, ms,
                                  err);
     w16_buf_free(&src);
     if (st != WNA16_OK)
         return st;
     int slot = m->n_memo < MEMO_MAX ? m->n_memo++ : m->memo_next++ % MEMO_MAX;
     memcpy(&m->memo[slot].cfg, c, sizeof *c); /* padding too: memcmp keys */
-    m->memo[slot].fn = *fn;
+    m->memo[slot].fn[0] = fn[0];
+    m->memo[slot].fn[1] = fn[1];
     return WNA16_OK;
 }
 
@@ -338,8 +350,10 @@ wna16_status_t wna16_cuda_moe_create(wna16_context_t *ctx,
                 continue;
             if (device_tensors) {
                 m->t[g][r] = (uint64_t)(uintptr_t)t->data;
-                /* codes are copied in 16-byte pieces, the rest by element */
-                if (m->t[g][r] % (r == W16_ROLE_QWEIGHT ? 16 : 4) != 0)
+                /* codes and scales are copied in 16-byte pieces, the rest
+                 * by element */
+                bool vec = r == W16_ROLE_QWEIGHT || r == W16_ROLE_SCALES;
+                if (m->t[g][r] % (vec ? 16 : 4) != 0)
                     st = w16_err(err, WNA16_EINVAL, "%s: %s %s: device "
                                  "address 0x%llx is not aligned",
                                  backend->name, op_name(g), t->name,
@@ -537,6 +551,37 @@ static unsigned grid_stride(size_t n)
     return (unsigned)(b < 8192 ? (b ? b : 1) : 8192);
 }
 
+/* Split-K slices for GEMM g: the fewest (a power of two, at most the
+ * tiling row's max_split_k and the K stages) that give ctas_per_sm CTAs
+ * per SM over the row blocks the routing is expected to fill. Routing
+ * happens on the device, so the host estimates: uniform routing puts
+ * P * E / n_ids slots on this rank's experts, over min(E, slots) experts. */
+static int pick_split(const wna16_cuda_moe_t *m, const run_args_t *a,
+                      int32_t n_ids, int bm, int g,
+                      const w16_moe_gemm_cfg_t *c, int64_t ncta)
+{
+    int max_split, cps;
+    w16_moe_cuda_split(m->spec, bm, (wna16_gemm_t)g, m->op[g].N, m->op[g].K,
+                       &max_split, &cps);
+    int64_t blocks;
+    if (a->batched) {
+        blocks = (int64_t)m->E * ((a->max_tokens + bm - 1) / bm);
+    } else {
+        int64_t P = (int64_t)a->M * a->topk;
+        int64_t local = (P * m->E + n_ids - 1) / n_ids;
+        int64_t active = local < m->E ? local : m->E;
+        if (active < 1)
+            active = 1;
+        blocks = active * ((local + active * bm - 1) / (active * bm));
+    }
+    int64_t want = (int64_t)cps * w16_cuda_sm_count(m->cuda);
+    int64_t stages = m->op[g].K / c->block_k;
+    int s = 1;
+    while (s * 2 <= max_split && s * 2 <= stages && blocks * ncta * s < want)
+        s *= 2;
+    return s;
+}
+
 static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                           const run_args_t *a, wna16_error_t *err)
 {
@@ -586,11 +631,11 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                          w16_cuda_device_name(m->cuda),
                          w16_cuda_max_shared(m->cuda));
     }
-    w16_cuda_function_t **aux = NULL, *fn[2] = {NULL, NULL};
+    w16_cuda_function_t **aux = NULL, *fn[2][2] = {{NULL, NULL}, {NULL, NULL}};
     if (st == WNA16_OK)
         st = get_aux(m, p->act_dtype, &aux, &rep.compile_ms[2], err);
     for (int g = 0; g < 2 && st == WNA16_OK; g++)
-        st = get_gemm(m, &cfg[g], &fn[g], &rep.compile_ms[g], err);
+        st = get_gemm(m, &cfg[g], fn[g], &rep.compile_ms[g], err);
     uint64_t map = 0;
     if (st == WNA16_OK && !a->batched)
         st = sync_map(m, p, &map, err);
@@ -603,6 +648,13 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                       ? E * ((a->max_tokens + bm - 1) / bm * bm)
                       : (P + (P < E ? P : E) * (bm - 1) + bm - 1) / bm * bm;
     int64_t nblk = cap / bm;
+    int64_t ncta[2];
+    int split[2];
+    for (int g = 0; g < 2; g++) {
+        ncta[g] = g == 0 ? (IP + cfg[g].block_n / 2 - 1) / (cfg[g].block_n / 2)
+                         : (m->op[g].N + cfg[g].block_n - 1) / cfg[g].block_n;
+        split[g] = pick_split(m, a, n_ids, bm, g, &cfg[g], ncta[g]);
+    }
     bool gather1 = m->quant.act_order || (on_input && a->weights);
     bool gather2 = m->quant.act_order;
     ws_plan_t w = {0};
@@ -616,7 +668,9 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     size_t o_xs = ws_take(&w, gather1 ? (size_t)(P * H) * 2 : 0);
     size_t o_a2 = ws_take(&w, (size_t)(P * IP) * 2);
     size_t o_a2s = ws_take(&w, gather2 ? (size_t)(P * IP) * 2 : 0);
-    size_t o_y = ws_take(&w, (size_t)(P * H) * sizeof(float));
+    size_t o_part = ws_take(&w, split[0] > 1 ? (size_t)(split[0] * P * 2 * IP) *
+                                                   sizeof(float) : 0);
+    size_t o_y = ws_take(&w, (size_t)(split[1] * P * H) * sizeof(float));
     if ((st = ensure_ws(m, w.size, a->stream, err)) != WNA16_OK)
         return st;
     m->ws_stream = a->stream;
@@ -625,7 +679,7 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     uint64_t d_start = ws + o_start, d_total = ws + o_total;
     uint64_t d_sorted = ws + o_sorted, d_eids = ws + o_eids;
     uint64_t d_xs = ws + o_xs, d_a2 = ws + o_a2, d_a2s = ws + o_a2s;
-    uint64_t d_y = ws + o_y;
+    uint64_t d_y = ws + o_y, d_part = ws + o_part;
     uint64_t nul = 0;
     int32_t iE = (int32_t)E, iP = (int32_t)P, iC = (int32_t)C, ibm = bm;
     int32_t icap = (int32_t)cap, sentinel = iP, maxt = a->max_tokens;
@@ -681,7 +735,8 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
         uint64_t in = g == 0 ? (gather1 ? d_xs : a->hidden)
                              : (gather2 ? d_a2s : d_a2);
         int32_t div = (g == 0 && !gather1 && !a->batched) ? topk : 1;
-        uint64_t outp = g == 0 ? d_a2 : d_y;
+        uint64_t outp = g == 0 ? (split[0] > 1 ? d_part : d_a2) : d_y;
+        int32_t sk = split[g];
         int32_t N = (int32_t)o->N, K = (int32_t)o->K, G = (int32_t)o->G;
         int32_t gs = m->quant.group_size > 0 ? m->quant.group_size : K;
         uint64_t *t = m->t[g];
@@ -690,17 +745,23 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                         m->quant.zero_point ? &t[W16_ROLE_QZEROS] : &nul,
                         m->quant.bias ? &t[W16_ROLE_BIAS] : &nul,
                         m->quant.act_order ? &t[W16_ROLE_G_IDX] : &nul, &outp,
-                        &N, &K, &G, &gs, &iIP, &limit, &alpha, &beta, &round};
-        int64_t ncta = g == 0 ? (IP + cfg[g].block_n / 2 - 1) /
-                                    (cfg[g].block_n / 2)
-                              : (N + cfg[g].block_n - 1) / cfg[g].block_n;
-        if (nblk * ncta > INT32_MAX)
-            st = w16_err(err, WNA16_ELIMIT, "moe: %lld CTAs", (long long)(nblk * ncta));
+                        &N, &K, &G, &gs, &iIP, &limit, &alpha, &beta, &round,
+                        &sk};
+        int64_t ctas = nblk * ncta[g] * sk;
+        if (ctas > INT32_MAX)
+            st = w16_err(err, WNA16_ELIMIT, "moe: %lld CTAs", (long long)ctas);
         if (st == WNA16_OK)
-            st = w16_cuda_launch(m->cuda, fn[g], (unsigned)(nblk * ncta),
+            st = w16_cuda_launch(m->cuda, fn[g][0], (unsigned)ctas,
                                  w16_moe_gemm_threads(&cfg[g]),
                                  (unsigned)w16_moe_gemm_shared(&cfg[g]), s,
                                  args, err);
+        if (st == WNA16_OK && g == 0 && sk > 1) {
+            void *ar[] = {&d_part, &iP, &iIP, &sk, &d_sorted, &d_num, &d_a2,
+                          &round, &limit, &alpha, &beta};
+            st = w16_cuda_launch(m->cuda, fn[0][1],
+                                 grid_stride((size_t)(cap * IP)), 256, 0, s,
+                                 ar, err);
+        }
         if (st == WNA16_OK && g == 0 && gather2) {
             int32_t one = 1;
             uint64_t perm = m->t[1][W16_ROLE_SORT_IDX];
@@ -715,16 +776,18 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     if (st == WNA16_OK) {
         int32_t N = (int32_t)H;
         uint64_t wgt = on_input ? 0 : a->weights;
+        /* GEMM 2 leaves the rounding of its split sums to the finalize */
+        int32_t round_sum = round && split[1] > 1;
         if (a->batched) {
             void *af[] = {&d_y, &iE, &maxt, &N, (void *)&a->counts, &wgt,
-                          (void *)&a->out};
+                          (void *)&a->out, &split[1], &round_sum};
             st = w16_cuda_launch(m->cuda, aux[W16_AUX_FINALIZE_BATCHED],
                                  grid_stride((size_t)(P * H)), 256, 0, s, af,
                                  err);
         } else {
             int32_t M = a->M;
             void *af[] = {&d_y, &M, &topk, &N, (void *)&a->ids, &map, &n_ids,
-                          &wgt, (void *)&a->out};
+                          &wgt, (void *)&a->out, &split[1], &round_sum};
             st = w16_cuda_launch(m->cuda, aux[W16_AUX_FINALIZE],
                                  grid_stride((size_t)a->M * (size_t)H), 256, 0,
                                  s, af, err);
@@ -735,6 +798,8 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     m->last_topk = a->topk;
     m->last_batched = a->batched;
     rep.block_m = bm;
+    rep.split_k[0] = split[0];
+    rep.split_k[1] = split[1];
     for (int g = 0; g < 2; g++) {
         w16_moe_gemm_name(&cfg[g], rep.kernel[g], sizeof rep.kernel[g]);
         snprintf(rep.tile_rule[g], sizeof rep.tile_rule[g], "%s", rule[g]);

@@ -254,15 +254,29 @@ w16_gather(const act_t *__restrict__ src, int row_div, int K,
     }
 }
 
+// y of one slot after GEMM 2's split-K: the sum of its `splits` slabs
+// (slab: elements apart), in order, then rounded when round_sum (GEMM 2
+// left the rounding of its output to this sum).
+__device__ __forceinline__ float y_at(const float *y, size_t i, int splits,
+                                      size_t slab, int round_sum)
+{
+    float v = y[i];
+    for (int s = 1; s < splits; s++)
+        v += y[i + s * slab];
+    return round_sum ? round_act(v) : v;
+}
+
 // out[m][n] = R(sum_j c_j y[m*topk + j][n]) over the slots that reach a
 // local expert, in order j = 0, 1, ...; c_j = w[m][j], or 1 when w is NULL
 // (router weights applied on the input).
 extern "C" __global__ void
 w16_finalize(const float *__restrict__ y, int M, int topk, int N,
              const int *__restrict__ ids, const int *__restrict__ expert_map,
-             int n_ids, const float *__restrict__ w, act_t *__restrict__ out)
+             int n_ids, const float *__restrict__ w, act_t *__restrict__ out,
+             int splits, int round_sum)
 {
     size_t total = (size_t)M * N;
+    const size_t slab = (size_t)M * topk * N;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         int m = (int)(i / N), n = (int)(i % N);
@@ -272,7 +286,7 @@ w16_finalize(const float *__restrict__ y, int M, int topk, int N,
             if (id < 0 || id >= n_ids || (expert_map && expert_map[id] < 0))
                 continue;
             float c = w ? w[t] : 1.0f;
-            acc += c * y[(size_t)t * N + n];
+            acc += c * y_at(y, (size_t)t * N + n, splits, slab, round_sum);
         }
         out[i] = act::from_f(acc);
     }
@@ -283,7 +297,8 @@ w16_finalize(const float *__restrict__ y, int M, int topk, int N,
 extern "C" __global__ void
 w16_finalize_batched(const float *__restrict__ y, int E, int max_tokens,
                      int N, const int *__restrict__ counts,
-                     const float *__restrict__ w, act_t *__restrict__ out)
+                     const float *__restrict__ w, act_t *__restrict__ out,
+                     int splits, int round_sum)
 {
     size_t total = (size_t)E * max_tokens * N;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
@@ -293,7 +308,7 @@ w16_finalize_batched(const float *__restrict__ y, int E, int max_tokens,
         int n = counts[e];
         float v = 0.0f;
         if (r < n && n <= max_tokens)
-            v = (w ? w[row] : 1.0f) * y[i];
+            v = (w ? w[row] : 1.0f) * y_at(y, i, splits, total, round_sum);
         out[i] = act::from_f(v);
     }
 }

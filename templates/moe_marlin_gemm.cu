@@ -20,6 +20,15 @@
 //     out [slots][N]. The top-k weighting and the sum over top-k happen
 //     in the finalize kernel (moe_aux.cu), in a fixed order: no atomics.
 //
+// Split-K (splits > 1, for small M, where row blocks x column tiles are
+// too few CTAs to keep every SM's loads in flight): CTA split s of a tile
+// computes the K stages [s*iters/splits, (s+1)*iters/splits) and writes
+// its float32 partial sum, scaled (channelwise) and with the bias in
+// split 0 only, to its own slab: out + s * slots * (N or 2*IP). Nothing
+// is rounded or activated there; the sums over splits happen later in a
+// fixed order (deterministic, no atomics): GEMM 1's in W16_REDUCE below
+// (then rounding and the activation), GEMM 2's in the finalize kernel.
+//
 // Weights. Each expert is (K/16) x (N/64) Marlin tiles of 16(k) x 64(n)
 // codes, TILE_WORDS = 32*BITS int32 words per tile, tile rows contiguous.
 // Lane l of a warp owns words [l*BITS/4 .. ) of a tile: one 16-byte load
@@ -39,9 +48,13 @@
 // scales (one group) multiply the float32 accumulator in the epilogue.
 //
 // Activations. The A tile (BM rows x BK) is copied to shared memory with
-// cp.async (16 bytes per thread, zero-filled for padding rows), its 16-byte
-// chunks XOR-swizzled by row so that ldmatrix.x4 reads are conflict-free.
-// A pipeline of STAGES such A and B tiles hides the loads.
+// cp.async (16 bytes per thread; padding rows are zeroed once per stage
+// buffer and never loaded), its 16-byte chunks XOR-swizzled by row so that
+// ldmatrix.x4 reads are conflict-free. A pipeline of STAGES such A and B
+// tiles (and, for grouped scales, the stage's rows of scales) hides the
+// loads; every thread computes its load addresses once per CTA, so a
+// stage costs one add per 16-byte copy (the dequantizing loop is
+// instruction-bound at small M: bench/RESULTS.md).
 //
 // Warps. WN x WK warps: warp (wn, wk) computes tiles [wn*NT, wn*NT + NT)
 // of the CTA over the k16 steps [wk*KS, wk*KS + KS) of every stage; the
@@ -72,7 +85,13 @@ constexpr int A_CHUNKS = BK / 8;          // 16-byte chunks per A row
 constexpr int A_STAGE = BM * BK;          // activation elements per stage
 constexpr int B_STAGE = KSTEPS * TILES * TILE_VECS; // vectors per stage
 constexpr int C_LD = BN + 4;              // floats per row of the C tile
-constexpr int STAGE_BYTES = A_STAGE * 2 + B_STAGE * 16;
+// Grouped scales (not act-order) travel with their stage: the rows of the
+// groups the stage's K range touches (at most BK/16: groups are multiples
+// of 16), 64 scales (8 vectors) per tile and row. The space is reserved
+// for every kernel so that the host's formula stays one expression.
+constexpr bool SMEM_SCALES = GROUPED && !ACT_ORDER;
+constexpr int S_STAGE = (BK / 16) * TILES * 8; // 16-byte vectors per stage
+constexpr int STAGE_BYTES = A_STAGE * 2 + B_STAGE * 16 + S_STAGE * 16;
 constexpr int PIPE_BYTES = STAGES * STAGE_BYTES;
 constexpr int C_BYTES = BM * C_LD * 4;
 constexpr int NEED_BYTES = PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES;
@@ -321,7 +340,10 @@ __device__ __forceinline__ int tile_col(int tt, int ncol, int N, int ip)
 
 using namespace w16;
 
-extern "C" __global__ void __launch_bounds__(NTHREADS)
+// MIN_CTAS: the tiling row's min_ctas, so that registers leave room for
+// that many CTAs per SM (occupancy hides the shared-memory and tensor-core
+// latencies of the dequantizing inner loop).
+extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_CTAS)
 W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
            const int *__restrict__ sorted_ids,
            const int *__restrict__ expert_ids,
@@ -331,15 +353,17 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
            const u32 *__restrict__ qzeros, const bias_t *__restrict__ bias,
            const int *__restrict__ g_idx, void *__restrict__ out, int N,
            int K, int G, int group_size, int ip, float limit, float alpha,
-           float beta, int round_out)
+           float beta, int round_out, int splits)
 {
     extern __shared__ int4 smem4[];
     __shared__ int s_rows[BM];
 
     // CTA -> (row block, column tile); columns vary fastest so that CTAs
     // running together share the row block's activations.
+    // Split-K parts of one tile are adjacent, then the column tiles.
     const int ncta = GATED ? (ip + BN / 2 - 1) / (BN / 2) : (N + BN - 1) / BN;
-    const int mblk = blockIdx.x / ncta, ncol = blockIdx.x % ncta;
+    const int split = blockIdx.x % splits, tile = blockIdx.x / splits;
+    const int mblk = tile / ncta, ncol = tile % ncta;
     if (mblk * BM >= *num_post)
         return;
     const int e = expert_ids[mblk];
@@ -364,27 +388,68 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
 
     act_t *sA = reinterpret_cast<act_t *>(smem4);
     int4 *sB = smem4 + STAGES * A_STAGE / 8;
+    int4 *sS = sB + STAGES * B_STAGE;
+
+    // ---- the thread's share of every stage's loads, computed once -------
+    // A: chunk i = tid + q * NTHREADS of the BM x BK tile; rows of padding
+    // (no routed slot) are zeroed once in every stage buffer and never
+    // loaded. B: vector i of the stage's tiles, as an offset from the
+    // stage's first k16 row (-1: a tile past the end of N or IP).
+    constexpr int A_PER = (BM * A_CHUNKS + NTHREADS - 1) / NTHREADS;
+    constexpr int B_PER = B_STAGE / NTHREADS;
+    static_assert(B_STAGE % NTHREADS == 0, "B vectors per thread");
+    const act_t *a_src[A_PER];
+    int a_dst[A_PER];
+#pragma unroll
+    for (int q = 0; q < A_PER; q++) {
+        int i = tid + q * NTHREADS, r = i / A_CHUNKS, c = i % A_CHUNKS;
+        int t = i < BM * A_CHUNKS ? s_rows[r] : -1;
+        a_src[q] = t >= 0 ? a + (size_t)(t / a_row_div) * K + c * 8 : nullptr;
+        a_dst[q] = r * BK + ((c ^ (r % 8)) * 8);
+    }
+    int b_off[B_PER];
+#pragma unroll
+    for (int q = 0; q < B_PER; q++) {
+        int i = tid + q * NTHREADS;
+        int v = i % TILE_VECS, rest = i / TILE_VECS;
+        int tt = rest % TILES, ks = rest / TILES;
+        int col = tile_col(tt, ncol, N, ip);
+        b_off[q] = col >= 0 ? (int)((ks * tiles_n + col / 64) * TILE_VECS + v)
+                            : -1;
+    }
+    for (int i = tid; i < STAGES * BM * A_CHUNKS; i += NTHREADS) {
+        int r = (i / A_CHUNKS) % BM;
+        if (s_rows[r] < 0)
+            reinterpret_cast<int4 *>(sA)[i] = make_int4(0, 0, 0, 0);
+    }
 
     // ---- one stage of loads: A rows and B tiles for k in [it*BK, +BK) ----
     auto load_stage = [&](int it, int slot) {
         const int k0 = it * BK;
         act_t *dA = sA + slot * A_STAGE;
-        for (int i = tid; i < BM * A_CHUNKS; i += NTHREADS) {
-            int r = i / A_CHUNKS, c = i % A_CHUNKS, t = s_rows[r];
-            const act_t *src =
-                t >= 0 ? a + (size_t)(t / a_row_div) * K + k0 + c * 8 : a;
-            cp_async16(dA + r * BK + ((c ^ (r % 8)) * 8), src, t >= 0);
-        }
+#pragma unroll
+        for (int q = 0; q < A_PER; q++)
+            if (a_src[q])
+                cp_async16(dA + a_dst[q], a_src[q] + k0, true);
         int4 *dB = sB + slot * B_STAGE;
-        for (int i = tid; i < B_STAGE; i += NTHREADS) {
-            int v = i % TILE_VECS, rest = i / TILE_VECS;
-            int tt = rest % TILES, ks = rest / TILES;
-            int col = tile_col(tt, ncol, N, ip);
-            const int4 *src =
-                col >= 0 ? qw_e + ((size_t)(k0 / 16 + ks) * tiles_n + col / 64) *
-                                      TILE_VECS + v
-                         : qweight;
-            cp_async16(dB + i, src, col >= 0);
+        const int4 *qs = qw_e + (size_t)(k0 / 16) * tiles_n * TILE_VECS;
+#pragma unroll
+        for (int q = 0; q < B_PER; q++)
+            cp_async16(dB + tid + q * NTHREADS,
+                       b_off[q] >= 0 ? qs + b_off[q] : qweight, b_off[q] >= 0);
+        if constexpr (SMEM_SCALES) { // row r = group k0/group_size + r
+            int4 *dS = sS + slot * S_STAGE;
+            const int g0 = k0 / group_size;
+            const int rows = (k0 + BK - 1) / group_size - g0 + 1;
+            for (int i = tid; i < rows * TILES * 8; i += NTHREADS) {
+                int v = i % 8, rest = i / 8, tt = rest % TILES, r = rest / TILES;
+                int col = tile_col(tt, ncol, N, ip);
+                const int4 *src =
+                    col >= 0 ? reinterpret_cast<const int4 *>(
+                                   sc_e + (size_t)(g0 + r) * N + col) + v
+                             : reinterpret_cast<const int4 *>(scales);
+                cp_async16(dS + i, src, col >= 0);
+            }
         }
     };
 
@@ -426,9 +491,41 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         }
         cur_g[row] = g;
     };
+    // this split's K stages
+    const int iters_all = K / BK;
+    const int it0 = (int)((long long)split * iters_all / splits);
+    const int iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
 #pragma unroll
     for (int r = 0; r < SROWS; r++)
-        load_group(r, 0);
+        load_group(r, (GROUPED && !ACT_ORDER) ? it0 * BK / group_size : 0);
+
+    // The scales of group g from the stage in `slot` (its row g - the
+    // stage's first group); zero points, if any, from global memory.
+    auto load_group_smem = [&](int slot, int row, int g) {
+        const scale_t *ss =
+            reinterpret_cast<const scale_t *>(sS + slot * S_STAGE) +
+            row * TILES * 64;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                // a tile is 64-aligned: its scales' order stays inside it
+                scale_t sv = ss[(wn * NT + t) * 64 + scale_pos(8 * j + gid)];
+                if constexpr (SCALE_SAME)
+                    s_reg[0][t][j] = sv;
+                else
+                    s_reg[0][t][j] = sca::to_f(sv);
+                if constexpr (ZP) {
+                    float z = 0.0f;
+                    if (colbase[t] >= 0)
+                        z = (float)zero_at(zp_e + (size_t)g * (N / 8),
+                                           colbase[t] + 8 * j + gid);
+                    z_reg[0][t][j] = act::from_f(USE_MAGIC ? MAGIC + z : z);
+                }
+            }
+        }
+        cur_g[0] = g;
+    };
 
     float acc[MB][NT][8][4];
 #pragma unroll
@@ -442,9 +539,19 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                     acc[mb][t][j][c] = 0.0f;
 
     // ---- compute one stage ---------------------------------------------
+    // groups that are whole stages (group_size a multiple of BK): one
+    // scale check per stage instead of one per k16 step
+    const bool stage_groups = SMEM_SCALES && group_size % BK == 0;
     auto compute_stage = [&](int it, int slot) {
         const act_t *cA = sA + slot * A_STAGE;
         const int4 *cB = sB + slot * B_STAGE;
+        if constexpr (SMEM_SCALES) {
+            if (stage_groups) {
+                int g = it * BK / group_size;
+                if (g != cur_g[0])
+                    load_group_smem(slot, 0, g);
+            }
+        }
         // Act-order reloads scales for four k rows per step: unrolling the
         // steps too would multiply that code (compile time) for nothing.
 #pragma unroll(ACT_ORDER ? 1 : KS)
@@ -468,10 +575,10 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                         if (g != cur_g[r])
                             load_group(r, g);
                     }
-                } else {
+                } else if (!stage_groups) {
                     int g = kg / group_size;
                     if (g != cur_g[0])
-                        load_group(0, g);
+                        load_group_smem(slot, g - it * BK / group_size, g);
                 }
             }
 #pragma unroll
@@ -522,11 +629,10 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     };
 
     // ---- the pipeline: STAGES-1 loads in flight ahead of the compute ----
-    const int iters = K / BK;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < iters)
-            load_stage(s, s);
+            load_stage(it0 + s, s);
         cp_async_commit();
     }
     for (int it = 0; it < iters; it++) {
@@ -534,9 +640,9 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         __syncthreads(); // stage `it` visible; stage it-1 fully consumed
         int next = it + STAGES - 1;
         if (next < iters)
-            load_stage(next, next % STAGES);
+            load_stage(it0 + next, next % STAGES);
         cp_async_commit();
-        compute_stage(it, it % STAGES);
+        compute_stage(it0 + it, it % STAGES);
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -569,7 +675,28 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     }
 
     // ---- epilogue --------------------------------------------------------
-    const bias_t *bias_e = bias ? bias + (size_t)e * N : nullptr;
+    const bias_t *bias_e = (bias && split == 0) ? bias + (size_t)e * N
+                                                : nullptr;
+    if (splits > 1) { // a float32 partial sum: scale (linear) and bias only
+        const int W = GATED ? 2 * ip : N;
+        float *o = static_cast<float *>(out) + (size_t)split * n_slots * W;
+        constexpr int OUTW = GATED ? BN / 2 : BN;
+        for (int i = tid; i < BM * BN; i += NTHREADS) {
+            int r = i / BN, c = i % BN, t = s_rows[r];
+            // gated: the first half is gate column n, the second up ip + n
+            int n = GATED ? ncol * OUTW + c % OUTW : ncol * BN + c;
+            if (t < 0 || n >= (GATED ? ip : N))
+                continue;
+            int col = GATED ? (c < OUTW ? n : ip + n) : n;
+            float y = cs[r * C_LD + c];
+            if constexpr (!GROUPED)
+                y *= sca::to_f(sc_e[scale_pos(col)]);
+            if (bias_e)
+                y += bia::to_f(bias_e[bias_pos(col)]);
+            o[(size_t)t * W + col] = y;
+        }
+        return;
+    }
     if constexpr (GEMM == 1) {
         act_t *o = static_cast<act_t *>(out);
         constexpr int OUTW = BN / 2;
@@ -612,3 +739,37 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         }
     }
 }
+
+#ifdef W16_REDUCE
+// GEMM 1 after split-K: for every routed slot (the padded order's
+// sorted_ids) and output column n < IP, the gate and up sums over the
+// splits in order s = 0, 1, ..., optional rounding, the activation, the
+// activation-dtype result: out [slots][IP].
+extern "C" __global__ void __launch_bounds__(256)
+W16_REDUCE(const float *__restrict__ part, int n_slots, int ip, int splits,
+           const int *__restrict__ sorted_ids,
+           const int *__restrict__ num_post, act_t *__restrict__ out,
+           int round_out, float limit, float alpha, float beta)
+{
+    const size_t total = (size_t)*num_post * ip;
+    const size_t slab = (size_t)n_slots * 2 * ip;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int p = (int)(i / ip), n = (int)(i % ip), t = sorted_ids[p];
+        if (t < 0 || t >= n_slots)
+            continue;
+        const float *g = part + (size_t)t * 2 * ip + n;
+        float hg = 0.0f, hu = 0.0f;
+        for (int s = 0; s < splits; s++) {
+            hg += g[s * slab];
+            hu += g[s * slab + ip];
+        }
+        if (round_out) {
+            hg = round_act(hg);
+            hu = round_act(hu);
+        }
+        out[(size_t)t * ip + n] =
+            act::from_f(activation(hg, hu, limit, alpha, beta));
+    }
+}
+#endif

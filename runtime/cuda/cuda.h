@@ -210,4 +210,28 @@ wna16_status_t w16_cuda_event_elapsed_ms(w16_cuda_t *cuda,
                                          w16_cuda_event_t *end, float *ms,
                                          wna16_error_t *err);
 
+/* ---- graphs ----------------------------------------------------------------
+ * Stream capture into a CUDA graph, for timing work as a serving system
+ * replays it (one launch for many kernels). Capture needs a stream that
+ * does not synchronize with the default one: w16_cuda_stream_create_async.
+ * Between begin and end nothing may touch the default stream. */
+typedef struct w16_cuda_graph w16_cuda_graph_t;
+
+/* A stream that does not order itself after the default stream. */
+wna16_status_t w16_cuda_stream_create_async(w16_cuda_t *cuda,
+                                            w16_cuda_stream_t **out,
+                                            wna16_error_t *err);
+wna16_status_t w16_cuda_capture_begin(w16_cuda_t *cuda,
+                                      w16_cuda_stream_t *stream,
+                                      wna16_error_t *err);
+/* Ends the capture and instantiates the graph. */
+wna16_status_t w16_cuda_capture_end(w16_cuda_t *cuda,
+                                    w16_cuda_stream_t *stream,
+                                    w16_cuda_graph_t **out,
+                                    wna16_error_t *err);
+wna16_status_t w16_cuda_graph_launch(w16_cuda_t *cuda, w16_cuda_graph_t *g,
+                                     w16_cuda_stream_t *stream,
+                                     wna16_error_t *err);
+void w16_cuda_graph_destroy(w16_cuda_t *cuda, w16_cuda_graph_t *g);
+
 #endif

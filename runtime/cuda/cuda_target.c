@@ -418,7 +418,13 @@ wna16_status_t w16_nvrtc_compile(wna16_context_t *ctx, const char *source,
     X(cuEventDestroy_v2)                                                     \
     X(cuEventRecord)                                                         \
     X(cuStreamWaitEvent)                                                     \
-    X(cuEventSynchronize)
+    X(cuEventSynchronize)                                                    \
+    X(cuStreamBeginCapture_v2)                                               \
+    X(cuStreamEndCapture)                                                    \
+    X(cuGraphInstantiateWithFlags)                                           \
+    X(cuGraphLaunch)                                                         \
+    X(cuGraphExecDestroy)                                                    \
+    X(cuGraphDestroy)
 
 typedef struct cu_api {
 #define W16_X_(name) __typeof__(name) *name;
@@ -872,6 +878,14 @@ static wna16_status_t opt_in_shared(w16_cuda_t *c, CUfunction f,
     if (r != CUDA_SUCCESS)
         return cu_fail(c, err, WNA16_EINTERNAL, r, "CUDA launch: allowing %u "
                        "bytes of dynamic shared memory", bytes);
+    /* A kernel that asks for this much shared memory is tiled around it:
+     * prefer the largest shared-memory carveout, so that as many CTAs fit
+     * as registers allow (without the hint the driver may pick a carveout
+     * that holds fewer). A hint: failure only costs occupancy. */
+    cu_warn(c, c->cu.cuFuncSetAttribute(
+                   f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                   CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
+            "preferring the shared-memory carveout");
     return WNA16_OK;
 }
 
@@ -1249,6 +1263,106 @@ wna16_status_t w16_cuda_event_elapsed_ms(w16_cuda_t *c,
     return WNA16_OK;
 }
 
+/* ---- graphs ---- */
+
+struct w16_cuda_graph {
+    CUgraph graph;
+    CUgraphExec exec;
+};
+
+wna16_status_t w16_cuda_stream_create_async(w16_cuda_t *c,
+                                            w16_cuda_stream_t **out,
+                                            wna16_error_t *err)
+{
+    if (!c || !out)
+        return w16_err(err, WNA16_EINVAL, "w16_cuda_stream_create_async: "
+                       "target and out are required");
+    *out = NULL;
+    wna16_status_t st = bind(c, err);
+    if (st != WNA16_OK)
+        return st;
+    CUstream s = NULL;
+    CUresult r = c->cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(c, err, WNA16_EINTERNAL, r, "creating a stream");
+    *out = (w16_cuda_stream_t *)s;
+    return WNA16_OK;
+}
+
+wna16_status_t w16_cuda_capture_begin(w16_cuda_t *c, w16_cuda_stream_t *s,
+                                      wna16_error_t *err)
+{
+    if (!c || !s)
+        return w16_err(err, WNA16_EINVAL, "w16_cuda_capture_begin: target "
+                       "and a stream are required");
+    wna16_status_t st = bind(c, err);
+    if (st != WNA16_OK)
+        return st;
+    CUresult r = c->cu.cuStreamBeginCapture_v2(
+        cu_stream(s), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(c, err, WNA16_EINTERNAL, r, "starting a stream capture");
+    return WNA16_OK;
+}
+
+wna16_status_t w16_cuda_capture_end(w16_cuda_t *c, w16_cuda_stream_t *s,
+                                    w16_cuda_graph_t **out, wna16_error_t *err)
+{
+    if (!c || !s || !out)
+        return w16_err(err, WNA16_EINVAL, "w16_cuda_capture_end: target, "
+                       "stream and out are required");
+    *out = NULL;
+    wna16_status_t st = bind(c, err);
+    if (st != WNA16_OK)
+        return st;
+    CUgraph g = NULL;
+    CUresult r = c->cu.cuStreamEndCapture(cu_stream(s), &g);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(c, err, WNA16_EINTERNAL, r, "ending a stream capture");
+    CUgraphExec x = NULL;
+    r = c->cu.cuGraphInstantiateWithFlags(&x, g, 0);
+    if (r != CUDA_SUCCESS) {
+        c->cu.cuGraphDestroy(g);
+        return cu_fail(c, err, WNA16_EINTERNAL, r, "instantiating a graph");
+    }
+    w16_cuda_graph_t *G = w16_calloc(c->ctx, 1, sizeof *G);
+    if (!G) {
+        c->cu.cuGraphExecDestroy(x);
+        c->cu.cuGraphDestroy(g);
+        return w16_err_nomem(err, "keeping a CUDA graph");
+    }
+    G->graph = g;
+    G->exec = x;
+    *out = G;
+    return WNA16_OK;
+}
+
+wna16_status_t w16_cuda_graph_launch(w16_cuda_t *c, w16_cuda_graph_t *g,
+                                     w16_cuda_stream_t *s, wna16_error_t *err)
+{
+    if (!c || !g)
+        return w16_err(err, WNA16_EINVAL, "w16_cuda_graph_launch: target and "
+                       "graph are required");
+    wna16_status_t st = bind(c, err);
+    if (st != WNA16_OK)
+        return st;
+    CUresult r = c->cu.cuGraphLaunch(g->exec, cu_stream(s));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(c, err, WNA16_EINTERNAL, r, "launching a graph");
+    return WNA16_OK;
+}
+
+void w16_cuda_graph_destroy(w16_cuda_t *c, w16_cuda_graph_t *g)
+{
+    if (!c || !g)
+        return;
+    if (bind(c, NULL) == WNA16_OK) {
+        cu_warn(c, c->cu.cuGraphExecDestroy(g->exec), "destroying a graph");
+        cu_warn(c, c->cu.cuGraphDestroy(g->graph), "destroying a graph");
+    }
+    w16_free(c->ctx, g, sizeof *g);
+}
+
 #else /* no CUDA headers: every entry point reports the target unavailable */
 
 #define W16_NO_CUDA "CUDA target unavailable: built without CUDA headers"
@@ -1446,6 +1560,40 @@ wna16_status_t w16_cuda_event_elapsed_ms(w16_cuda_t *c, w16_cuda_event_t *a,
     if (ms)
         *ms = 0.0f;
     return no_cuda(err);
+}
+
+wna16_status_t w16_cuda_stream_create_async(w16_cuda_t *c,
+                                            w16_cuda_stream_t **out,
+                                            wna16_error_t *err)
+{
+    (void)c;
+    if (out)
+        *out = NULL;
+    return no_cuda(err);
+}
+wna16_status_t w16_cuda_capture_begin(w16_cuda_t *c, w16_cuda_stream_t *s,
+                                      wna16_error_t *err)
+{
+    (void)c; (void)s;
+    return no_cuda(err);
+}
+wna16_status_t w16_cuda_capture_end(w16_cuda_t *c, w16_cuda_stream_t *s,
+                                    w16_cuda_graph_t **out, wna16_error_t *err)
+{
+    (void)c; (void)s;
+    if (out)
+        *out = NULL;
+    return no_cuda(err);
+}
+wna16_status_t w16_cuda_graph_launch(w16_cuda_t *c, w16_cuda_graph_t *g,
+                                     w16_cuda_stream_t *s, wna16_error_t *err)
+{
+    (void)c; (void)g; (void)s;
+    return no_cuda(err);
+}
+void w16_cuda_graph_destroy(w16_cuda_t *c, w16_cuda_graph_t *g)
+{
+    (void)c; (void)g;
 }
 
 #endif

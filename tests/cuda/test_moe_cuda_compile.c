@@ -163,6 +163,7 @@ static void test_tiling_rows(wna16_context_t *ctx)
                         c.warps_k = row->warps_k < c.block_k / 16
                                         ? row->warps_k : c.block_k / 16;
                         c.stages = row->stages;
+                        c.min_ctas = row->min_ctas;
                         apply(&c, &VARIANTS[vi++ % W16_ARRAY_LEN(VARIANTS)]);
                         compile_gemm(ctx, &c, row->json_path);
                     }
@@ -196,7 +197,10 @@ static void test_tables_agree(wna16_context_t *ctx)
                  x->n_hi == y->n_hi && x->k_lo == y->k_lo &&
                  x->k_hi == y->k_hi && x->block_n == y->block_n &&
                  x->block_k == y->block_k && x->warps_n == y->warps_n &&
-                 x->warps_k == y->warps_k && x->stages == y->stages);
+                 x->warps_k == y->warps_k && x->stages == y->stages &&
+                 x->max_split_k == y->max_split_k &&
+                 x->ctas_per_sm == y->ctas_per_sm &&
+                 x->min_ctas == y->min_ctas);
     }
 }
 

@@ -104,11 +104,23 @@ static void e_smem(cJSON *r, int a)
 }
 static void e_key(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", 0), "tile", 1); }
 static void e_gemm(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 0), "gemm", cJSON_CreateString("w3")); }
-static void e_halves(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", 0), "gemm"); }
+static void e_halves(cJSON *r, int a)
+{
+    (void)a; /* row 1 (w2 only) with one warp over both of its tiles */
+    cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", 1), "gemm");
+    set_num(row(r, "gemm", 1), "warps_n", 1);
+}
 static void e_range(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 3), "n", 9, 3); }
 static void e_last(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 4), "k", 1, 64); }
 static void e_missing(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(tiling(r), "gemm"); }
 static void e_stages(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "stages", 1); }
+static void e_split(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 0), "max_split_k", 3); }
+static void e_occ(cJSON *r, int a)
+{
+    (void)a; /* 512 threads a CTA */
+    set_num(row(r, "gemm", 3), "warps_k", 4);
+    set_num(row(r, "gemm", 3), "min_ctas", 5);
+}
 
 static void test_tiling_refusals(wna16_context_t *ctx)
 {
@@ -132,12 +144,14 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         {e_smem, "bytes of shared memory (at most 232448)"},
         {e_key, "$.tiling.gemm[0]: unknown key \"tile\""},
         {e_gemm, "$.tiling.gemm[0].gemm: expected \"w13\" or \"w2\""},
-        {e_halves, "$.tiling.gemm[0]: a w13 shape puts the gate and up "
+        {e_halves, "$.tiling.gemm[1]: a w13 shape puts the gate and up "
                    "halves"},
         {e_range, "$.tiling.gemm[3].n: empty range [9, 3]"},
         {e_last, "$.tiling.gemm[4]: the last row must have no condition"},
         {e_missing, "$.tiling: \"block_m\" and \"gemm\" are required"},
         {e_stages, "$.tiling.gemm[1].stages: 1 is out of range [2, 8]"},
+        {e_split, "$.tiling.gemm[0].max_split_k: expected a power of two"},
+        {e_occ, "$.tiling.gemm[3].min_ctas: 5 CTAs of 512 threads exceed"},
     };
     for (size_t i = 0; i < W16_ARRAY_LEN(cases); i++) {
         wna16_error_t err;
@@ -184,21 +198,26 @@ static void test_lookups(wna16_context_t *ctx)
         TU_CHECK_MSG(bm == want[i], "tpe %lld: block_m %d", (long long)tpe[i],
                      bm);
     }
-    /* w2 at block_m 16 with N <= 4096: row 0 (block_k 256, 8 K warps);
-     * K = 192 halves block_k to 64 and caps warps_k to 4 */
+    /* w2 at block_m 16: row 1 (block_n 128, block_k 128, 2 K warps,
+     * split-K up to 16, launch bounds for 5 CTAs); K = 192 halves block_k
+     * to 64 */
     w16_moe_gemm_cfg_t c;
     const char *path = NULL;
     TU_OK(w16_moe_cuda_tile(m, 16, WNA16_GEMM_W2, 2048, 768, &c, &path, &err),
           &err);
-    TU_CHECK(c.block_n == 64 && c.block_k == 256 && c.warps_k == 8 &&
-             strcmp(path, "$.tiling.gemm[0]") == 0);
+    TU_CHECK(c.block_n == 128 && c.block_k == 128 && c.warps_k == 2 &&
+             c.min_ctas == 5 && strcmp(path, "$.tiling.gemm[1]") == 0);
+    int max_split = 0, cps = 0;
+    w16_moe_cuda_split(m, 16, WNA16_GEMM_W2, 2048, 768, &max_split, &cps);
+    TU_CHECK_MSG(max_split == 16 && cps == 4, "split %d cps %d", max_split,
+                 cps);
     TU_OK(w16_moe_cuda_tile(m, 16, WNA16_GEMM_W2, 2048, 192, &c, &path, &err),
           &err);
-    TU_CHECK_MSG(c.block_k == 64 && c.warps_k == 4, "bk %d wk %d", c.block_k,
+    TU_CHECK_MSG(c.block_k == 64 && c.warps_k == 2, "bk %d wk %d", c.block_k,
                  c.warps_k);
     TU_OK(w16_moe_cuda_tile(m, 16, WNA16_GEMM_W13, 1536, 2048, &c, &path,
                             &err), &err);
-    TU_CHECK(c.block_n == 128 && strcmp(path, "$.tiling.gemm[1]") == 0);
+    TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[0]") == 0);
     TU_OK(w16_moe_cuda_tile(m, 64, WNA16_GEMM_W13, 1024, 128, &c, &path, &err),
           &err);
     TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[3]") == 0);

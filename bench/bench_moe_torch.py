@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""bench_moe_torch.py - the bf16 baseline of bench_moe_cuda: the same MoE
+layers with bf16 weights through torch._grouped_mm, as a real layer runs
+them: its own routing (sort the routed slots by local expert, pad every
+expert's rows to a multiple of 16, gather the token rows), w13 grouped GEMM,
+SiLU(gate) * up, w2 grouped GEMM, top-k weighted scatter-add back to the
+tokens. Everything runs on static shapes so the layer is captured into a
+CUDA graph (8 runs per graph, median of 7 replays), like bench_moe_cuda.
+Routing: uniform random top-k over the model's global experts; with expert
+parallelism (DeepSeek-V3/EP8) this rank holds the first E global experts
+and drops the other slots, as bench_moe_cuda's expert map does.
+
+Weights: two bf16 copies per layer (2.8 GB each for both shapes) used in
+turn, far past the 60 MB L2, so even M = 1 reads its experts from HBM.
+
+    python3 bench/bench_moe_torch.py [--tokens 1,16,64,256,4096]
+                                     [--model NAME] [--cuda-bench FILE]
+
+With --cuda-bench (bench_moe_cuda's output from the same machine), each
+line also gives wna16's time for the same shape and M and the ratio
+torch / wna16 (> 1: wna16 is faster).
+"""
+import argparse
+import re
+import statistics
+
+import torch
+
+SHAPES = [  # model, local E, H, I, top-k, global experts (0: E)
+    ("Mixtral-8x7B", 8, 4096, 14336, 2, 0),
+    ("DeepSeek-V3/EP8", 32, 7168, 2048, 8, 256),
+]
+ALIGN = 16  # rows per expert are padded to this (grouped GEMM offsets)
+COPIES = 2  # weight copies rotated (5.6 GB per shape)
+
+
+def copy_gbs():
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    ts = []
+    for _ in range(5):
+        e0 = torch.cuda.Event(enable_timing=True)
+        e1 = torch.cuda.Event(enable_timing=True)
+        e0.record()
+        b.copy_(a)
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    return 2 * n / (statistics.median(ts) * 1e-3) / 1e9
+
+
+class Layer:
+    def __init__(self, E, H, I, topk, n_global, M, gen):
+        self.E, self.H, self.I, self.topk = E, H, I, topk
+        self.ng = n_global or E
+        dev = "cuda"
+        # nn.Linear-style weights [out, in]; scale ~ 1/sqrt(in); two
+        # copies, used in turn, as bench_moe_cuda rotates its copies
+        self.w13 = [torch.randn(E, 2 * I, H, device=dev, generator=gen,
+                                dtype=torch.bfloat16) * H ** -0.5
+                    for _ in range(COPIES)]
+        self.w2 = [torch.randn(E, H, I, device=dev, generator=gen,
+                               dtype=torch.bfloat16) * I ** -0.5
+                   for _ in range(COPIES)]
+        P = M * topk
+        self.P = P
+        # static capacity: every slot plus the padding of every expert
+        self.cap = P + E * (ALIGN - 1)
+        self.cap = (self.cap + ALIGN - 1) // ALIGN * ALIGN
+        self.local_map = torch.full((self.ng,), -1, dtype=torch.int64,
+                                    device=dev)
+        self.local_map[:E] = torch.arange(E, device=dev)
+
+
+def routing(M, topk, ng, gen):
+    # distinct uniform random experts per token
+    r = torch.rand(M, ng, device="cuda", generator=gen)
+    ids = torch.topk(r, topk, dim=1).indices.to(torch.int64)
+    w = torch.full((M, topk), 1.0 / topk, device="cuda")
+    return ids, w
+
+
+def read_cuda_bench(path):
+    """{(model, M): us} from bench_moe_cuda's output."""
+    t = {}
+    if not path:
+        return t
+    pat = re.compile(r"^(\S+)\s+b4\s+(\d+) tok .*?([\d.]+) us ")
+    for line in open(path):
+        m = pat.match(line)
+        if m:
+            t[(m.group(1), int(m.group(2)))] = float(m.group(3))
+    return t
+
+
+def bench(shape, M, gen, copy_bw, cuda_us):
+    model, E, H, I, topk, ng = shape
+    L = Layer(E, H, I, topk, ng, M, gen)
+    x = torch.randn(M, H, device="cuda", generator=gen, dtype=torch.bfloat16)
+    ids, w = routing(M, topk, L.ng, gen)
+    le = L.local_map[ids.reshape(-1)]
+    rows = int((le >= 0).sum())
+    experts = int(torch.unique(le[le >= 0]).numel())
+
+    def step(c=0):
+        return forward(L, x, ids, w, c)
+    step()  # eager: fails here, not inside the capture, if it cannot run
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    runs = 8
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for r in range(runs):
+            step(r % COPIES)
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(7):
+        e0 = torch.cuda.Event(enable_timing=True)
+        e1 = torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1) / runs)
+    us = statistics.median(ts) * 1e3
+    per_expert = 3 * H * I * 2
+    bytes_ = experts * per_expert + 2 * M * H * 2
+    gbs = bytes_ / (us * 1e-6) / 1e9
+    tflops = 2.0 * rows * 3 * H * I / (us * 1e-6) / 1e12
+    line = (f"torch-bf16 {model:<16s} {M:5d} tok {rows:6d} rows "
+            f"{experts:3d}/{E:<3d} exp {us:9.1f} us {bytes_ / 1e6:8.1f} MB "
+            f"{gbs:7.1f} GB/s {100 * gbs / copy_bw:5.1f}% copy "
+            f"{tflops:6.1f} TFLOP/s")
+    c = cuda_us.get((model, M))
+    if c:
+        line += f"  | wna16 {c:9.1f} us  torch/wna16 {us / c:5.2f}x"
+    print(line, flush=True)
+    del g, L
+
+
+def forward(L, x, ids, w, c):
+    """One layer, static shapes, no host synchronization."""
+    E, H, I, k, P, cap = L.E, L.H, L.I, L.topk, L.P, L.cap
+    dev = x.device
+    le = L.local_map[ids.reshape(-1)]
+    valid = le >= 0
+    key = torch.where(valid, le, torch.full_like(le, E))
+    order = torch.argsort(key, stable=True)
+    counts = torch.zeros(E + 1, dtype=torch.int64, device=dev)
+    counts.scatter_add_(0, key, torch.ones_like(key))
+    counts = counts[:E]
+    padded = (counts + ALIGN - 1) // ALIGN * ALIGN
+    pstart = torch.cumsum(padded, 0) - padded
+    ustart = torch.cumsum(counts, 0) - counts
+    skey = key[order]
+    sk = torch.clamp(skey, max=E - 1)
+    rank = torch.arange(P, device=dev) - ustart[sk]
+    svalid = skey < E
+    dest = torch.where(svalid, pstart[sk] + rank, torch.full_like(rank, cap))
+    offs = torch.cumsum(padded, 0).to(torch.int32)
+    tok = order // k
+    xs = torch.zeros(cap + 1, H, dtype=x.dtype, device=dev)
+    xs[dest] = x[tok]
+    xs = xs[:cap]
+    h = torch._grouped_mm(xs, L.w13[c].transpose(-2, -1), offs=offs)
+    a = torch.nn.functional.silu(h[:, :I]) * h[:, I:]
+    y = torch._grouped_mm(a, L.w2[c].transpose(-2, -1), offs=offs)
+    yv = y[torch.clamp(dest, max=cap - 1)]
+    wf = w.reshape(-1)[order]
+    wt = torch.where(svalid, wf, torch.zeros_like(wf))
+    contrib = torch.where(svalid[:, None], yv.float() * wt[:, None],
+                          torch.zeros((), device=dev))
+    out = torch.zeros(x.shape[0], H, dtype=torch.float32, device=dev)
+    out.index_add_(0, tok, contrib)
+    return out.to(x.dtype)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", default="1,16,64,256,4096")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--cuda-bench", default=None)
+    args = ap.parse_args()
+    toks = [int(t) for t in args.tokens.split(",")]
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1234)
+    bw = copy_gbs()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; "
+          f"D2D copy {bw:.0f} GB/s (read + write); bf16 weights, "
+          f"torch._grouped_mm, CUDA graph of 8 runs, median of 7 replays",
+          flush=True)
+    cuda_us = read_cuda_bench(args.cuda_bench)
+    for shape in SHAPES:
+        if args.model and shape[0] != args.model:
+            continue
+        for M in toks:
+            bench(shape, M, gen, bw, cuda_us)
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

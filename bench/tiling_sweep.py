@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""tiling_sweep.py - measures candidate rows of the Marlin spec's CUDA
+fused-MoE tiling table on the GPU: the block_m 16 rows that serve M <= 64
+on the bench's target shapes (Mixtral-8x7B, DeepSeek-V3/EP8), or with
+--block-m 64 the rows of the large-M cases (M = 256 and 4096).
+
+Each candidate is a copy of specs/backends/marlin.json whose "tiling"
+table starts with one w13 and one w2 row for that block_m; one GEMM's row is
+varied while the other keeps the table's own, so a change in the layer's
+time is that GEMM's. bench_moe_cuda --specs runs every candidate on the
+same device tensors (CUDA graphs, >= 512 MB of rotated weight copies) and
+this script prints, per GEMM, the candidates ranked by their summed time
+over the models and token counts.
+
+    python3 bench/tiling_sweep.py BENCH_BINARY [--block-m 16|64]
+                                  [--tokens 1,16,64] [--out DIR]
+"""
+import argparse
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SPEC = os.path.join(HERE, "..", "specs", "backends", "marlin.json")
+MODELS = ["Mixtral-8x7B", "DeepSeek-V3/EP8"]
+
+# (block_n, block_k, warps_n, warps_k, stages, max_split_k, ctas_per_sm,
+#  min_ctas); per block_m, the first of each list is the base row
+CANDIDATES = {
+    16: {
+        "w13": {
+            "n256k128w4x2p4s16c2o2": (256, 128, 4, 2, 4, 16, 2, 2),
+            "n256k128w4x2p3s16c3o3": (256, 128, 4, 2, 3, 16, 3, 3),
+            "n256k128w4x2p4s16c4o2": (256, 128, 4, 2, 4, 16, 4, 2),
+            "n256k64w4x2p4s16c3o3": (256, 64, 4, 2, 4, 16, 3, 3),
+            "n256k128w4x1p4s16c4o4": (256, 128, 4, 1, 4, 16, 4, 4),
+            "n128k128w2x2p4s16c4o4": (128, 128, 2, 2, 4, 16, 4, 4),
+            "n256k128w4x2p4s8c2o2": (256, 128, 4, 2, 4, 8, 2, 2),
+        },
+        "w2": {
+            "n128k128w2x2p4s16c4o4": (128, 128, 2, 2, 4, 16, 4, 4),
+            "n128k128w2x2p3s16c4o5": (128, 128, 2, 2, 3, 16, 4, 5),
+            "n128k128w2x2p4s16c6o4": (128, 128, 2, 2, 4, 16, 6, 4),
+            "n128k64w2x2p6s16c4o4": (128, 64, 2, 2, 6, 16, 4, 4),
+            "n256k128w4x2p4s16c2o2": (256, 128, 4, 2, 4, 16, 2, 2),
+            "n128k128w2x2p4s16c4o2": (128, 128, 2, 2, 4, 16, 4, 2),
+            "n64k128w1x2p4s16c8o8": (64, 128, 1, 2, 4, 16, 8, 8),
+        },
+    },
+    64: {
+        "w13": {
+            "n256k64w4x2p3s1o1": (256, 64, 4, 2, 3, 1, 2, 1),
+            "n256k64w4x1p4s1o2": (256, 64, 4, 1, 4, 1, 2, 2),
+            "n256k128w4x2p3s1o1": (256, 128, 4, 2, 3, 1, 2, 1),
+            "n128k64w2x2p4s1o2": (128, 64, 2, 2, 4, 1, 2, 2),
+            "n256k64w4x4p3s1o1": (256, 64, 4, 4, 3, 1, 2, 1),
+        },
+        "w2": {
+            "n256k64w4x2p3s1o1": (256, 64, 4, 2, 3, 1, 2, 1),
+            "n256k64w4x1p4s1o2": (256, 64, 4, 1, 4, 1, 2, 2),
+            "n256k128w4x2p3s1o1": (256, 128, 4, 2, 3, 1, 2, 1),
+            "n128k64w2x2p4s1o2": (128, 64, 2, 2, 4, 1, 2, 2),
+            "n256k64w4x4p3s1o1": (256, 64, 4, 4, 3, 1, 2, 1),
+        },
+    },
+}
+
+
+def row(gemm, v, bm):
+    bn, bk, wn, wk, st, sk, cps, occ = v
+    return {"gemm": gemm, "block_m": [bm, bm], "block_n": bn, "block_k": bk,
+            "warps_n": wn, "warps_k": wk, "stages": st, "max_split_k": sk,
+            "ctas_per_sm": cps, "min_ctas": occ}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bench")
+    ap.add_argument("--tokens", default=None,
+                    help="default: 1,16,64 (block_m 16), 256,4096 (64)")
+    ap.add_argument("--block-m", type=int, default=16, choices=[16, 64])
+    ap.add_argument("--out", default="/tmp/tiling_sweep")
+    args = ap.parse_args()
+    bm = args.block_m
+    if not args.tokens:
+        args.tokens = "1,16,64" if bm == 16 else "256,4096"
+    W13, W2 = CANDIDATES[bm]["w13"], CANDIDATES[bm]["w2"]
+    BASE_W13, BASE_W2 = next(iter(W13)), next(iter(W2))
+    os.makedirs(args.out, exist_ok=True)
+    base = json.load(open(SPEC))
+    files = []
+    cands = [("w13", k, W13[k], BASE_W2) for k in W13] + \
+            [("w2", k, W2[k], BASE_W13) for k in W2 if k != BASE_W2]
+    for gemm, name, v, other in cands:
+        d = copy.deepcopy(base)
+        if gemm == "w13":
+            rows = [row("w13", v, bm), row("w2", W2[other], bm)]
+        else:
+            rows = [row("w13", W13[other], bm), row("w2", v, bm)]
+        d["tiling"]["gemm"] = rows + d["tiling"]["gemm"]
+        f = os.path.join(args.out, f"m{bm}-{gemm}-{name}.json")
+        json.dump(d, open(f, "w"), indent=2)
+        files.append(f)
+    times = {}  # (file tag, model, M) -> us
+    pat = re.compile(r"^\[(\S+)\] (\S+)\s+b4\s+(\d+) tok .*?([\d.]+) us ")
+    for model in MODELS:
+        cmd = [args.bench, "--model", model, "--tokens", args.tokens,
+               "--specs", ",".join(files)]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        sys.stdout.write(p.stdout)
+        if p.returncode != 0:
+            sys.stdout.write(p.stderr)
+            sys.exit(p.returncode)
+        for line in p.stdout.splitlines():
+            m = pat.match(line)
+            if m:
+                times[(m.group(1), m.group(2), int(m.group(3)))] = \
+                    float(m.group(4))
+    toks = [int(t) for t in args.tokens.split(",")]
+    for gemm in ("w13", "w2"):
+        print(f"\nblock_m {bm}, {gemm} candidates (the other GEMM at its "
+              f"base row), us per layer run:")
+        names = W13 if gemm == "w13" else W2
+        ranked = []
+        for name in names:
+            tag = f"m{bm}-{gemm}-{name}.json"
+            if gemm == "w2" and name == BASE_W2:
+                tag = f"m{bm}-w13-{BASE_W13}.json"
+            cols = [times.get((tag, mo, t)) for mo in MODELS for t in toks]
+            if None in cols:
+                continue
+            ranked.append((sum(cols), name, cols))
+        ranked.sort()
+        hdr = "  ".join(f"{mo[:8]}:{t}" for mo in MODELS for t in toks)
+        print(f"  {'candidate':<22s} {'sum':>8s}  {hdr}")
+        for tot, name, cols in ranked:
+            print(f"  {name:<22s} {tot:8.1f}  " +
+                  "  ".join(f"{c:10.1f}" for c in cols))
+
+
+if __name__ == "__main__":
+    main()
