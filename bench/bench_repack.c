@@ -315,7 +315,7 @@ int main(int argc, char **argv)
                                 .dst = wna16_spec_find(ctx, 0, "marlin"),
                                 .problem = {E, H, I, 4, 128, false, false, false},
                                 .gemm = WNA16_GEMM_W13, .role = W16_ROLE_QWEIGHT,
-                                .dst_dtype = WNA16_DTYPE_I32};
+                                .dst_dtype = WNA16_DTYPE_I32, .word_blocks = true};
     req.src_dtype[W16_ROLE_QWEIGHT] = WNA16_DTYPE_I32;
     for (int r = 0; r < 7; r++) {
         double t0 = now();

@@ -37,6 +37,11 @@ typedef struct w16_repack_request {
      * runtime passes the destination's permutation there; the two differ
      * only when the source is itself sorted) */
     bool sort_k;
+    /* A lane may write a block of words where the layout's maps show that
+     * this turns the lanes' gathers into consecutive or shared loads
+     * (build_repack.c: word blocks): for targets that vectorize the loop
+     * over lanes (the CPU); GPUs want one word per lane. */
+    bool word_blocks;
 } w16_repack_request_t;
 
 typedef struct w16_repack_kernel {
