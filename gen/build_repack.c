@@ -1157,9 +1157,10 @@ static int plan_blocks(builder_t *B, const int64_t *S, int n, int np,
     if (!B->req->word_blocks || B->perm || total <= 0 ||
         lanes_down_columns(B, S, n))
         return max_lanes;
-    int nb = 0; /* a workgroup has at most 2^nb words */
-    while (nb < BLOCK_PROBE_BITS && total % (INT64_C(2) << nb) == 0 &&
-           (INT64_C(2) << nb) <= max_lanes)
+    /* a workgroup has at most 2^nb words, within the default tiling */
+    int nb = 0, j;
+    int64_t t, tile = pick_tiling(S, n, max_lanes, &j, &t);
+    while (nb < BLOCK_PROBE_BITS && tile % (INT64_C(2) << nb) == 0)
         nb++;
     /* each bit's move, the same at the start and in the middle */
     int64_t mv[BLOCK_PROBE_BITS], f1 = total / 2 >> nb << nb;
@@ -1197,8 +1198,7 @@ static int plan_blocks(builder_t *B, const int64_t *S, int n, int np,
         if (bp == 0 || bv < 3)
             return max_lanes;
     }
-    int words = 1 << (bp + bv + above), j;
-    int64_t t;
+    int words = 1 << (bp + bv + above);
     if (pick_tiling(S, n, words, &j, &t) != words)
         return max_lanes;
     B->blocked = true;
@@ -1273,6 +1273,12 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
     int max_lanes = plan_blocks(&B, S, n, np, slots,
                                 req->lanes > 0 ? req->lanes : 256);
     int T = B.unroll;
+    if (B.blocked) { /* one name, one kernel: blocks are another kernel */
+        char name[240];
+        snprintf(name, sizeof name, "%s_wb%d", k->name, T);
+        if (!(k->name = w16_arena_strdup(&k->arena, name)))
+            bfail(&B, "out of memory");
+    }
     /* every copy's word, and every slot's coordinates and validity first */
     size_t nat = (size_t)(T * np + 1);
     lcoord_t *at = w16_arena_alloc(&k->arena, sizeof *at * nat);
