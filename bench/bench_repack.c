@@ -335,8 +335,10 @@ int main(int argc, char **argv)
      * runtime builds), each against a memcpy of its output's bytes, in
      * interleaved rounds. */
     static const struct { const char *dst; wna16_gemm_t g; w16_role_t role; } ka[] = {
-        {"marlin", WNA16_GEMM_W13, W16_ROLE_QWEIGHT}, {"marlin", WNA16_GEMM_W2, W16_ROLE_QWEIGHT},
-        {"cpu", WNA16_GEMM_W13, W16_ROLE_QWEIGHT}, {"cpu", WNA16_GEMM_W2, W16_ROLE_QWEIGHT},
+        {"marlin", WNA16_GEMM_W13, W16_ROLE_QWEIGHT},
+        {"marlin", WNA16_GEMM_W2, W16_ROLE_QWEIGHT},
+        {"cpu", WNA16_GEMM_W13, W16_ROLE_QWEIGHT},
+        {"cpu", WNA16_GEMM_W2, W16_ROLE_QWEIGHT},
         {"emulation", WNA16_GEMM_W13, W16_ROLE_WEIGHT},
         {"emulation", WNA16_GEMM_W2, W16_ROLE_WEIGHT}};
     printf("  kernels alone (median of 9 interleaved rounds; vs memcpy of the "

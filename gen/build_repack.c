@@ -1,8 +1,9 @@
 /*
  * build_repack.c - the repack kernel builder (see build_repack.h).
  *
- *   group, lane -> destination word (see "lanes and words") -> storage
- *   index i0..i(d-1) of each element of the word
+ *   group, lane -> destination word (see "lanes and words"; on the CPU a
+ *   lane's block of words, see "word blocks") -> storage index
+ *   i0..i(d-1) of each element of the word
  *     for each element of the word and each code slot (unrolled):
  *       dst inverse map  -> padded logical coordinates, valid?
  *       undo padding     -> logical coordinates of the layer
