@@ -1131,18 +1131,20 @@ static bool probe_flat(builder_t *B, const int64_t *S, int n, int64_t f,
 /* How far the source element of every code position moves when bit b of
  * the flat word index f0 (clear in f0) is set: the common move in
  * elements, or INT64_MIN where the positions move differently, the tensor
- * changes or a probe does not apply. */
+ * changes or a probe does not apply. base[q], tbase[q]: the probes at f0
+ * (base[q] < 0: none). */
 static int64_t bit_move(builder_t *B, const int64_t *S, int n, int64_t f0,
-                        int b, int np, int slots)
+                        int b, int np, int slots, const int64_t *base,
+                        const int64_t *tbase)
 {
     int64_t move = INT64_MIN;
     for (int q = 0; q < np; q++) {
-        int64_t a, ta, c, tc;
-        if (!probe_flat(B, S, n, f0, q, slots, &a, &ta) ||
+        int64_t c, tc;
+        if (base[q] < 0 ||
             !probe_flat(B, S, n, f0 + (INT64_C(1) << b), q, slots, &c, &tc) ||
-            ta != tc || (q > 0 && c - a != move))
+            tbase[q] != tc || (q > 0 && c - base[q] != move))
             return INT64_MIN;
-        move = c - a;
+        move = c - base[q];
     }
     return move;
 }
@@ -1164,10 +1166,19 @@ static int plan_blocks(builder_t *B, const int64_t *S, int n, int np,
     while (nb < BLOCK_PROBE_BITS && tile % (INT64_C(2) << nb) == 0)
         nb++;
     /* each bit's move, the same at the start and in the middle */
-    int64_t mv[BLOCK_PROBE_BITS], f1 = total / 2 >> nb << nb;
+    int64_t mv[BLOCK_PROBE_BITS], f[2] = {0, total / 2 >> nb << nb};
+    int64_t base[2][64], tbase[2][64];
+    if (np > 64)
+        return max_lanes;
+    for (int i = 0; i < 2; i++)
+        for (int q = 0; q < np; q++)
+            if (!probe_flat(B, S, n, f[i], q, slots, &base[i][q], &tbase[i][q]))
+                return max_lanes;
     for (int b = 0; b < nb; b++) {
-        int64_t m0 = bit_move(B, S, n, 0, b, np, slots);
-        mv[b] = m0 == bit_move(B, S, n, f1, b, np, slots) ? m0 : INT64_MIN;
+        int64_t m0 = bit_move(B, S, n, f[0], b, np, slots, base[0], tbase[0]);
+        mv[b] = m0 != INT64_MIN &&
+                        m0 == bit_move(B, S, n, f[1], b, np, slots, base[1], tbase[1])
+                    ? m0 : INT64_MIN;
     }
     /* the longest run of bits that move every source element by 1, 2, 4 ... */
     int bp = 0, bv = 0, above = 0;
