@@ -315,7 +315,7 @@ int main(int argc, char **argv)
                                 .dst = wna16_spec_find(ctx, 0, "marlin"),
                                 .problem = {E, H, I, 4, 128, false, false, false},
                                 .gemm = WNA16_GEMM_W13, .role = W16_ROLE_QWEIGHT,
-                                .dst_dtype = WNA16_DTYPE_I32};
+                                .dst_dtype = WNA16_DTYPE_I32, .word_blocks = true};
     req.src_dtype[W16_ROLE_QWEIGHT] = WNA16_DTYPE_I32;
     for (int r = 0; r < 7; r++) {
         double t0 = now();
@@ -331,43 +331,96 @@ int main(int argc, char **argv)
     }
     printf("  cold compile (build IR + O3 + codegen + JIT link) of %s: %.1f ms median of 7\n",
            "marlin w13_qweight", median(t, 7) * 1e3);
-    /* The kernel alone: launch the compiled marlin w13_qweight kernel. */
-    {
-        w16_repack_kernel_t rk;
-        w16_cpu_fn fn;
-        if (!w16_build_repack(ctx, &req, &rk, &err) &&
-            !w16_cpu_compile(cpu, rk.kernel, &fn, &err)) {
-            size_t bytes = (size_t)rk.elems * 4;
-            char *dstb = malloc(bytes);
-            const char *names[2] = {"m.0.gate_proj.qweight", "m.0.up_proj.qweight"};
-            uint64_t *table = malloc(sizeof(uint64_t) * 2 * (size_t)E);
-            for (int e = 0; e < E; e++)
-                for (int p = 0; p < 2; p++) {
-                    char nm[64];
-                    snprintf(nm, sizeof nm, "m.%d.%s", e, p ? "up_proj.qweight" : "gate_proj.qweight");
-                    table[2 * e + p] = (uint64_t)(uintptr_t)wna16_tensor_set_find(src, nm)->data;
-                }
-            (void)names;
-            uint64_t args[2] = {(uint64_t)(uintptr_t)dstb, (uint64_t)(uintptr_t)table};
-            for (int r = 0; r < 9; r++) {
-                double t0 = now();
-                w16_cpu_launch(cpu, fn, args, rk.num_groups);
-                t[r] = now() - t0;
-            }
-            double m = median(t, 9);
-            for (int r = 0; r < 9; r++) {
-                double t0 = now();
-                memcpy(dstb, a, bytes);
-                t[r] = now() - t0;
-            }
-            double mm = median(t, 9);
-            printf("  kernel alone, marlin w13_qweight (%.1f MB): %.2f ms, %.2f GB/s; "
-                   "memcpy of those bytes %.2f ms: %.0f%%\n", bytes / 1e6, m * 1e3,
-                   bytes / m / 1e9, mm * 1e3, 100 * mm / m);
-            free(dstb);
-            free(table);
-            w16_repack_kernel_free(&rk);
+    /* Kernels alone, one word per lane against word blocks (what the CPU
+     * runtime builds), each against a memcpy of its output's bytes, in
+     * interleaved rounds. */
+    static const struct { const char *dst; wna16_gemm_t g; w16_role_t role; } ka[] = {
+        {"marlin", WNA16_GEMM_W13, W16_ROLE_QWEIGHT},
+        {"marlin", WNA16_GEMM_W2, W16_ROLE_QWEIGHT},
+        {"cpu", WNA16_GEMM_W13, W16_ROLE_QWEIGHT},
+        {"cpu", WNA16_GEMM_W2, W16_ROLE_QWEIGHT},
+        {"emulation", WNA16_GEMM_W13, W16_ROLE_WEIGHT},
+        {"emulation", WNA16_GEMM_W2, W16_ROLE_WEIGHT}};
+    printf("  kernels alone (median of 9 interleaved rounds; vs memcpy of the "
+           "output's bytes):\n");
+    for (size_t i = 0; i < sizeof ka / sizeof ka[0]; i++) {
+        w16_repack_request_t kr = {.src = gptq, .dst = wna16_spec_find(ctx, 0, ka[i].dst),
+                                   .problem = req.problem, .gemm = ka[i].g,
+                                   .role = ka[i].role};
+        w16_role_t need[W16_REPACK_MAX_SOURCES];
+        int nn = w16_repack_source_roles(kr.role, &kr.problem, need);
+        for (int r = 0; r < nn; r++)
+            kr.src_dtype[need[r]] = need[r] == W16_ROLE_SCALES ? WNA16_DTYPE_F16
+                                                               : WNA16_DTYPE_I32;
+        kr.dst_dtype = w16_repack_dst_dtype(kr.dst->layouts[kr.role],
+                                            kr.src_dtype[need[0]]);
+        int np = ka[i].g == WNA16_GEMM_W13 ? 2 : 1;
+        w16_repack_kernel_t rk[2] = {{0}};
+        w16_cpu_fn fn[2];
+        uint64_t args[2][8] = {{0}}, *tables[W16_ROLE_COUNT] = {0};
+        bool ok = true;
+        for (int v = 0; v < 2 && ok; v++) {
+            kr.word_blocks = v;
+            ok = !w16_build_repack(ctx, &kr, &rk[v], &err);
+            ok = ok && !w16_cpu_compile(cpu, rk[v].kernel, &fn[v], &err);
         }
+        if (!ok) {
+            printf("  %s: %s\n", ka[i].dst, err.message);
+            for (int v = 0; v < 2; v++)
+                w16_repack_kernel_free(&rk[v]);
+            continue;
+        }
+        for (int r = 0; r < nn && ok; r++) {
+            tables[need[r]] = malloc(sizeof(uint64_t) * (size_t)(np * E));
+            for (int e = 0; e < E && tables[need[r]]; e++)
+                for (int p = 0; p < np; p++) {
+                    char nm[96];
+                    snprintf(nm, sizeof nm, "m.%d.%s_proj.%s", e,
+                             np == 1 ? "down" : p ? "up" : "gate",
+                             need[r] == W16_ROLE_SCALES ? "scales" : "qweight");
+                    const wna16_tensor_t *st = wna16_tensor_set_find(src, nm);
+                    ok = ok && st;
+                    tables[need[r]][e * np + p] = st ? (uint64_t)(uintptr_t)st->data : 0;
+                }
+        }
+        size_t bytes = (size_t)rk[0].elems * wna16_dtype_size(kr.dst_dtype);
+        char *from = malloc(bytes), *to[2] = {malloc(bytes), malloc(bytes)};
+        if (ok && from && to[0] && to[1]) {
+            memset(from, 3, bytes);
+            double tk[3][9];
+            for (int v = 0; v < 2; v++) {
+                memset(to[v], 0, bytes);
+                args[v][0] = (uint64_t)(uintptr_t)to[v];
+                for (int r = 0; r < W16_ROLE_COUNT; r++)
+                    if (rk[v].kernel && rk[v].src_param[r] >= 0)
+                        args[v][rk[v].src_param[r]] = (uint64_t)(uintptr_t)tables[r];
+            }
+            for (int r = 0; r < 9; r++) {
+                double t0 = now();
+                memcpy(to[0], from, bytes);
+                tk[2][r] = now() - t0;
+                for (int v = 0; v < 2; v++) {
+                    t0 = now();
+                    w16_cpu_launch(cpu, fn[v], args[v], rk[v].num_groups);
+                    tk[v][r] = now() - t0;
+                }
+            }
+            double m0 = median(tk[0], 9), m1 = median(tk[1], 9), mm = median(tk[2], 9);
+            printf("    %-9s %s (%5.1f MB): one word per lane %6.2f ms (%3.0f%%), "
+                   "%s %6.2f ms (%3.0f%%), %.2fx, %s\n", ka[i].dst,
+                   ka[i].g == WNA16_GEMM_W13 ? "w13" : "w2 ", bytes / 1e6, m0 * 1e3,
+                   100 * mm / m0, strstr(rk[1].kernel->name, "_wb") ? "word blocks"
+                                                                    : "(no blocks)",
+                   m1 * 1e3, 100 * mm / m1, m0 / m1,
+                   memcmp(to[0], to[1], bytes) ? "OUTPUTS DIFFER" : "same bytes");
+        }
+        free(from);
+        free(to[0]);
+        free(to[1]);
+        for (int r = 0; r < W16_ROLE_COUNT; r++)
+            free(tables[r]);
+        for (int v = 0; v < 2; v++)
+            w16_repack_kernel_free(&rk[v]);
     }
     free(a);
     free(b);

@@ -1,8 +1,9 @@
 /*
  * build_repack.c - the repack kernel builder (see build_repack.h).
  *
- *   group, lane -> destination word (see "lanes and words") -> storage
- *   index i0..i(d-1) of each element of the word
+ *   group, lane -> destination word (see "lanes and words"; on the CPU a
+ *   lane's block of words, see "word blocks") -> storage index
+ *   i0..i(d-1) of each element of the word
  *     for each element of the word and each code slot (unrolled):
  *       dst inverse map  -> padded logical coordinates, valid?
  *       undo padding     -> logical coordinates of the layer
@@ -45,6 +46,11 @@ typedef struct builder {
     const kir_param_t *smax;
     const kir_expr_t *idx[W16_MAX_STORE_DIMS]; /* storage index of the lane */
     int wide; /* destination elements per word (one store of a lane) */
+    /* Word blocks (plan_blocks): a kernel lane writes `unroll` words, the
+     * copies of the body; the kernel's lane is bits [bp, bp + bv) of the
+     * word's index within its workgroup, copy the bits below and above */
+    bool blocked;
+    int bp, bv, unroll, copy;
     int pos;  /* element * slots + slot within the word, for names */
     w16_lower_t L;
     wna16_error_t *err;
@@ -729,6 +735,7 @@ static wna16_status_t setup(builder_t *B, wna16_context_t *ctx,
     for (int i = 0; i < W16_ROLE_COUNT; i++)
         out->src_param[i] = -1;
     out->sums = sums;
+    B->unroll = 1;
     if (!req->dst->stacked)
         return w16_err(err, WNA16_EUNSUPPORTED, "generated repack writes "
                        "stacked layouts; %s stores one tensor per expert and "
@@ -815,6 +822,19 @@ static wna16_status_t setup(builder_t *B, wna16_context_t *ctx,
     return WNA16_OK;
 }
 
+/* The layout's lane (i64) the current copy of the body writes. */
+static const kir_expr_t *copy_lane(builder_t *B)
+{
+    kir_kernel_t *k = B->k;
+    const kir_expr_t *lane = kir_int_cast(k, KIR_I64, kir_builtin(k, KIR_OP_LANE_ID),
+                                          false);
+    if (!B->blocked)
+        return lane;
+    int64_t low = B->copy & ((1 << B->bp) - 1), high = B->copy >> B->bp;
+    return w16_ir_add(k, w16_ir_mul(k, lane, ik(B, INT64_C(1) << B->bp)),
+                      ik(B, low + (high << (B->bp + B->bv))));
+}
+
 /* flat = group * lanes + lane; return when past `total`. */
 static const kir_expr_t *lane_index(builder_t *B, int64_t total)
 {
@@ -852,8 +872,7 @@ static const kir_expr_t *map_columns(builder_t *B, const int64_t *S, int n,
     B->out->num_groups = total / TA;
     B->L.num_groups = B->out->num_groups;
     const kir_expr_t *g = kir_builtin(k, KIR_OP_GROUP_ID);
-    const kir_expr_t *lane = kir_int_cast(k, KIR_I64,
-                                          kir_builtin(k, KIR_OP_LANE_ID), false);
+    const kir_expr_t *lane = copy_lane(B);
     w16_range_t rg = {0, B->out->num_groups - 1};
     const kir_expr_t *col = w16_ir_floormod(&B->L, g, cols, rg);
     const kir_expr_t *gr = w16_ir_floordiv(&B->L, g, cols, rg);
@@ -884,8 +903,8 @@ static const kir_expr_t *map_columns(builder_t *B, const int64_t *S, int n,
  * word at grid index w reads; -1 where the probe does not apply (padding,
  * act-order, padded layouts). Numeric, through the specs' own maps: only
  * the choice of lane direction depends on it. */
-static int64_t probe_source(builder_t *B, const int64_t *w, int n,
-                            int64_t *tensor)
+static int64_t probe_slot(builder_t *B, const int64_t *w, int n, int elem,
+                          int slot, int64_t *tensor)
 {
     const w16_layout_t *dl = &B->dl;
     const w16_repack_request_t *r = B->req;
@@ -896,10 +915,10 @@ static int64_t probe_source(builder_t *B, const int64_t *w, int n,
     int64_t idx[W16_MAX_STORE_DIMS], vars[W16_VAR_COUNT], c[W16_MAX_COORDS];
     int64_t ext[W16_MAX_COORDS];
     for (int d = 0; d < n; d++)
-        idx[d] = w[d] * (d == n - 1 ? B->wide : 1);
+        idx[d] = w[d] * (d == n - 1 ? B->wide : 1) + (d == n - 1 ? elem : 0);
     memcpy(vars, B->dv, sizeof vars);
     w16_eval_error_t e;
-    if (!w16_layout_coord(dl, vars, idx, 0, c, &e))
+    if (!w16_layout_coord(dl, vars, idx, slot, c, &e))
         return -1;
     w16_var_t cv[W16_MAX_COORDS];
     int nc = w16_role_coords(dl->role, cv);
@@ -926,6 +945,12 @@ static int64_t probe_source(builder_t *B, const int64_t *w, int n,
     for (int d = 0; d < B->sl[role].ndim; d++)
         flat = flat * B->sshape[role][d] + index[d];
     return flat;
+}
+
+static int64_t probe_source(builder_t *B, const int64_t *w, int n,
+                            int64_t *tensor)
+{
+    return probe_slot(B, w, n, 0, 0, tensor);
 }
 
 /* Whether the lanes should run down the columns of the destination: when
@@ -955,20 +980,15 @@ static bool lanes_down_columns(builder_t *B, const int64_t *S, int n)
     return along >= 4096 && along % 4096 == 0 && step < 64 && row % 4096 != 0;
 }
 
-static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
-                                   int max_lanes)
+/* The tiling of the word grid S into workgroups of at most max_lanes
+ * words (see "lanes and words"): t consecutive values of dimension *j
+ * times all dimensions after it. Returns the words per workgroup. */
+static int64_t pick_tiling(const int64_t *S, int n, int max_lanes, int *jout,
+                           int64_t *tout)
 {
-    kir_kernel_t *k = B->k;
     int64_t total = 1;
     for (int d = 0; d < n; d++)
         total *= S[d];
-    if (total > 0 && lanes_down_columns(B, S, n)) {
-        int64_t ta = max_lanes;
-        while (ta > 1 && (S[n - 2] % ta || (ta & (ta - 1))))
-            ta--;
-        if (ta >= MIN_LANES)
-            return map_columns(B, S, n, ta);
-    }
     int best_j = -1;
     int64_t best_t = 0, best_l = 0, inner = 1;
     for (int j = n - 1; j >= 0 && inner <= max_lanes && total > 0; j--) {
@@ -992,7 +1012,30 @@ static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
             break;
         inner *= S[j];
     }
-    if (best_l < MIN_LANES) {
+    *jout = best_j;
+    *tout = best_t;
+    return best_l;
+}
+
+static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
+                                   int max_lanes)
+{
+    kir_kernel_t *k = B->k;
+    int64_t total = 1;
+    for (int d = 0; d < n; d++)
+        total *= S[d];
+    if (total > 0 && !B->blocked && lanes_down_columns(B, S, n)) {
+        int64_t ta = max_lanes;
+        while (ta > 1 && (S[n - 2] % ta || (ta & (ta - 1))))
+            ta--;
+        if (ta >= MIN_LANES)
+            return map_columns(B, S, n, ta);
+    }
+    int best_j;
+    int64_t best_t, best_l = pick_tiling(S, n, max_lanes, &best_j, &best_t);
+    if (B->blocked && best_l != max_lanes)
+        return bfail(B, "word blocks do not tile the destination");
+    if (best_l < MIN_LANES && !B->blocked) {
         /* flat index with a bounds check; unflatten per lane */
         k->lanes = max_lanes;
         const kir_expr_t *flat = lane_index(B, total);
@@ -1008,14 +1051,13 @@ static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
         }
         return flat;
     }
-    k->lanes = (int)best_l;
+    k->lanes = (int)(best_l / B->unroll);
     B->out->num_groups = total / best_l;
     B->L.num_groups = B->out->num_groups;
     int j = best_j;
     int64_t per_row = S[j] / best_t, P = best_l / best_t;
     const kir_expr_t *g = kir_builtin(k, KIR_OP_GROUP_ID);
-    const kir_expr_t *lane = kir_int_cast(k, KIR_I64,
-                                          kir_builtin(k, KIR_OP_LANE_ID), false);
+    const kir_expr_t *lane = copy_lane(B);
     w16_range_t rg = {0, B->out->num_groups - 1}, rl = {0, best_l - 1};
     char name[8];
     /* dimensions after j: from the lane alone */
@@ -1047,6 +1089,137 @@ static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
     return w16_ir_add(k, w16_ir_mul(k, g, ik(B, best_l)), lane);
 }
 
+/* ---- word blocks -----------------------------------------------------------
+ *
+ * On a vector CPU the loop over a workgroup's lanes is vectorized: the
+ * lanes of a vector read the source where the layout puts their words'
+ * codes. Where that is not a contiguous run (Marlin's 16x64 tiles, the CPU
+ * backend's VNNI blocks) every lane's load is a scalar load plus an insert
+ * (a gather), which is most of the kernel's time. A kernel lane can instead
+ * write a block of words: the words of the layout's lanes whose index
+ * differs in chosen bits (the copies, unrolled in the body, each with the
+ * lane's index as constants plus the kernel's lane), so that
+ *
+ *   - along the kernel's lanes (the remaining bits) every code position's
+ *     source element moves by 1: one vector load per position and copy,
+ *     the copies' stores interleaved by the vectorizer, or
+ *   - the copies read the same source words (bits that move no source
+ *     element): one load serves them all.
+ *
+ * The bits come from probes through the specs' maps (numeric: how each
+ * bit of the word index moves the source element of every code position),
+ * not from the layout's name; the kernel computes the same words either
+ * way (each copy is the unchanged gather of its word), so the choice only
+ * decides speed. GPUs keep one word per lane (request.word_blocks). */
+enum { BLOCK_MAX_COPIES = 16, BLOCK_PROBE_BITS = 8 };
+
+/* The source element of code position q (element q / slots, slot q %
+ * slots) of the word at flat word index f; false where the probe does not
+ * apply. */
+static bool probe_flat(builder_t *B, const int64_t *S, int n, int64_t f,
+                       int q, int slots, int64_t *src, int64_t *tensor)
+{
+    int64_t w[W16_MAX_STORE_DIMS];
+    for (int d = n - 1; d >= 0; d--) {
+        w[d] = f % S[d];
+        f /= S[d];
+    }
+    *src = probe_slot(B, w, n, q / slots, q % slots, tensor);
+    return *src >= 0;
+}
+
+/* How far the source element of every code position moves when bit b of
+ * the flat word index f0 (clear in f0) is set: the common move in
+ * elements, or INT64_MIN where the positions move differently, the tensor
+ * changes or a probe does not apply. base[q], tbase[q]: the probes at f0
+ * (base[q] < 0: none). */
+static int64_t bit_move(builder_t *B, const int64_t *S, int n, int64_t f0,
+                        int b, int np, int slots, const int64_t *base,
+                        const int64_t *tbase)
+{
+    int64_t move = INT64_MIN;
+    for (int q = 0; q < np; q++) {
+        int64_t c, tc;
+        if (base[q] < 0 ||
+            !probe_flat(B, S, n, f0 + (INT64_C(1) << b), q, slots, &c, &tc) ||
+            tbase[q] != tc || (q > 0 && c - base[q] != move))
+            return INT64_MIN;
+        move = c - base[q];
+    }
+    return move;
+}
+
+/* Chooses the word blocks (sets B->blocked, bp, bv, unroll and returns the
+ * words per workgroup), or leaves one word per lane (returns max_lanes). */
+static int plan_blocks(builder_t *B, const int64_t *S, int n, int np,
+                       int slots, int max_lanes)
+{
+    int64_t total = 1;
+    for (int d = 0; d < n; d++)
+        total *= S[d];
+    if (!B->req->word_blocks || B->perm || total <= 0 ||
+        lanes_down_columns(B, S, n))
+        return max_lanes;
+    /* a workgroup has at most 2^nb words, within the default tiling */
+    int nb = 0, j;
+    int64_t t, tile = pick_tiling(S, n, max_lanes, &j, &t);
+    while (nb < BLOCK_PROBE_BITS && tile % (INT64_C(2) << nb) == 0)
+        nb++;
+    /* each bit's move, the same at the start and in the middle */
+    int64_t mv[BLOCK_PROBE_BITS], f[2] = {0, total / 2 >> nb << nb};
+    int64_t base[2][64], tbase[2][64];
+    if (np > 64)
+        return max_lanes;
+    for (int i = 0; i < 2; i++)
+        for (int q = 0; q < np; q++)
+            if (!probe_flat(B, S, n, f[i], q, slots, &base[i][q], &tbase[i][q]))
+                return max_lanes;
+    for (int b = 0; b < nb; b++) {
+        int64_t m0 = bit_move(B, S, n, f[0], b, np, slots, base[0], tbase[0]);
+        mv[b] = m0 != INT64_MIN &&
+                        m0 == bit_move(B, S, n, f[1], b, np, slots, base[1], tbase[1])
+                    ? m0 : INT64_MIN;
+    }
+    /* the longest run of bits that move every source element by 1, 2, 4 ... */
+    int bp = 0, bv = 0, above = 0;
+    for (int p = 0; p < nb; p++) {
+        int v = 0;
+        while (v < 4 && p + v < nb && mv[p + v] == INT64_C(1) << v)
+            v++;
+        if (v > bv) {
+            bp = p;
+            bv = v;
+        }
+    }
+    if (bp == 0 && bv == 4)
+        return max_lanes; /* the lanes' loads are consecutive already */
+    if (bv >= 3) {
+        /* the kernel's lanes are the run; the bits below it are copies,
+         * and a few above it (fewer, larger workgroups) */
+        if ((1 << bp) > BLOCK_MAX_COPIES)
+            return max_lanes;
+        while ((1 << (bp + above)) < 4 && bp + bv + above < nb)
+            above++;
+    } else {
+        /* no run: copies over the low bits that move no source element,
+         * and still a vector's worth of lanes */
+        bp = 0;
+        while (bp < nb && mv[bp] == 0 && (2 << bp) <= BLOCK_MAX_COPIES)
+            bp++;
+        bv = nb - bp;
+        if (bp == 0 || bv < 3)
+            return max_lanes;
+    }
+    int words = 1 << (bp + bv + above);
+    if (pick_tiling(S, n, words, &j, &t) != words)
+        return max_lanes;
+    B->blocked = true;
+    B->bp = bp;
+    B->bv = bv;
+    B->unroll = 1 << (bp + above);
+    return words;
+}
+
 /* Gathers every slot of the lane's word and stores it. valid: each slot's
  * validity, or NULL when every slot is known to hold a value. */
 static void store_word(builder_t *B, const lcoord_t *at,
@@ -1071,12 +1244,20 @@ static void store_word(builder_t *B, const lcoord_t *at,
         snprintf(name, sizeof name, "acc%d", p);
         acc = bind_let(B, name, acc);
     }
+    if (!flat)
+        return;
     /* the word in 32-bit arithmetic where it has at most 32 bits */
     if (kir_type_bits(B->dst->type) <= 32)
         acc = w16_ir_narrow32(&B->L, acc);
-    if (!B->fail &&
-        !kir_store(k, B->body, B->dst, w16_ir_index32(&B->L, flat),
-                   kir_int_cast(k, B->dst->type, acc, false)))
+    /* the group's part and the lane's part of the index apart, each in 32
+     * bits where it fits: the emitters address the sum as (dst + group's)
+     * + lane's, which the CPU's vectorizer sees as consecutive in the lane */
+    const kir_expr_t *ix = flat->op == KIR_OP_ADD
+        ? kir_bin(k, KIR_OP_ADD, w16_ir_index32(&B->L, flat->a),
+                  w16_ir_index32(&B->L, flat->b))
+        : w16_ir_index32(&B->L, flat);
+    if (!B->fail && !kir_store(k, B->body, B->dst, ix,
+                               kir_int_cast(k, B->dst->type, acc, false)))
         bfail(B, "ill-typed store");
 }
 
@@ -1096,26 +1277,43 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
     int64_t S[W16_MAX_STORE_DIMS] = {0};
     for (int d = 0; d < n; d++)
         S[d] = out->shape[d] / (d == n - 1 ? wide : 1);
-    const kir_expr_t *flat = map_lanes(&B, S, n, req->lanes > 0 ? req->lanes : 256);
-    const kir_expr_t *word = B.idx[n - 1];
     int cb = w16_layout_code_bits(&B.dl, req->dst_dtype, B.dv);
     int slots = w16_layout_slots(&B.dl, req->dst_dtype, B.dv);
-    /* every slot's coordinates and validity first */
     int np = wide * slots;
-    lcoord_t at[64];
-    const kir_expr_t *valid[64], *all = kir_const(k, KIR_I1, 1);
     if (np > 64)
         bfail(&B, "more than 64 code slots in a destination word");
-    for (int p = 0; p < np && !B.fail; p++) {
-        int j = p / slots;
-        B.idx[n - 1] = wide == 1 ? word
-                                 : w16_ir_add(k, w16_ir_mul(k, word, ik(&B, wide)),
-                                              ik(&B, j));
-        B.pos = p;
-        valid[p] = dst_slot(&B, p % slots, &at[p]);
-        all = valid[p] ? w16_ir_and1(k, all, valid[p]) : NULL;
-        if (!all)
+    int max_lanes = plan_blocks(&B, S, n, np, slots,
+                                req->lanes > 0 ? req->lanes : 256);
+    int T = B.unroll;
+    if (B.blocked) { /* one name, one kernel: blocks are another kernel */
+        char name[240];
+        snprintf(name, sizeof name, "%s_wb%d", k->name, T);
+        if (!(k->name = w16_arena_strdup(&k->arena, name)))
             bfail(&B, "out of memory");
+    }
+    /* every copy's word, and every slot's coordinates and validity first */
+    size_t nat = (size_t)(T * np + 1);
+    lcoord_t *at = w16_arena_alloc(&k->arena, sizeof *at * nat);
+    const kir_expr_t **valid = w16_arena_alloc(&k->arena, sizeof *valid * nat);
+    const kir_expr_t **flat = w16_arena_alloc(&k->arena, sizeof *flat * (size_t)(T + 1));
+    const kir_expr_t *all = kir_const(k, KIR_I1, 1);
+    if (!at || !valid || !flat)
+        bfail(&B, "out of memory");
+    for (int t = 0; t < T && !B.fail; t++) {
+        B.copy = t;
+        flat[t] = map_lanes(&B, S, n, max_lanes);
+        const kir_expr_t *word = B.idx[n - 1];
+        for (int p = 0; p < np && !B.fail; p++) {
+            int j = p / slots;
+            B.idx[n - 1] = wide == 1 ? word
+                                     : w16_ir_add(k, w16_ir_mul(k, word, ik(&B, wide)),
+                                                  ik(&B, j));
+            B.pos = t * np + p;
+            valid[t * np + p] = dst_slot(&B, p % slots, &at[t * np + p]);
+            all = valid[t * np + p] ? w16_ir_and1(k, all, valid[t * np + p]) : NULL;
+            if (!all)
+                bfail(&B, "out of memory");
+        }
     }
     if (!B.fail && !(all->op == KIR_OP_CONST && all->ival) &&
         !w16_ir_uses_lane(&B.L, all)) {
@@ -1130,16 +1328,22 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
         } else {
             kir_block_t *outer = B.body;
             B.body = &br->body;
-            store_word(&B, at, NULL, np, slots, cb, flat);
+            for (int t = 0; t < T; t++)
+                store_word(&B, at + t * np, NULL, np, slots, cb, flat[t]);
             B.body = &br->else_body;
-            store_word(&B, at, valid, np, slots, cb, flat);
+            for (int t = 0; t < T; t++)
+                store_word(&B, at + t * np, valid + t * np, np, slots, cb,
+                           flat[t]);
             B.body = outer;
         }
     } else if (!B.fail) {
-        store_word(&B, at, all->op == KIR_OP_CONST ? NULL : valid, np, slots,
-                   cb, flat);
+        for (int t = 0; t < T; t++)
+            store_word(&B, at + t * np,
+                       all->op == KIR_OP_CONST ? NULL : valid + t * np, np,
+                       slots, cb, flat[t]);
     }
-    k->comment = "repack: one lane per destination word (gather)";
+    k->comment = T > 1 ? "repack: a lane gathers a block of destination words"
+                       : "repack: one lane per destination word (gather)";
     if ((st = finish(&B, err)) != WNA16_OK)
         w16_repack_kernel_free(out);
     return st;

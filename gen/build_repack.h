@@ -10,9 +10,11 @@
  * projection tensors through a buffer table, stacked tensors
  * through a one-entry table), converts it (value transforms, float
  * formats, dequantization for layouts that hold dequantized weights) and
- * writes the whole word once. Nothing here is specific to a format or
- * a backend: the specs say everything, and every dimension is a constant
- * in the kernel.
+ * writes the whole word once. For the CPU (request.word_blocks) a lane may
+ * own a block of such words, chosen so that the vectorized lanes load
+ * consecutive source words (build_repack.c, "word blocks"). Nothing here
+ * is specific to a format or a backend: the specs say everything, and
+ * every dimension is a constant in the kernel.
  */
 #ifndef W16_BUILD_REPACK_H
 #define W16_BUILD_REPACK_H
@@ -37,6 +39,11 @@ typedef struct w16_repack_request {
      * runtime passes the destination's permutation there; the two differ
      * only when the source is itself sorted) */
     bool sort_k;
+    /* A lane may write a block of words where the layout's maps show that
+     * this turns the lanes' gathers into consecutive or shared loads
+     * (build_repack.c: word blocks): for targets that vectorize the loop
+     * over lanes (the CPU); GPUs want one word per lane. */
+    bool word_blocks;
 } w16_repack_request_t;
 
 typedef struct w16_repack_kernel {

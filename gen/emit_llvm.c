@@ -338,12 +338,22 @@ static void emit_stmt(emitter_t *E, const kir_stmt_t *s)
         return;
     }
     case KIR_S_STORE: {
-        LLVMValueRef i = emit_expr(E, s->a), v = emit_expr(E, s->b);
-        if (!i || !v)
-            return;
-        LLVMValueRef p = LLVMBuildInBoundsGEP2(B, ltype(E, s->param->type),
-                                               E->params[s->param->index], &i,
-                                               1, "");
+        LLVMValueRef v = emit_expr(E, s->b);
+        LLVMTypeRef t = ltype(E, s->param->type);
+        LLVMValueRef p = E->params[s->param->index];
+        if (s->a->op == KIR_OP_ADD) {
+            /* buf[a + b] as (buf + a) + b, as for loads (KIR_OP_LOAD):
+             * the repack builder stores to group's part + lane's part */
+            LLVMValueRef a = emit_expr(E, s->a->a), b = emit_expr(E, s->a->b);
+            if (!a || !b || !v)
+                return;
+            p = LLVMBuildGEP2(B, t, LLVMBuildGEP2(B, t, p, &a, 1, ""), &b, 1, "");
+        } else {
+            LLVMValueRef i = emit_expr(E, s->a);
+            if (!i || !v)
+                return;
+            p = LLVMBuildInBoundsGEP2(B, t, p, &i, 1, "");
+        }
         in_group(E, LLVMBuildStore(B, v, p));
         return;
     }
@@ -496,12 +506,16 @@ static LLVMValueRef vectorize_hint(emitter_t *E)
 {
     LLVMContextRef c = E->c;
     LLVMTypeRef i1 = LLVMInt1TypeInContext(c), i32 = LLVMInt32TypeInContext(c);
+    /* a workgroup of fewer lanes (word blocks, build_repack.c) is one
+     * vector of its own size: one iteration, no remainder */
+    unsigned width_lanes = E->k->lanes < VECTOR_LANES ? (unsigned)E->k->lanes
+                                                      : VECTOR_LANES;
     static const char enable[] = "llvm.loop.vectorize.enable";
     static const char width[] = "llvm.loop.vectorize.width";
     LLVMMetadataRef on[2] = {LLVMMDStringInContext2(c, enable, sizeof enable - 1),
                              LLVMValueAsMetadata(LLVMConstInt(i1, 1, 0))};
     LLVMMetadataRef w[2] = {LLVMMDStringInContext2(c, width, sizeof width - 1),
-                            LLVMValueAsMetadata(LLVMConstInt(i32, VECTOR_LANES, 0))};
+                            LLVMValueAsMetadata(LLVMConstInt(i32, width_lanes, 0))};
     static const char par[] = "llvm.loop.parallel_accesses";
     LLVMMetadataRef pa[2] = {LLVMMDStringInContext2(c, par, sizeof par - 1),
                              E->access_group};

@@ -19,7 +19,7 @@
 
 /* Part of every CPU kernel's cache key: bump it whenever the LLVM lowering
  * of the same kernel IR changes (the IR itself is keyed by its text). */
-#define W16_LLVM_EMITTER_VERSION 8
+#define W16_LLVM_EMITTER_VERSION 9
 
 #ifdef WNA16_HAVE_LLVM
 #include <llvm-c/Core.h>

@@ -300,7 +300,9 @@ int cmd_gen(int argc, char **argv)
                                         .gemm = (wna16_gemm_t)g,
                                         .role = (w16_role_t)r,
                                         .sort_k = o.act_order &&
-                                                  dst->act_order_sort};
+                                                  dst->act_order_sort,
+                                        /* the CPU's kernels (ir, llvm) */
+                                        .word_blocks = strcmp(o.target, "cuda") != 0};
             /* the roles the kernel reads, with checkpoint-like dtypes */
             req.src_dtype[W16_ROLE_QWEIGHT] = src->layouts[W16_ROLE_QWEIGHT]
                 ? src->layouts[W16_ROLE_QWEIGHT]->dtypes[0] : 0;

@@ -305,10 +305,20 @@ static void build_operand(run_t *R, const wna16_spec_t *src,
         }
         req.dst_dtype = w16_repack_dst_dtype(l, nn ? req.src_dtype[need[0]]
                                                    : WNA16_DTYPE_INVALID);
-        for (int pass = 0; pass < (l->sums_block_k ? 2 : 1); pass++) {
+        /* the last pass: the CPU's word blocks, where the builder forms them
+         * (the same IR constructs; their names end in _wb) */
+        for (int pass = 0; pass < (l->sums_block_k ? 2 : 1) + 1; pass++) {
             w16_repack_kernel_t rk;
-            st = pass ? w16_build_repack_sums(R->ctx, &req, &rk, &err)
-                      : w16_build_repack(R->ctx, &req, &rk, &err);
+            bool blocks = pass == (l->sums_block_k ? 2 : 1);
+            req.word_blocks = blocks;
+            st = pass && !blocks ? w16_build_repack_sums(R->ctx, &req, &rk, &err)
+                                 : w16_build_repack(R->ctx, &req, &rk, &err);
+            if (blocks && st == WNA16_OK && !strstr(rk.kernel->name, "_wb")) {
+                w16_repack_kernel_free(&rk); /* no blocks: built already */
+                continue;
+            }
+            if (st != WNA16_OK && blocks)
+                continue; /* refused and counted in pass 0 */
             if (st != WNA16_OK) {
                 R->builder_refused++;
                 if (R->verbose)
