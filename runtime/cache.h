@@ -154,4 +154,15 @@ wna16_status_t w16_cache_clear(const char *dir, size_t *removed,
 /* Disk entries larger than this are refused as corrupt. */
 #define W16_CACHE_MAX_PAYLOAD ((uint64_t)1 << 30)
 
+/* ---- the context's caches ----------------------------------------------------- */
+
+/* The kernel cache: $WNA16_CACHE_DIR and friends, or memory only when no
+ * directory can be named. Created on first use. */
+wna16_status_t w16_context_cache(wna16_context_t *ctx, w16_cache_t **out,
+                                 wna16_error_t *err);
+/* Memory only, for handles that hold addresses (runtime/repack_plan.c).
+ * Created on first use. */
+wna16_status_t w16_context_plans(wna16_context_t *ctx, w16_cache_t **out,
+                                 wna16_error_t *err);
+
 #endif /* W16_CACHE_H */

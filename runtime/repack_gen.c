@@ -8,11 +8,11 @@
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "gen/build_repack.h"
-#include "gen/emit_llvm.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/cuda_xfer.h"
 #include "runtime/ref/ref.h"
+#include "runtime/repack_plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,32 +215,6 @@ typedef struct job {
     float scale_max[2]; /* largest stored scale (int16 scale codes) */
 } job_t;
 
-/* The identity of a compiled kernel: its IR, printed (so any change in
- * what the builder generates changes the key by itself), plus the target
- * and the LLVM emitter's version (gen/emit_llvm.h). */
-
-static wna16_status_t kernel_key(job_t *J, const kir_kernel_t *k,
-                                 w16_key_t *key, wna16_error_t *err)
-{
-    w16_buf_t b;
-    w16_buf_init(&b, J->ctx);
-    kir_print(&b, k);
-    if (b.failed) {
-        w16_buf_free(&b);
-        return w16_err_nomem(err, "keying a kernel");
-    }
-    w16_keyer_t kr;
-    w16_keyer_init(&kr);
-    w16_keyer_str(&kr, "wna16 kernel");
-    w16_keyer_str(&kr, WNA16_VERSION_STRING);
-    w16_keyer_u64(&kr, W16_LLVM_EMITTER_VERSION);
-    w16_cpu_key(&kr, J->cpu);
-    w16_keyer_bytes(&kr, b.data, b.len);
-    *key = w16_keyer_done(&kr);
-    w16_buf_free(&b);
-    return WNA16_OK;
-}
-
 static void src_role_free(src_role_t *sr, w16_cuda_t *cuda)
 {
     w16_cuda_free(cuda, sr->dbase);
@@ -417,15 +391,12 @@ static const int32_t *perm_for(const job_t *J, const w16_repack_request_t *req)
 }
 
 static wna16_status_t launch_cuda(job_t *J, const w16_repack_request_t *req,
-                                  const w16_repack_kernel_t *rk,
+                                  const w16_repack_plan_t *plan,
                                   uint64_t ddst, wna16_error_t *err)
 {
     gpu_t *G = &J->gpu;
-    w16_cuda_function_t *fn = NULL;
-    double t0 = ms_now();
-    wna16_status_t st = w16_cuda_kernel_get(J->ctx, rk->kernel, &fn, NULL,
-                                            err);
-    G->t_build += ms_now() - t0;
+    const w16_repack_kernel_t *rk = &plan->rk;
+    wna16_status_t st = WNA16_OK;
     G->kernels++;
     uint64_t vals[3 + W16_ROLE_COUNT] = {ddst};
     for (int r = 0; r < W16_ROLE_COUNT && st == WNA16_OK; r++) {
@@ -451,56 +422,45 @@ static wna16_status_t launch_cuda(job_t *J, const w16_repack_request_t *req,
         return st;
     if (rk->num_groups > 0x7fffffff)
         return w16_err(err, WNA16_ELIMIT, "kernel %s: %lld workgroups exceed "
-                       "a CUDA grid", rk->kernel->name,
-                       (long long)rk->num_groups);
+                       "a CUDA grid", plan->name, (long long)rk->num_groups);
     void *args[3 + W16_ROLE_COUNT];
-    for (int i = 0; i < rk->kernel->n_params; i++)
+    for (int i = 0; i < plan->n_params; i++)
         args[i] = &vals[i];
     float scale_max = J->scale_max[req->gemm];
     if (rk->scale_max_param >= 0) /* an f32 scalar */
         args[rk->scale_max_param] = &scale_max;
-    return w16_cuda_launch(G->cuda, fn, (unsigned)rk->num_groups,
-                           (unsigned)rk->kernel->lanes, 0, G->run, args, err);
+    return w16_cuda_launch(G->cuda, plan->cuda_fn, (unsigned)rk->num_groups,
+                           (unsigned)plan->lanes, 0, G->run, args, err);
 }
 
 static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
                                  bool sums, wna16_tensor_t *t, uint64_t ddst,
                                  wna16_error_t *err)
 {
-    w16_repack_kernel_t rk;
+    const w16_repack_plan_t *plan;
     double t0 = ms_now();
-    wna16_status_t st = sums ? w16_build_repack_sums(J->ctx, req, &rk, err)
-                             : w16_build_repack(J->ctx, req, &rk, err);
+    wna16_status_t st = w16_repack_plan_get(J->ctx, J->target, req, sums,
+                                            &plan, NULL, err);
     J->gpu.t_build += ms_now() - t0;
     if (st != WNA16_OK)
         return st;
-    if (J->target == WNA16_TARGET_CUDA) {
-        st = launch_cuda(J, req, &rk, ddst, err);
-        w16_repack_kernel_free(&rk);
-        return st;
+    if (J->target == WNA16_TARGET_CUDA)
+        return launch_cuda(J, req, plan, ddst, err);
+    const w16_repack_kernel_t *rk = &plan->rk;
+    uint64_t args[3 + W16_ROLE_COUNT] = {(uint64_t)(uintptr_t)t->data};
+    for (int r = 0; r < W16_ROLE_COUNT; r++)
+        if (rk->src_param[r] >= 0)
+            args[rk->src_param[r]] =
+                (uint64_t)(uintptr_t)J->roles[req->gemm][r].table;
+    if (rk->perm_param >= 0)
+        args[rk->perm_param] = (uint64_t)(uintptr_t)perm_for(J, req);
+    if (rk->scale_max_param >= 0) { /* an f32 scalar: its bits */
+        uint32_t bits;
+        memcpy(&bits, &J->scale_max[req->gemm], sizeof bits);
+        args[rk->scale_max_param] = bits;
     }
-    w16_cpu_fn fn = NULL;
-    w16_key_t key;
-    st = kernel_key(J, rk.kernel, &key, err);
-    if (st == WNA16_OK)
-        st = w16_cpu_kernel(J->ctx, key, rk.kernel, &fn, err);
-    if (st == WNA16_OK) {
-        uint64_t args[3 + W16_ROLE_COUNT] = {(uint64_t)(uintptr_t)t->data};
-        for (int r = 0; r < W16_ROLE_COUNT; r++)
-            if (rk.src_param[r] >= 0)
-                args[rk.src_param[r]] =
-                    (uint64_t)(uintptr_t)J->roles[req->gemm][r].table;
-        if (rk.perm_param >= 0)
-            args[rk.perm_param] = (uint64_t)(uintptr_t)perm_for(J, req);
-        if (rk.scale_max_param >= 0) { /* an f32 scalar: its bits */
-            uint32_t bits;
-            memcpy(&bits, &J->scale_max[req->gemm], sizeof bits);
-            args[rk.scale_max_param] = bits;
-        }
-        w16_cpu_launch(J->cpu, fn, args, rk.num_groups);
-    }
-    w16_repack_kernel_free(&rk);
-    return st;
+    w16_cpu_launch(J->cpu, plan->cpu_fn, args, rk->num_groups);
+    return WNA16_OK;
 }
 
 static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,

@@ -125,6 +125,7 @@ struct wna16_context {
     struct w16_once_key *once; /* keys already logged by w16_log_once */
     struct w16_cpu *cpu;       /* the CPU target, created on first use */
     struct w16_cache *cache;   /* the kernel cache, created on first use */
+    struct w16_cache *plans;   /* repack plans by request (memory only) */
     struct w16_cuda *cuda;     /* the CUDA target, created on first use */
 };
 

@@ -81,7 +81,9 @@ void wna16_context_destroy(wna16_context_t *ctx)
     if (!ctx)
         return;
     /* the cache holds handles into the CPU target's JIT and CUDA modules
-     * of the CUDA target: it goes first */
+     * of the CUDA target: it goes first (the plans, which point at those
+     * handles, before it) */
+    w16_cache_destroy(ctx->plans);
     w16_cache_destroy(ctx->cache);
     w16_cuda_destroy(ctx->cuda);
     w16_cpu_destroy(ctx->cpu);
@@ -142,12 +144,6 @@ void w16_log_once(wna16_context_t *ctx, wna16_log_level_t level,
 
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* The context's kernel cache: $WNA16_CACHE_DIR and friends, or memory only
- * when no directory can be named (w16_cache_create warns about unusable
- * ones itself). */
-wna16_status_t w16_context_cache(wna16_context_t *ctx, struct w16_cache **out,
-                                 wna16_error_t *err);
-
 wna16_status_t w16_context_cache(wna16_context_t *ctx, struct w16_cache **out,
                                  wna16_error_t *err)
 {
@@ -164,4 +160,17 @@ wna16_status_t w16_context_cache(wna16_context_t *ctx, struct w16_cache **out,
     pthread_mutex_unlock(&cache_mu);
     *out = ctx->cache;
     return ctx->cache ? WNA16_OK : (err ? err->status : WNA16_ENOMEM);
+}
+
+wna16_status_t w16_context_plans(wna16_context_t *ctx, struct w16_cache **out,
+                                 wna16_error_t *err)
+{
+    pthread_mutex_lock(&cache_mu);
+    if (!ctx->plans) {
+        w16_cache_options_t o = {.memory_only = true};
+        ctx->plans = w16_cache_create(ctx, &o, err);
+    }
+    pthread_mutex_unlock(&cache_mu);
+    *out = ctx->plans;
+    return ctx->plans ? WNA16_OK : (err ? err->status : WNA16_ENOMEM);
 }

@@ -53,9 +53,6 @@ static wna16_status_t job_load(void *user, const void *blob, size_t size,
     return st;
 }
 
-wna16_status_t w16_context_cache(wna16_context_t *ctx, w16_cache_t **out,
-                                 wna16_error_t *err);
-
 wna16_status_t w16_cpu_kernel(wna16_context_t *ctx, w16_key_t key,
                               const kir_kernel_t *k, w16_cpu_fn *fn,
                               wna16_error_t *err)

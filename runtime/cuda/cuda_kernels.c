@@ -19,9 +19,6 @@
 #include <string.h>
 #include <time.h>
 
-wna16_status_t w16_context_cache(wna16_context_t *ctx, w16_cache_t **out,
-                                 wna16_error_t *err);
-
 struct w16_cuda_kernel {
     w16_cuda_module_t *module;
     int n_fns;
