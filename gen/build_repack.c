@@ -1024,7 +1024,12 @@ static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
     int64_t total = 1;
     for (int d = 0; d < n; d++)
         total *= S[d];
-    if (total > 0 && !B->blocked && lanes_down_columns(B, S, n)) {
+    /* Only where the lanes are a vector loop (the CPU): on a GPU a warp
+     * down a column stores 32 words a row apart, and the H200 measured
+     * that slower than loads a row apart (bench/RESULTS.md, GPU repack:
+     * w2 18% of a copy with columns, w13 30% along rows). */
+    if (total > 0 && !B->blocked && B->req->word_blocks &&
+        lanes_down_columns(B, S, n)) {
         int64_t ta = max_lanes;
         while (ta > 1 && (S[n - 2] % ta || (ta & (ta - 1))))
             ta--;
