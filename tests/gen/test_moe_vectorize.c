@@ -41,7 +41,7 @@ static char *optimized(const kir_kernel_t *k)
     LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
     LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
     LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
-    LLVMErrorRef e = LLVMRunPasses(m, "default<O3>", tm, po);
+    LLVMErrorRef e = LLVMRunPasses(m, W16_LLVM_PASSES, tm, po);
     LLVMDisposePassBuilderOptions(po);
     TU_CHECK(e == NULL);
     if (e)
