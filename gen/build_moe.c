@@ -10,6 +10,9 @@
  *           w = (decode(code(e, n, k)) - zero(e, g, n)) * scale(e, g, n)
  *           acc[slot][row] += x[slot][k] * w    (f32; x slot-major)
  *       epilogue per real slot: + bias, rounding, activation, store
+ *   (where the layout keeps rows of codes in order, the K loop reads
+ *   32-bit words instead: per word, p = sum of x * (code - zero) over its
+ *   codes, acc += p * scale; k_loop_words)
  *
  * Layout expressions are lowered with every coordinate bound to an IR
  * value and its range, so floor divisions by powers of two become shifts
