@@ -10,6 +10,9 @@
  *           w = (decode(code(e, n, k)) - zero(e, g, n)) * scale(e, g, n)
  *           acc[slot][row] += x[slot][k] * w    (f32; x slot-major)
  *       epilogue per real slot: + bias, rounding, activation, store
+ *   (where the layout keeps rows of codes in order, the K loop reads
+ *   32-bit words instead: per word, p = sum of x * (code - zero) over its
+ *   codes, acc += p * scale; k_loop_words)
  *
  * Layout expressions are lowered with every coordinate bound to an IR
  * value and its range, so floor divisions by powers of two become shifts
@@ -62,6 +65,9 @@ typedef struct mb {
     bool reads[2][W16_ROLE_COUNT];      /* roles this problem reads */
     int64_t shape[2][W16_ROLE_COUNT][W16_MAX_STORE_DIMS];
     wna16_dtype_t dtype[2][W16_ROLE_COUNT];
+    /* Per operand: storage elements per 32-bit word when the K loop reads
+     * qweight as words (word_elems), else 0; codes per such word. */
+    int word_elems[2], word_codes[2];
     w16_moe_kernel_t *out;
     kir_kernel_t *k;
     kir_block_t *body; /* where statements go */
@@ -318,6 +324,53 @@ static const kir_expr_t *lower(mb_t *B, const w16_expr_t *x, w16_range_t *r)
     return e ? e : mfail(B, B->L.failure);
 }
 
+/* Storage elements per 32-bit word in which operand g's K loop may read
+ * its codes, or 0. Words need 4-byte aligned qweight buffers, codes that
+ * fill their element, and a layout whose dimensions other than the last
+ * do not depend on k while the last one and the bit offset depend on k
+ * alone: then one pass over k in [0, KL) checks every row's order, namely
+ * that read as little-endian 32-bit words (R elements each) code k sits
+ * in word k / WS at bit (k % WS) * bits, WS = 32 / bits codes per word
+ * (rows start on whole words). The CPU and CUDA targets are
+ * little-endian. */
+static int word_elems(mb_t *B, int g)
+{
+    const w16_layout_t *l = &B->lay[g][W16_ROLE_QWEIGHT];
+    wna16_dtype_t d = B->dtype[g][W16_ROLE_QWEIGHT];
+    const int64_t *v = B->v[g];
+    int eb = (int)wna16_dtype_size(d) * 8;
+    int cb = w16_layout_code_bits(l, d, v);
+    int64_t KL = g == WNA16_GEMM_W13 ? B->p.H : B->p.I;
+    if (B->req->qweight_align < 4 || l->ndim < 1 || eb < 8 || eb >= 32 ||
+        32 % eb || cb < 1 || 32 % cb || w16_layout_slots(l, d, v) * cb != eb)
+        return 0;
+    int R = 32 / eb, WS = 32 / cb, last = l->ndim - 1;
+    if (KL % WS || B->shape[g][W16_ROLE_QWEIGHT][last] % R)
+        return 0;
+    for (int i = 0; i < last; i++)
+        if (w16_expr_uses(l->index[i], W16_VAR_k))
+            return 0;
+    const w16_expr_t *place[2] = {l->index[last], l->bit};
+    for (int i = 0; i < 2; i++)
+        if (place[i] && (w16_expr_uses(place[i], W16_VAR_e) ||
+                         w16_expr_uses(place[i], W16_VAR_n)))
+            return 0;
+    int64_t vars[W16_VAR_COUNT];
+    memcpy(vars, v, sizeof vars);
+    vars[W16_VAR_e] = vars[W16_VAR_n] = 0;
+    for (int64_t k = 0; k < KL; k++) {
+        vars[W16_VAR_k] = k;
+        int64_t ix, bit = 0;
+        w16_eval_error_t ee = {0};
+        if (!w16_expr_eval(place[0], vars, &ix, &ee) ||
+            (place[1] && !w16_expr_eval(place[1], vars, &bit, &ee)) ||
+            ix < 0 || ix / R != k / WS ||
+            (ix % R) * eb + bit != (k % WS) * cb)
+            return 0;
+    }
+    return R;
+}
+
 /* A logical coordinate: its IR value and largest value. */
 typedef struct coord {
     const kir_expr_t *v;
@@ -431,6 +484,58 @@ static const kir_expr_t *weight(mb_t *B, int g, const coord_t *e,
     const kir_expr_t *qf = kir_convert(B->k, KIR_OP_SITOF, KIR_F32,
                                        kir_int_cast(B->k, KIR_I32, qc, false));
     return bin(B, KIR_OP_FADD, bin(B, KIR_OP_FMUL, qf, q.scale), q.neg_zs);
+}
+
+/* Word kw (i32) of the codes of row (e, n) of operand g, when the K loop
+ * reads words (word_elems): the row's first element, from the layout's
+ * dimensions but the last, in words, plus kw. */
+static const kir_expr_t *word_at(mb_t *B, int g, const coord_t *e,
+                                 const coord_t *n, const kir_expr_t *kw)
+{
+    const w16_layout_t *l = &B->lay[g][W16_ROLE_QWEIGHT];
+    int last = l->ndim - 1;
+    w16_lower_clear_vars(&B->L);
+    w16_lower_bind(&B->L, W16_VAR_e, e->v, 0, e->hi);
+    w16_lower_bind(&B->L, W16_VAR_n, n->v, 0, n->hi);
+    w16_lower_bind(&B->L, W16_VAR_k, ik(B, 0), 0, 0);
+    const kir_expr_t *row = ik(B, 0);
+    for (int d = 0; d < last; d++) {
+        const kir_expr_t *ix = lower(B, l->index[d], NULL);
+        if (!ix)
+            return NULL;
+        row = w16_ir_add(B->k, w16_ir_mul(B->k, row,
+                                          ik(B, B->shape[g][W16_ROLE_QWEIGHT][d])),
+                         ix);
+    }
+    int64_t words = B->shape[g][W16_ROLE_QWEIGHT][last] / B->word_elems[g];
+    w16_moe_arg_t a = w16_moe_weight_arg((wna16_gemm_t)g, W16_ROLE_QWEIGHT);
+    return load(B, a, w16_ir_add(B->k, w16_ir_mul(B->k, row, ik(B, words)), kw));
+}
+
+/* Code j of a word (i32, bits j*cb and up), decoded, as i32. The mask is
+ * kept on the top code too: the CPU emitter turns `sitof((w & 15) - c)`
+ * into a table lookup, which reads only the low four bits. */
+static const kir_expr_t *word_code(mb_t *B, int g, const kir_expr_t *word,
+                                   int j, const kir_expr_t *z)
+{
+    const w16_layout_t *l = &B->lay[g][W16_ROLE_QWEIGHT];
+    int cb = 32 / B->word_codes[g];
+    kir_kernel_t *k = B->k;
+    const kir_expr_t *v = word;
+    if (j)
+        v = bin(B, KIR_OP_LSHR, v, kir_const(k, KIR_I32, j * cb));
+    v = bin(B, KIR_OP_AND, v, kir_const(k, KIR_I32, (INT64_C(1) << cb) - 1));
+    if (!l->decode)
+        return v;
+    w16_lower_clear_vars(&B->L);
+    w16_lower_bind(&B->L, W16_VAR_c, kir_int_cast(k, KIR_I64, v, false), 0,
+                   (INT64_C(1) << cb) - 1);
+    if (w16_expr_uses(l->decode, W16_VAR_z)) {
+        if (!z)
+            return mfail(B, "a zero-point decode needs the zero point");
+        w16_lower_bind(&B->L, W16_VAR_z, z, 0, (INT64_C(1) << B->p.BITS) - 1);
+    }
+    return kir_int_cast(k, KIR_I32, lower(B, l->decode, NULL), false);
 }
 
 /* ---- activations --------------------------------------------------------- */
@@ -591,6 +696,10 @@ static wna16_status_t setup(mb_t *B, wna16_context_t *ctx,
                 WNA16_OK)
                 return st;
         }
+        if ((B->word_elems[g] = word_elems(B, g)))
+            B->word_codes[g] = 32 / w16_layout_code_bits(
+                &B->lay[g][W16_ROLE_QWEIGHT], B->dtype[g][W16_ROLE_QWEIGHT],
+                B->v[g]);
     }
     return WNA16_OK;
 }
@@ -610,15 +719,19 @@ static void declare_weights(mb_t *B, int g)
         w16_role_t r = weight_roles[i];
         if (B->reads[g][r])
             arg(B, w16_moe_weight_arg((wna16_gemm_t)g, r), KIR_PARAM_BUFFER,
-                int_type_of(B->dtype[g][r]), false);
+                r == W16_ROLE_QWEIGHT && B->word_elems[g]
+                    ? KIR_I32 : int_type_of(B->dtype[g][r]), false);
     }
 }
 
-/* The K step of operand g's GEMM: the code slots of one storage element
- * (two 4-bit codes per byte), unrolled in the K loop, when they divide the
- * logical K (else 1). */
+/* The K step of operand g's GEMM: the codes of one 32-bit word when the
+ * K loop reads words, else the code slots of one storage element (two
+ * 4-bit codes per byte) when they divide the logical K (else 1); unrolled
+ * in the K loop. */
 static int k_step(mb_t *B, int g)
 {
+    if (B->word_elems[g])
+        return B->word_codes[g];
     int64_t KL = g == WNA16_GEMM_W13 ? B->p.H : B->p.I;
     int S = w16_layout_slots(&B->lay[g][W16_ROLE_QWEIGHT],
                              B->dtype[g][W16_ROLE_QWEIGHT], B->v[g]);
@@ -704,6 +817,96 @@ typedef struct lane_rows {
     int count;
 } lane_rows_t;
 
+/* The K loop of one block reading 32-bit words of codes (word_elems):
+ * per word and weight row j, d = code - zero as an exact small integer
+ * converted to float, p[t][j] = sum over the word's WS codes of
+ * x[t][k] * d, then acc[t][j] += p[t][j] * scale, one multiplication by
+ * the scale per word instead of one per code. The word's codes share
+ * their group when WS divides the group size; otherwise each code is
+ * dequantized with its own group as in k_loop. The inputs are
+ * slot-major for WS (slot_major): each slot's are consecutive. */
+static void k_loop_words(mb_t *B, int g, const coord_t *e,
+                         const lane_rows_t *lr, const slot_t *s, int BM,
+                         const kir_var_t *acc[][MAX_LANE_ROWS],
+                         w16_moe_arg_t in, int64_t KL)
+{
+    kir_kernel_t *k = B->k;
+    int rows = lr->count, WS = B->word_codes[g];
+    int64_t GSE = B->v[g][W16_VAR_GSE], KW = KL / WS;
+    const kir_var_t *kw = kir_var(k, "kw", KIR_I64);
+    kir_stmt_t *loop = kir_for(k, B->body, kw, ik(B, 0), ik(B, KW), 1);
+    if (!loop) {
+        mfail(B, "out of memory");
+        return;
+    }
+    kir_block_t *outer = B->body;
+    B->body = &loop->body;
+    const kir_expr_t *k0 = w16_ir_mul(k, kir_ref(k, kw), ik(B, WS));
+    w16_range_t rk = {0, KL - 1};
+    bool shared = GSE % WS == 0;
+    group_q_t q[MAX_LANE_ROWS] = {{0}};
+    const kir_expr_t *word[MAX_LANE_ROWS];
+    const kir_var_t *p[16][MAX_LANE_ROWS];
+    char name[32];
+    for (int j = 0; j < rows; j++) {
+        snprintf(name, sizeof name, "r%d", j);
+        if (shared)
+            q[j] = group_at(B, g, e, &lr->n[j],
+                            w16_ir_floordiv(&B->L, k0, GSE, rk), name);
+        snprintf(name, sizeof name, "word%d", j);
+        word[j] = let(B, name, word_at(B, g, e, &lr->n[j], kir_ref(k, kw)));
+        for (int t = 0; shared && t < BM; t++) {
+            snprintf(name, sizeof name, "p%d_%d", t, j);
+            p[t][j] = kir_var(k, name, KIR_F32);
+        }
+    }
+    for (int sl = 0; sl < WS && !B->fail; sl++) {
+        const kir_expr_t *kk = w16_ir_add(k, k0, ik(B, sl));
+        const kir_expr_t *w[MAX_LANE_ROWS];
+        for (int j = 0; j < rows; j++) {
+            snprintf(name, sizeof name, "r%d", j);
+            if (!shared)
+                q[j] = group_at(B, g, e, &lr->n[j],
+                                w16_ir_floordiv(&B->L, kk, GSE, rk), name);
+            const kir_expr_t *c = word_code(B, g, word[j], sl, q[j].zero);
+            snprintf(name, sizeof name, "w%d_%d", sl, j);
+            if (shared) {
+                /* code - zero: small integers, exact in float */
+                w[j] = let(B, name, kir_convert(k, KIR_OP_SITOF, KIR_F32,
+                    bin(B, KIR_OP_SUB, c, kir_int_cast(k, KIR_I32, q[j].zero,
+                                                       false))));
+            } else {
+                const kir_expr_t *cf = kir_convert(k, KIR_OP_SITOF, KIR_F32, c);
+                w[j] = let(B, name, bin(B, KIR_OP_FADD,
+                                        bin(B, KIR_OP_FMUL, cf, q[j].scale),
+                                        q[j].neg_zs));
+            }
+        }
+        for (int t = 0; t < BM; t++) {
+            snprintf(name, sizeof name, "x%d_%d", sl, t);
+            const kir_expr_t *xv = let(B, name, load(B, in, w16_ir_add(k, s[t].base,
+                w16_ir_add(k, kir_ref(k, kw), ik(B, sl * KW)))));
+            for (int j = 0; j < rows; j++) {
+                const kir_expr_t *prod = bin(B, KIR_OP_FMUL, xv, w[j]);
+                if (!shared)
+                    kir_assign(k, B->body, acc[t][j],
+                               bin(B, KIR_OP_FADD, kir_ref(k, acc[t][j]), prod));
+                else if (sl == 0)
+                    kir_let(k, B->body, p[t][j], prod);
+                else
+                    kir_assign(k, B->body, p[t][j],
+                               bin(B, KIR_OP_FADD, kir_ref(k, p[t][j]), prod));
+            }
+        }
+    }
+    for (int t = 0; shared && t < BM; t++)
+        for (int j = 0; j < rows; j++)
+            kir_assign(k, B->body, acc[t][j],
+                       bin(B, KIR_OP_FADD, kir_ref(k, acc[t][j]),
+                           bin(B, KIR_OP_FMUL, kir_ref(k, p[t][j]), q[j].scale)));
+    B->body = outer;
+}
+
 /* The K loop of one block: acc[t][j] += x[t][k] * w[j][k] over the
  * block's slots t and the lane's weight rows j. Each weight is dequantized
  * once for all slots; each input once for all rows. */
@@ -714,6 +917,10 @@ static void k_loop(mb_t *B, int g, const coord_t *e, const lane_rows_t *lr,
 {
     kir_kernel_t *k = B->k;
     int rows = lr->count;
+    if (B->word_elems[g]) {
+        k_loop_words(B, g, e, lr, s, BM, acc, in, KL);
+        return;
+    }
     /* K in whole storage elements: S code slots unrolled per step */
     int S = k_step(B, g);
     int64_t GSE = B->v[g][W16_VAR_GSE];

@@ -24,7 +24,10 @@
  * gen/lower_expr.c: nothing here names a backend. The K loop steps over
  * whole storage elements with their code slots unrolled, so that after
  * LLVM's simplification consecutive k read consecutive elements and the
- * loop vectorizes (fp_reassoc lets the float reductions vectorize). Every
+ * loop vectorizes (fp_reassoc lets the float reductions vectorize); where
+ * the layout allows (qweight_align), over whole 32-bit words of codes,
+ * each word's codes summed as x * (code - zero) before one multiplication
+ * by the group's scale. Every
  * dimension, the activation and its constants, the top-k and BM are
  * constants of the kernels; the token count and the routing are arguments.
  */
@@ -101,6 +104,11 @@ typedef struct w16_moe_request {
     int32_t topk;        /* standard format: experts per token */
     int block_m;         /* BM: slots per K pass of a GEMM lane, 1 .. 16 */
     int lanes;           /* GEMM workgroup size; 0: 16 */
+    /* Bytes every qweight buffer's address is a multiple of (0: unknown).
+     * At 4 or more, a GEMM whose layout keeps a row's codes in order along
+     * its last dimension reads them as 32-bit words (w16_build_moe checks
+     * the layout for every k). */
+    int qweight_align;
 } w16_moe_request_t;
 
 typedef struct w16_moe_kernel {

@@ -18,6 +18,7 @@
 #include <llvm-c/Analysis.h>
 #include <llvm-c/DebugInfo.h>
 #include <llvm-c/IRReader.h>
+#include <llvm-c/TargetMachine.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ typedef struct emitter {
     LLVMValueRef group, lane, num_groups;
     LLVMTypeRef ptr;
     LLVMMetadataRef access_group; /* the lanes' buffer accesses */
+    bool lut;                     /* small codes to float by table (lut_call) */
     const char *fail;
 } emitter_t;
 
@@ -98,6 +100,154 @@ static LLVMValueRef emit_math(emitter_t *E, const kir_expr_t *e,
                                 LLVMCreateEnumAttribute(E->c, mem, 0));
     }
     return LLVMBuildCall2(E->b, ft, fn, &a, 1, "");
+}
+
+/* ---- small codes to float by a table lookup ------------------------------ *
+ *
+ * sitof((x & m) - c), m in [0, 15] (the `- c` optional), is how the
+ * builders convert a 4-bit weight code minus a constant zero point; LLVM
+ * vectorizes it as a mask, a subtraction and an integer-to-float
+ * conversion. The value depends on x's low four bits alone, so on x86 with
+ * AVX-512 one vpermps does it: 16 lanes index a register holding the 16
+ * possible results. LLVM's loop vectorizer cannot invent that, but it
+ * replaces calls by the vector variants a call site names: the emitter
+ * calls a scalar function (never inlined, readnone) whose call sites name
+ * a 16-lane variant made of the permute, and the pipeline ends with
+ * always-inline (W16_LLVM_PASSES), which puts the permute in the
+ * vectorized loop. Exact: the table holds the converted integers. */
+
+/* The operands of the pattern above, or false. */
+static bool lut_operands(const kir_expr_t *e, const kir_expr_t **x,
+                         int64_t *m, int64_t *c)
+{
+    if (e->op != KIR_OP_SITOF || e->type != KIR_F32 || e->a->type != KIR_I32)
+        return false;
+    const kir_expr_t *a = e->a;
+    *c = 0;
+    if (a->op == KIR_OP_SUB && a->b->op == KIR_OP_CONST &&
+        a->b->ival >= -(INT64_C(1) << 20) && a->b->ival <= (INT64_C(1) << 20)) {
+        *c = a->b->ival;
+        a = a->a;
+    }
+    if (a->op != KIR_OP_AND || a->b->op != KIR_OP_CONST || a->b->ival < 0 ||
+        a->b->ival > 15)
+        return false;
+    *x = a->a;
+    *m = a->b->ival;
+    return true;
+}
+
+static void add_attr(emitter_t *E, LLVMValueRef fn, const char *name);
+
+/* Keeps fn until the end of the pipeline (llvm.compiler.used): the vector
+ * variant has no caller before vectorization. */
+static void keep_function(emitter_t *E, LLVMValueRef fn)
+{
+    static const char name[] = "llvm.compiler.used";
+    LLVMValueRef old = LLVMGetNamedGlobal(E->m, name);
+    LLVMValueRef items[64];
+    unsigned n = 0;
+    if (old) {
+        LLVMValueRef init = LLVMGetInitializer(old);
+        int count = init ? LLVMGetNumOperands(init) : 0;
+        for (int i = 0; i < count && n < 63; i++)
+            items[n++] = LLVMGetOperand(init, (unsigned)i);
+        LLVMDeleteGlobal(old);
+    }
+    items[n++] = fn;
+    LLVMValueRef arr = LLVMConstArray2(E->ptr, items, n);
+    LLVMValueRef g = LLVMAddGlobal(E->m, LLVMTypeOf(arr), name);
+    LLVMSetInitializer(g, arr);
+    LLVMSetLinkage(g, LLVMAppendingLinkage);
+    LLVMSetSection(g, "llvm.metadata");
+}
+
+/* The scalar function of table (m, c) and its 16-lane variant (created
+ * once per module); returns the scalar one, *abi the call sites'
+ * attribute value. */
+static LLVMValueRef lut_function(emitter_t *E, int64_t m, int64_t c,
+                                 char *abi, size_t abi_size)
+{
+    LLVMContextRef ctx = E->c;
+    LLVMTypeRef i32 = LLVMInt32TypeInContext(ctx), f32 = LLVMFloatTypeInContext(ctx);
+    char name[64], vname[80];
+    snprintf(name, sizeof name, "w16.lut4.m%lld.c%s%lld", (long long)m,
+             c < 0 ? "n" : "", (long long)(c < 0 ? -c : c));
+    snprintf(vname, sizeof vname, "%s.v16", name);
+    snprintf(abi, abi_size, "_ZGV_LLVM_N16v_%s(%s)", name, vname);
+    LLVMValueRef fn = LLVMGetNamedFunction(E->m, name);
+    if (fn)
+        return fn;
+    LLVMBuilderRef B = LLVMCreateBuilderInContext(ctx);
+    /* scalar: sitofp((x & m) - c) */
+    fn = LLVMAddFunction(E->m, name, LLVMFunctionType(f32, &i32, 1, 0));
+    LLVMSetLinkage(fn, LLVMInternalLinkage);
+    add_attr(E, fn, "noinline");
+    add_attr(E, fn, "nounwind");
+    add_attr(E, fn, "willreturn");
+    unsigned mem = LLVMGetEnumAttributeKindForName("memory", 6);
+    LLVMAddAttributeAtIndex(fn, (unsigned)LLVMAttributeFunctionIndex,
+                            LLVMCreateEnumAttribute(ctx, mem, 0));
+    LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(ctx, fn, "entry"));
+    LLVMValueRef v = LLVMBuildAnd(B, LLVMGetParam(fn, 0),
+                                  LLVMConstInt(i32, (unsigned long long)m, 0), "");
+    v = LLVMBuildSub(B, v, LLVMConstInt(i32, (unsigned long long)c, 1), "");
+    LLVMBuildRet(B, LLVMBuildSIToFP(B, v, f32, ""));
+    /* 16 lanes: vpermps from the table of the 16 results */
+    LLVMTypeRef vi = LLVMVectorType(i32, 16), vf = LLVMVectorType(f32, 16);
+    LLVMValueRef vfn = LLVMAddFunction(E->m, vname, LLVMFunctionType(vf, &vi, 1, 0));
+    LLVMSetLinkage(vfn, LLVMInternalLinkage);
+    add_attr(E, vfn, "alwaysinline");
+    add_attr(E, vfn, "nounwind");
+    LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(ctx, vfn, "entry"));
+    LLVMValueRef tv[16];
+    for (int i = 0; i < 16; i++)
+        tv[i] = LLVMConstReal(f32, (double)((i & m) - c));
+    static const char perm[] = "llvm.x86.avx512.permvar.sf.512";
+    unsigned id = LLVMLookupIntrinsicID(perm, sizeof perm - 1);
+    LLVMValueRef pf = LLVMGetIntrinsicDeclaration(E->m, id, NULL, 0);
+    LLVMValueRef args[2] = {LLVMConstVector(tv, 16), LLVMGetParam(vfn, 0)};
+    LLVMBuildRet(B, LLVMBuildCall2(B, LLVMIntrinsicGetType(ctx, id, NULL, 0),
+                                   pf, args, 2, ""));
+    LLVMDisposeBuilder(B);
+    keep_function(E, vfn);
+    return fn;
+}
+
+/* sitof((x & m) - c) through lut_function; NULL when e is not that. */
+static LLVMValueRef lut_call(emitter_t *E, const kir_expr_t *e)
+{
+    const kir_expr_t *x;
+    int64_t m, c;
+    if (!E->lut || !lut_operands(e, &x, &m, &c))
+        return NULL;
+    LLVMValueRef xv = emit_expr(E, x);
+    if (!xv)
+        return NULL;
+    char abi[200];
+    LLVMValueRef fn = lut_function(E, m, c, abi, sizeof abi);
+    LLVMValueRef call = LLVMBuildCall2(E->b, LLVMGlobalGetValueType(fn), fn,
+                                       &xv, 1, "");
+    static const char key[] = "vector-function-abi-variant";
+    LLVMAddCallSiteAttribute(call, (unsigned)LLVMAttributeFunctionIndex,
+                             LLVMCreateStringAttribute(E->c, key, sizeof key - 1,
+                                                       abi, (unsigned)strlen(abi)));
+    return call;
+}
+
+/* Whether the module's code runs on x86-64 with AVX-512 (the CPU target
+ * compiles for the host, with the host's features). */
+static bool has_avx512(LLVMModuleRef m)
+{
+    const char *triple = LLVMGetTarget(m);
+    if (!triple || strncmp(triple, "x86_64", 6) != 0)
+        return false;
+    char *f = LLVMGetHostCPUFeatures();
+    bool yes = false;
+    for (const char *p = f; p && *p && !yes; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
+        yes = strncmp(p, "+avx512f", 8) == 0 && (p[8] == ',' || p[8] == '\0');
+    LLVMDisposeMessage(f);
+    return yes;
 }
 
 static LLVMValueRef emit_binary(emitter_t *E, const kir_expr_t *e,
@@ -300,6 +450,12 @@ static LLVMValueRef emit_expr(emitter_t *E, const kir_expr_t *e)
     case KIR_OP_FERF: {
         LLVMValueRef a = emit_expr(E, e->a);
         return a ? emit_math(E, e, a) : NULL;
+    }
+    case KIR_OP_SITOF: {
+        LLVMValueRef v = lut_call(E, e);
+        if (v || E->fail)
+            return v;
+        break;
     }
     default:
         break;
@@ -679,6 +835,7 @@ wna16_status_t w16_emit_llvm(const kir_kernel_t *k, LLVMModuleRef m,
         }
         (void)i64;
         if (!E.fail) {
+            E.lut = has_avx512(m);
             E.access_group = new_access_group(E.c);
             LLVMValueRef lane = emit_lane_fn(&E, symbol);
             if (!E.fail)

@@ -19,7 +19,12 @@
 
 /* Part of every CPU kernel's cache key: bump it whenever the LLVM lowering
  * of the same kernel IR changes (the IR itself is keyed by its text). */
-#define W16_LLVM_EMITTER_VERSION 9
+#define W16_LLVM_EMITTER_VERSION 10
+
+/* The LLVM pass pipeline the CPU target runs on an emitted module: O3,
+ * then the inlining of the vector helpers the loop vectorizer put in
+ * (see lut_call in emit_llvm.c). */
+#define W16_LLVM_PASSES "default<O3>,always-inline"
 
 #ifdef WNA16_HAVE_LLVM
 #include <llvm-c/Core.h>

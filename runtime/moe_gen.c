@@ -198,6 +198,12 @@ static w16_moe_request_t base_request(const wna16_moe_layer_t *L)
     w16_moe_request_t req = {.backend = L->backend, .problem = L->problem,
                              .topk = 1, .block_m = 1};
     memcpy(req.dtype, L->dtype, sizeof req.dtype);
+    /* the qweight buffers' common alignment, up to a 32-bit word: words
+     * let the K loops read whole words of codes */
+    uintptr_t addr = 0;
+    for (int g = 0; g < 2; g++)
+        addr |= (uintptr_t)L->data[g][W16_ROLE_QWEIGHT];
+    req.qweight_align = addr % 4 == 0 ? 4 : addr % 2 == 0 ? 2 : 1;
     wna16_moe_params_init(&req.params);
     req.params.activation = L->problem.ungated ? WNA16_ACT_SILU_NO_MUL
                                                : WNA16_ACT_SILU;
@@ -266,6 +272,11 @@ wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
         wna16_moe_layer_destroy(L);
         return st;
     }
+    if (base_request(L).qweight_align < 4)
+        w16_log_once(ctx, WNA16_LOG_INFO, "moe_qweight_unaligned", "moe "
+                     "layer: a qweight tensor is not 4-byte aligned; the "
+                     "GEMM kernels read its codes element by element rather "
+                     "than by 32-bit words (slower)");
     *out = L;
     return WNA16_OK;
 }

@@ -170,7 +170,10 @@ static int gen_moe(const gen_opts_t *o, wna16_context_t *ctx,
                              .problem = {o->experts, o->hidden, o->inter, o->bits,
                                          o->gs, o->zp, false, o->bias},
                              .batched = o->batched, .batched_weights = o->batched,
-                             .topk = (int32_t)o->topk, .block_m = (int)o->block_m};
+                             .topk = (int32_t)o->topk, .block_m = (int)o->block_m,
+                             /* as the runtime builds them for aligned
+                             * tensors (every allocator's) */
+                             .qweight_align = 4};
     wna16_moe_params_init(&req.params);
     req.params.activation = o->activation;
     req.params.act_dtype = o->act_dtype;

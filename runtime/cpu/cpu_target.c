@@ -191,7 +191,7 @@ wna16_status_t w16_cpu_compile_object(w16_cpu_t *c, const kir_kernel_t *k,
         LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
         LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
         LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
-        LLVMErrorRef e = LLVMRunPasses(m, "default<O3>", c->tm, po);
+        LLVMErrorRef e = LLVMRunPasses(m, W16_LLVM_PASSES, c->tm, po);
         LLVMDisposePassBuilderOptions(po);
         if (e)
             st = llvm_err(err, e, k->name);

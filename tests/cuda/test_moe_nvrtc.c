@@ -3,9 +3,9 @@
  * for every stacked backend layout the builder serves (triton, xpu, cpu,
  * and the others) and every activation, the four kernels of a
  * configuration (varying the activation dtype, the format, bits, group
- * size, zero points, bias, the block size, GEMM output rounding and the
- * router weight's side) are emitted as one CUDA C translation unit and
- * compiled by NVRTC for sm_90: a CUBIN (ELF for EM_CUDA) and PTX with an
+ * size, zero points, bias, the block size, GEMM output rounding, the
+ * router weight's side and whether codes are read as 32-bit words) are
+ * emitted as one CUDA C translation unit and compiled by NVRTC for sm_90: a CUBIN (ELF for EM_CUDA) and PTX with an
  * entry for each kernel, without a single warning. Needs no GPU; skips
  * (77) when NVRTC cannot be loaded.
  */
@@ -47,6 +47,8 @@ static bool request(const wna16_spec_t *s, int act, w16_moe_request_t *req)
     req->batched_weights = tu_rng_below(&rng, 2);
     req->topk = 1 + (int32_t)tu_rng_below(&rng, 8);
     req->block_m = 1 << tu_rng_below(&rng, 4);
+    /* codes read as 32-bit words where the layout allows, or by element */
+    req->qweight_align = tu_rng_below(&rng, 2) ? 4 : 0;
     wna16_error_t err;
     return w16_moe_check(req, &err) == WNA16_OK;
 }

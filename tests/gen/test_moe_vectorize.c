@@ -2,13 +2,16 @@
  * test_moe_vectorize.c - the fused-MoE GEMM kernels' K loops vectorize:
  * each gemm1/gemm2 kernel (N-first triton layout, 4 and 8 bits, grouped
  * and channelwise, 1 and 4 slots per block) is lowered to LLVM IR and
- * optimized as the CPU target does (O3, loop and SLP vectorization) for a
+ * optimized as the CPU target does (W16_LLVM_PASSES) for a
  * pinned CPU, znver4 (AVX-512; LLVM's generic x86-64-v4 prefers 256-bit
  * vectors), and the result must hold 16-wide float
  * multiply-adds on the accumulators and no gathers: the weights, scales
- * and inputs are all read with consecutive or uniform loads. A structural
- * check of the generated code (timings belong to bench/bench_moe); skips
- * (77) without LLVM.
+ * and inputs are all read with consecutive or uniform loads. Kernels that
+ * read their codes as 32-bit words (qweight_align 4) must load 16 words
+ * at a time without widening bytes, and on an AVX-512 host convert 4-bit
+ * codes by inlined table lookups (vpermps). A structural check of the
+ * generated code (timings belong to bench/bench_moe); skips (77) without
+ * LLVM.
  */
 #include "testutil.h"
 #include "gen/build_moe.h"
@@ -22,6 +25,7 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 static LLVMTargetMachineRef tm;
+static bool host_avx512; /* the emitter's table lookups need it */
 
 /* The optimized IR of one kernel (caller frees with LLVMDisposeMessage). */
 static char *optimized(const kir_kernel_t *k)
@@ -41,7 +45,7 @@ static char *optimized(const kir_kernel_t *k)
     LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
     LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
     LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
-    LLVMErrorRef e = LLVMRunPasses(m, "default<O3>", tm, po);
+    LLVMErrorRef e = LLVMRunPasses(m, W16_LLVM_PASSES, tm, po);
     LLVMDisposePassBuilderOptions(po);
     TU_CHECK(e == NULL);
     if (e)
@@ -71,6 +75,17 @@ static void check(wna16_context_t *ctx, const w16_moe_request_t *req,
                      "%s: no 16-wide float accumulation", mk.kernel->name);
         TU_CHECK_MSG(!strstr(ir, "masked.gather"), "%s: gathers in the "
                      "vectorized loop", mk.kernel->name);
+        if (req->qweight_align >= 4) {
+            /* whole words of codes, no byte widening */
+            TU_CHECK_MSG(strstr(ir, "load <16 x i32>") &&
+                         !strstr(ir, "zext <16 x i8>"), "%s: codes not read "
+                         "as 16 words", mk.kernel->name);
+            /* 4-bit codes to float by vpermps, inlined */
+            if (host_avx512 && req->problem.BITS == 4)
+                TU_CHECK_MSG(strstr(ir, "@llvm.x86.avx512.permvar.sf.512(<16 x float>") &&
+                             !strstr(ir, "call <16 x float> @w16.lut4"),
+                             "%s: no table lookups in the loop", mk.kernel->name);
+        }
         LLVMDisposeMessage(ir);
     }
     w16_moe_kernel_free(&mk);
@@ -93,14 +108,19 @@ int main(void)
     wna16_context_t *ctx = tu_context();
     const wna16_spec_t *triton = wna16_spec_find(ctx, WNA16_SPEC_BACKEND,
                                                  "triton");
-    static const int cases[][3] = {{4, 128, 1}, {4, 128, 4}, {8, -1, 1},
-                                   {8, 64, 4}};
+    char *features = LLVMGetHostCPUFeatures();
+    host_avx512 = features && strstr(features, "+avx512f");
+    LLVMDisposeMessage(features);
+    /* bits, group size, BM, qweight alignment (4: codes read as words) */
+    static const int cases[][4] = {{4, 128, 1, 0}, {4, 128, 4, 0}, {8, -1, 1, 0},
+                                   {8, 64, 4, 0},  {4, 128, 1, 4}, {4, 32, 4, 4},
+                                   {8, -1, 1, 4},  {8, 64, 2, 4}};
     for (size_t i = 0; i < W16_ARRAY_LEN(cases); i++) {
         w16_moe_request_t req = {
             .backend = triton,
             .problem = {.E = 8, .H = 2048, .I = 768, .BITS = cases[i][0],
                         .GS = cases[i][1]},
-            .topk = 8, .block_m = cases[i][2]};
+            .topk = 8, .block_m = cases[i][2], .qweight_align = cases[i][3]};
         wna16_moe_params_init(&req.params);
         check(ctx, &req, W16_MOE_GEMM1);
         check(ctx, &req, W16_MOE_GEMM2);
