@@ -27,6 +27,7 @@
 #include "gen/moe_cuda.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/cuda_kernels.h"
+#include "runtime/moe.h"
 #include "runtime/ref/ref.h"
 
 #include <math.h>
@@ -383,37 +384,19 @@ wna16_status_t wna16_cuda_moe_create(wna16_context_t *ctx,
 
 /* ---- checks shared with the reference ------------------------------------ */
 
+/* The shared checks (runtime/moe.h), then what this kernel family lacks. */
 static wna16_status_t check_params(const wna16_cuda_moe_t *m,
                                    const wna16_moe_params_t *p,
                                    wna16_error_t *err)
 {
-    if (!p)
-        return w16_err(err, WNA16_EINVAL, "moe: params is NULL");
-    const char *an = wna16_activation_name(p->activation);
-    if (!an)
-        return w16_err(err, WNA16_EINVAL, "moe: invalid activation %d",
-                       (int)p->activation);
+    wna16_status_t st = w16_moe_check_params(p, err);
+    if (st != WNA16_OK)
+        return st;
     if (!wna16_activation_is_gated(p->activation))
         return w16_err(err, WNA16_EUNSUPPORTED, "moe: %s on CUDA: the stacked "
                        "%s layout describes a gated w13 (N = 2 * IP); "
-                       "non-gated layers have no layout yet", an,
-                       m->spec->name);
-    if (p->act_dtype != WNA16_DTYPE_F16 && p->act_dtype != WNA16_DTYPE_BF16) {
-        const char *n = wna16_dtype_name(p->act_dtype);
-        return w16_err(err, WNA16_EINVAL, "moe: activation dtype %s is not "
-                       "supported (F16 or BF16)", n ? n : "INVALID");
-    }
-    bool swiglu = p->activation == WNA16_ACT_SWIGLUOAI ||
-                  p->activation == WNA16_ACT_SWIGLUSTEP;
-    if (swiglu && !(p->swiglu_limit > 0.0f))
-        return w16_err(err, WNA16_EINVAL, "moe: %s needs swiglu_limit > 0 "
-                       "(got %g; INFINITY disables the clamp)", an,
-                       (double)p->swiglu_limit);
-    if (p->activation == WNA16_ACT_SWIGLUOAI &&
-        (!isfinite(p->swiglu_alpha) || !isfinite(p->swiglu_beta)))
-        return w16_err(err, WNA16_EINVAL, "moe: swigluoai needs finite "
-                       "swiglu_alpha and swiglu_beta (got %g, %g)",
-                       (double)p->swiglu_alpha, (double)p->swiglu_beta);
+                       "non-gated layers have no layout yet",
+                       wna16_activation_name(p->activation), m->spec->name);
     return WNA16_OK;
 }
 
@@ -904,20 +887,9 @@ wna16_status_t wna16_cuda_moe_run(wna16_cuda_moe_t *m,
     if (!hidden || !topk_ids || !topk_weights || !out)
         return w16_err(err, WNA16_EINVAL, "moe: hidden, topk_ids, "
                        "topk_weights and out are required");
-    if (topk < 1)
-        return w16_err(err, WNA16_EINVAL, "moe: topk = %d (must be >= 1)",
-                       topk);
-    if (topk > n_ids)
-        return w16_err(err, WNA16_EINVAL, "moe: topk = %d exceeds the %d "
-                       "experts", topk, n_ids);
-    for (int32_t i = 0; i < M; i++)
-        for (int32_t j = 0; j < topk; j++) {
-            int32_t g = topk_ids[(size_t)i * topk + j];
-            if (g < 0 || g >= n_ids)
-                return w16_err(err, WNA16_EINVAL, "moe: topk_ids[%d][%d] = %d "
-                               "is not an expert id in [0, %d)", i, j, g,
-                               n_ids);
-        }
+    if ((st = w16_moe_check_routing(topk_ids, M, topk, n_ids, err)) !=
+        WNA16_OK)
+        return st;
     size_t P = (size_t)M * (size_t)topk, nh = (size_t)M * (size_t)m->H * 2;
     ws_plan_t w = {0};
     size_t o_h = ws_take(&w, nh), o_i = ws_take(&w, P * 4);

@@ -270,9 +270,9 @@ static wna16_status_t check_map(const wna16_moe_params_t *p, int32_t E,
     return WNA16_OK;
 }
 
-static wna16_status_t check_routing(const int32_t *ids, int32_t M,
-                                    int32_t topk, int32_t n_ids,
-                                    wna16_error_t *err)
+wna16_status_t w16_moe_check_routing(const int32_t *ids, int32_t M,
+                                     int32_t topk, int32_t n_ids,
+                                     wna16_error_t *err)
 {
     if (topk < 1)
         return w16_err(err, WNA16_EINVAL, "moe: topk = %d (must be >= 1)",
@@ -515,7 +515,7 @@ static wna16_status_t check_moe_args(const wna16_qlayer_t *layer,
     int32_t n_ids = 0;
     st = check_map(p, layer->E, &n_ids, err);
     if (st == WNA16_OK)
-        st = check_routing(c->ids, c->M, c->topk, n_ids, err);
+        st = w16_moe_check_routing(c->ids, c->M, c->topk, n_ids, err);
     return st;
 }
 
