@@ -340,7 +340,8 @@ static void nvrtc_report_warnings(wna16_context_t *ctx, const char *kernel,
  * may not know the option: they compile as before). */
 static bool nvrtc_split_ok(int n_kernels)
 {
-    return n_kernels > 1 && (nv.major > 12 || (nv.major == 12 && nv.minor >= 4));
+    return n_kernels > 1 &&
+           (nv.major > 12 || (nv.major == 12 && nv.minor >= 4));
 }
 
 wna16_status_t w16_nvrtc_compile(wna16_context_t *ctx, const char *source,
