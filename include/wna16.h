@@ -1206,7 +1206,8 @@ wna16_status_t wna16_cuda_moe_sync(wna16_cuda_moe_t *moe, void *stream,
 /* What the last run used: the two GEMM kernels (readable names that spell
  * out every parameter), the tiling rows that chose them, the routing block
  * and the NVRTC compile time each kernel cost in that run (0: it came
- * from the kernel cache). */
+ * from the kernel cache; units compiled in one run compile in parallel
+ * threads, so the run waited for the largest, not the sum). */
 typedef struct wna16_cuda_moe_report {
     int32_t block_m;
     char kernel[2][160];      /* [0] w13 + activation, [1] w2 */

@@ -10,7 +10,7 @@
  * is recompiled (one warning per cache), an unwritable directory turns
  * writes off (one warning per cache). The once-only warnings are flags in
  * the cache rather than w16_log_once, which remembers keys per context (a
- * second cache would stay silent) and is not safe across threads.
+ * second cache would stay silent).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/cache.h"

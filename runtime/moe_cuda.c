@@ -73,22 +73,53 @@ static const char *op_name(int g) { return g == WNA16_GEMM_W13 ? "w13" : "w2"; }
 
 /* ---- kernels ------------------------------------------------------------- */
 
+/* The memoized GEMM of configuration c, or -1. */
+static int memo_find(const wna16_cuda_moe_t *m, const w16_moe_gemm_cfg_t *c)
+{
+    for (int i = 0; i < m->n_memo; i++)
+        if (memcmp(&m->memo[i].cfg, c, sizeof *c) == 0)
+            return i;
+    return -1;
+}
+
+static void memo_put(wna16_cuda_moe_t *m, const w16_moe_gemm_cfg_t *c,
+                     w16_cuda_function_t *const *fn)
+{
+    int slot = m->n_memo < MEMO_MAX ? m->n_memo++ : m->memo_next++ % MEMO_MAX;
+    memcpy(&m->memo[slot].cfg, c, sizeof *c); /* padding too: memcmp keys */
+    m->memo[slot].fn[0] = fn[0];
+    m->memo[slot].fn[1] = fn[1];
+}
+
+/* The request for the routing/gather/finalize unit of `act` (its text in
+ * src, its functions into m->aux). */
+static wna16_status_t aux_request(wna16_cuda_moe_t *m, wna16_dtype_t act,
+                                  w16_buf_t *src, w16_cuda_unit_req_t *req,
+                                  wna16_error_t *err)
+{
+    wna16_status_t st = w16_moe_aux_source(act, src, err);
+    if (st == WNA16_OK && src->failed)
+        st = w16_err_nomem(err, "writing the MoE routing kernels");
+    *req = (w16_cuda_unit_req_t){
+        .unit = w16_moe_aux_unit(act), .source = src->data,
+        .fn_names = w16_moe_aux_names, .n_fns = W16_AUX_COUNT,
+        .fns = m->aux[act == WNA16_DTYPE_BF16]};
+    return st;
+}
+
+/* The routing/gather/finalize unit alone (the act-order check at
+ * creation). */
 static wna16_status_t get_aux(wna16_cuda_moe_t *m, wna16_dtype_t act,
-                              w16_cuda_function_t ***fns, double *ms,
-                              wna16_error_t *err)
+                              w16_cuda_function_t ***fns, wna16_error_t *err)
 {
     int b = act == WNA16_DTYPE_BF16;
-    *ms = 0;
     if (!m->aux_ready[b]) {
         w16_buf_t src;
         w16_buf_init(&src, m->ctx);
-        wna16_status_t st = w16_moe_aux_source(act, &src, err);
-        if (st == WNA16_OK && src.failed)
-            st = w16_err_nomem(err, "writing the MoE routing kernels");
+        w16_cuda_unit_req_t req;
+        wna16_status_t st = aux_request(m, act, &src, &req, err);
         if (st == WNA16_OK)
-            st = w16_cuda_module_get(m->ctx, w16_moe_aux_unit(act), src.data,
-                                     w16_moe_aux_names, W16_AUX_COUNT,
-                                     m->aux[b], ms, err);
+            st = w16_cuda_modules_get(m->ctx, &req, 1, err);
         w16_buf_free(&src);
         if (st != WNA16_OK)
             return st;
@@ -98,39 +129,69 @@ static wna16_status_t get_aux(wna16_cuda_moe_t *m, wna16_dtype_t act,
     return WNA16_OK;
 }
 
-/* fn[0] the GEMM, fn[1] (w13) its split-K reduce kernel. */
-static wna16_status_t get_gemm(wna16_cuda_moe_t *m, const w16_moe_gemm_cfg_t *c,
-                               w16_cuda_function_t **fn, double *ms,
-                               wna16_error_t *err)
+/* The kernels of one run: the routing/gather/finalize unit of the
+ * activation dtype into *aux, GEMM g's kernel and (w13) its split-K reduce
+ * into fn[g][0..1]. The units this object has not used yet are fetched
+ * together (w16_cuda_modules_get): on a cold cache they compile in
+ * parallel threads, so the first call waits for the slowest unit, not for
+ * the sum. ms[g] (ms[2]: aux) receives NVRTC's time of each unit compiled
+ * here, 0 otherwise. */
+static wna16_status_t get_kernels(wna16_cuda_moe_t *m, wna16_dtype_t act,
+                                  const w16_moe_gemm_cfg_t cfg[2],
+                                  w16_cuda_function_t ***aux,
+                                  w16_cuda_function_t *fn[2][2], double ms[3],
+                                  wna16_error_t *err)
 {
-    *ms = 0;
-    for (int i = 0; i < m->n_memo; i++)
-        if (memcmp(&m->memo[i].cfg, c, sizeof *c) == 0) {
-            fn[0] = m->memo[i].fn[0];
-            fn[1] = m->memo[i].fn[1];
-            return WNA16_OK;
+    const int b = act == WNA16_DTYPE_BF16;
+    w16_cuda_unit_req_t req[3];
+    int which[3], n = 0; /* which[i]: 0, 1 a GEMM, 2 the aux unit */
+    w16_buf_t src[3];
+    char name[2][160], rname[2][176];
+    const char *names[2][2];
+    wna16_status_t st = WNA16_OK;
+    for (int i = 0; i < 3; i++) {
+        w16_buf_init(&src[i], m->ctx);
+        ms[i] = 0;
+    }
+    /* the GEMMs first: the slowest units start first */
+    for (int g = 0; g < 2 && st == WNA16_OK; g++) {
+        int hit = memo_find(m, &cfg[g]);
+        if (hit >= 0) {
+            fn[g][0] = m->memo[hit].fn[0];
+            fn[g][1] = m->memo[hit].fn[1];
+            continue;
         }
-    char name[160], rname[176];
-    w16_moe_gemm_name(c, name, sizeof name);
-    snprintf(rname, sizeof rname, "%s_reduce", name);
-    fn[1] = NULL;
-    w16_buf_t src;
-    w16_buf_init(&src, m->ctx);
-    wna16_status_t st = w16_moe_gemm_source(c, &src, err);
-    if (st == WNA16_OK && src.failed)
-        st = w16_err_nomem(err, "writing a fused-MoE kernel");
-    const char *names[2] = {name, rname};
-    int n_fn = c->gemm == WNA16_GEMM_W13 ? 2 : 1;
+        fn[g][1] = NULL;
+        w16_moe_gemm_name(&cfg[g], name[g], sizeof name[g]);
+        snprintf(rname[g], sizeof rname[g], "%s_reduce", name[g]);
+        names[g][0] = name[g];
+        names[g][1] = rname[g];
+        st = w16_moe_gemm_source(&cfg[g], &src[n], err);
+        if (st == WNA16_OK && src[n].failed)
+            st = w16_err_nomem(err, "writing a fused-MoE kernel");
+        req[n] = (w16_cuda_unit_req_t){
+            .unit = name[g], .source = src[n].data, .fn_names = names[g],
+            .n_fns = cfg[g].gemm == WNA16_GEMM_W13 ? 2 : 1, .fns = fn[g]};
+        which[n++] = g;
+    }
+    if (st == WNA16_OK && !m->aux_ready[b]) {
+        st = aux_request(m, act, &src[n], &req[n], err);
+        which[n++] = 2;
+    }
     if (st == WNA16_OK)
-        st = w16_cuda_module_get(m->ctx, name, src.data, names, n_fn, fn, ms,
-                                 err);
-    w16_buf_free(&src);
+        st = w16_cuda_modules_get(m->ctx, req, n, err);
+    for (int i = 0; i < 3; i++)
+        w16_buf_free(&src[i]);
     if (st != WNA16_OK)
         return st;
-    int slot = m->n_memo < MEMO_MAX ? m->n_memo++ : m->memo_next++ % MEMO_MAX;
-    memcpy(&m->memo[slot].cfg, c, sizeof *c); /* padding too: memcmp keys */
-    m->memo[slot].fn[0] = fn[0];
-    m->memo[slot].fn[1] = fn[1];
+    for (int i = 0; i < n; i++) {
+        ms[which[i]] = req[i].compile_ms;
+        if (which[i] == 2)
+            m->aux_ready[b] = true;
+        else
+            memo_put(m, &cfg[which[i]], fn[which[i]]);
+    }
+    *aux = m->aux[b];
     return WNA16_OK;
 }
 
@@ -233,9 +294,8 @@ static wna16_status_t read_err(wna16_cuda_moe_t *m, const char *what,
 static wna16_status_t check_act_order(wna16_cuda_moe_t *m, int g,
                                       wna16_error_t *err)
 {
-    w16_cuda_function_t **aux;
-    double ms;
-    wna16_status_t st = get_aux(m, WNA16_DTYPE_F16, &aux, &ms, err);
+    w16_cuda_function_t **aux = NULL;
+    wna16_status_t st = get_aux(m, WNA16_DTYPE_F16, &aux, err);
     int32_t E = m->E, K = (int32_t)m->op[g].K, G = (int32_t)m->op[g].G;
     uint64_t seen = 0;
     size_t n = (size_t)E * (size_t)K;
@@ -616,9 +676,7 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     }
     w16_cuda_function_t **aux = NULL, *fn[2][2] = {{NULL, NULL}, {NULL, NULL}};
     if (st == WNA16_OK)
-        st = get_aux(m, p->act_dtype, &aux, &rep.compile_ms[2], err);
-    for (int g = 0; g < 2 && st == WNA16_OK; g++)
-        st = get_gemm(m, &cfg[g], fn[g], &rep.compile_ms[g], err);
+        st = get_kernels(m, p->act_dtype, cfg, &aux, fn, rep.compile_ms, err);
     uint64_t map = 0;
     if (st == WNA16_OK && !a->batched)
         st = sync_map(m, p, &map, err);

@@ -122,8 +122,9 @@ int run_moe_cuda(wna16_context_t *ctx, const run_layer_t *L,
         run_log_more(log, "kernels: %s (%s), %s (%s); routing block %d",
                      r->kernel[0], r->tile_rule[0], r->kernel[1],
                      r->tile_rule[1], r->block_m);
-        run_log_more(log, "first call %.1f ms (NVRTC %.0f + %.0f + %.0f ms, "
-                     "0 where the kernel cache had it: %s); cached %.3f ms "
+        run_log_more(log, "first call %.1f ms (NVRTC %.0f, %.0f and %.0f ms "
+                     "in parallel threads, 0 where the kernel cache had it: "
+                     "%s); cached %.3f ms "
                      "(CUDA events, median of %d calls, best %.3f)",
                      f->first_ms, r->compile_ms[0], r->compile_ms[1],
                      r->compile_ms[2],

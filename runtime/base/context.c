@@ -121,14 +121,21 @@ void wna16_log(wna16_context_t *ctx, wna16_log_level_t level, const char *fmt,
     va_end(ap);
 }
 
+static pthread_mutex_t once_mu = PTHREAD_MUTEX_INITIALIZER;
+
 void w16_log_once(wna16_context_t *ctx, wna16_log_level_t level,
                   const char *key, const char *fmt, ...)
 {
     if (!ctx)
         return;
+    /* the list is shared by the threads that compile a run's kernel units
+     * in parallel (NVRTC warnings are logged once per unit) */
+    pthread_mutex_lock(&once_mu);
     for (struct w16_once_key *k = ctx->once; k; k = k->next)
-        if (strcmp(k->key, key) == 0)
+        if (strcmp(k->key, key) == 0) {
+            pthread_mutex_unlock(&once_mu);
             return;
+        }
     size_t n = strlen(key) + 1;
     struct w16_once_key *k = w16_alloc(ctx, sizeof *k + n);
     if (k) { /* if this fails we may log twice, which is harmless */
@@ -136,6 +143,7 @@ void w16_log_once(wna16_context_t *ctx, wna16_log_level_t level,
         k->next = ctx->once;
         ctx->once = k;
     }
+    pthread_mutex_unlock(&once_mu);
     va_list ap;
     va_start(ap, fmt);
     vlog(ctx, level, fmt, ap);

@@ -51,6 +51,17 @@ wna16_status_t w16_nvrtc_compile(wna16_context_t *ctx, const char *source,
                                  const char *kernel_name, int cc_major,
                                  int cc_minor, w16_cuda_image_t *out,
                                  wna16_error_t *err);
+/* w16_nvrtc_compile for a unit of `n_kernels` kernels: from 2 kernels on,
+ * NVRTC optimizes them in parallel threads (--split-compile, where this
+ * NVRTC has it), which leaves each kernel's code unchanged and the unit's
+ * compile time closer to its slowest kernel's. w16_nvrtc_compile is this
+ * with 1. Thread safe. */
+wna16_status_t w16_nvrtc_compile_unit(wna16_context_t *ctx,
+                                      const char *source,
+                                      const char *kernel_name, int n_kernels,
+                                      int cc_major, int cc_minor,
+                                      w16_cuda_image_t *out,
+                                      wna16_error_t *err);
 /* Frees the buffers and zeroes the image; NULL and zeroed images are fine. */
 void w16_cuda_image_free(w16_cuda_image_t *img);
 

@@ -15,6 +15,7 @@
 #include "gen/emit_cuda.h"
 #include "runtime/cache.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -49,10 +50,11 @@ static wna16_status_t job_compile(void *user, w16_key_t key, void **blob,
     cuda_job_t *j = user;
     w16_cuda_image_t img;
     double t0 = now_ms();
-    wna16_status_t st = w16_nvrtc_compile(j->ctx, j->source, j->name,
-                                          w16_cuda_cc_major(j->cuda),
-                                          w16_cuda_cc_minor(j->cuda), &img,
-                                          err);
+    wna16_status_t st = w16_nvrtc_compile_unit(j->ctx, j->source, j->name,
+                                               j->n_fns,
+                                               w16_cuda_cc_major(j->cuda),
+                                               w16_cuda_cc_minor(j->cuda),
+                                               &img, err);
     j->compile_ms = now_ms() - t0;
     if (st != WNA16_OK)
         return st;
@@ -208,6 +210,71 @@ wna16_status_t w16_cuda_module_get(wna16_context_t *ctx, const char *unit,
         fns[i] = k->fns[i];
     if (compile_ms)
         *compile_ms = job.compile_ms;
+    return WNA16_OK;
+}
+
+typedef struct unit_thread {
+    wna16_context_t *ctx;
+    w16_cuda_unit_req_t *req;
+    wna16_status_t st;
+    wna16_error_t err;
+} unit_thread_t;
+
+static void *unit_main(void *arg)
+{
+    unit_thread_t *t = arg;
+    w16_cuda_unit_req_t *r = t->req;
+    t->st = w16_cuda_module_get(t->ctx, r->unit, r->source, r->fn_names,
+                                r->n_fns, r->fns, &r->compile_ms, &t->err);
+    return NULL;
+}
+
+enum { UNITS_MAX = 8 };
+
+wna16_status_t w16_cuda_modules_get(wna16_context_t *ctx,
+                                    w16_cuda_unit_req_t *reqs, int n,
+                                    wna16_error_t *err)
+{
+    if (n < 0 || n > UNITS_MAX)
+        return w16_err(err, WNA16_EINVAL, "w16_cuda_modules_get: %d units (0 "
+                       "to %d)", n, UNITS_MAX);
+    /* the target and the cache are made on first use: make them here,
+     * before any thread can race to */
+    w16_cuda_t *cuda;
+    w16_cache_t *cache;
+    wna16_status_t st = n ? w16_cuda_get(ctx, &cuda, err) : WNA16_OK;
+    if (st == WNA16_OK && n)
+        st = w16_context_cache(ctx, &cache, err);
+    if (st != WNA16_OK)
+        return st;
+    unit_thread_t t[UNITS_MAX];
+    pthread_t th[UNITS_MAX];
+    bool started[UNITS_MAX] = {false};
+    for (int i = 0; i < n; i++) {
+        t[i] = (unit_thread_t){.ctx = ctx, .req = &reqs[i]};
+        reqs[i].compile_ms = 0;
+    }
+    for (int i = 1; i < n; i++) {
+        started[i] = pthread_create(&th[i], NULL, unit_main, &t[i]) == 0;
+        if (!started[i])
+            wna16_log(ctx, WNA16_LOG_WARN, "CUDA unit %s: no thread to "
+                      "compile it in parallel; compiling it after the "
+                      "others", reqs[i].unit);
+    }
+    if (n)
+        unit_main(&t[0]);
+    for (int i = 1; i < n; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            unit_main(&t[i]);
+    }
+    for (int i = 0; i < n; i++)
+        if (t[i].st != WNA16_OK) {
+            if (err)
+                *err = t[i].err;
+            return t[i].st;
+        }
     return WNA16_OK;
 }
 

@@ -32,6 +32,28 @@ wna16_status_t w16_cuda_module_get(wna16_context_t *ctx, const char *unit,
                                    w16_cuda_function_t **fns,
                                    double *compile_ms, wna16_error_t *err);
 
+/* One translation unit for w16_cuda_modules_get: the arguments of
+ * w16_cuda_module_get, and its outputs. */
+typedef struct w16_cuda_unit_req {
+    const char *unit;
+    const char *source;
+    const char *const *fn_names;
+    int n_fns;
+    w16_cuda_function_t **fns; /* out: n_fns functions */
+    double compile_ms;         /* out: NVRTC's time, 0 on a cache hit */
+} w16_cuda_unit_req_t;
+
+/* w16_cuda_module_get for n independent units at once, each in its own
+ * thread (the first in the caller's): a first call that has to compile
+ * them all waits for the slowest unit rather than for the sum (NVRTC runs
+ * on the CPU; the kernel cache compiles a key once however many threads
+ * ask for it). On failure, the error of the first failing unit in the
+ * order given; the others' functions are still filled where they
+ * succeeded (and stay in the cache). */
+wna16_status_t w16_cuda_modules_get(wna16_context_t *ctx,
+                                    w16_cuda_unit_req_t *reqs, int n,
+                                    wna16_error_t *err);
+
 /* The kernel as a whole translation unit (malloc'd, NUL-terminated). */
 wna16_status_t w16_cuda_kernel_source(wna16_context_t *ctx,
                                       const kir_kernel_t *k, char **out,

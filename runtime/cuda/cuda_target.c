@@ -77,6 +77,7 @@ static struct {
     nvrtc_api_t api;
     char why[512];          /* why NVRTC is unavailable */
     char version[32];       /* "NVRTC 13.0" */
+    int major, minor;
     char include_dir[PATH_MAX + 16];
     int archs[64];          /* supported sm_XY as XY; n_archs 0 = unknown */
     int n_archs;
@@ -166,6 +167,8 @@ static void nvrtc_load(void)
                  "failed");
     } else {
         snprintf(nv.version, sizeof nv.version, "NVRTC %d.%d", major, minor);
+        nv.major = major;
+        nv.minor = minor;
         nvrtc_find_include_dir();
         nvrtc_query_archs();
         nv.ok = true;
@@ -326,10 +329,36 @@ static void nvrtc_report_warnings(wna16_context_t *ctx, const char *kernel,
                  kernel, log);
 }
 
+/* Whether NVRTC may optimize a unit's kernels in parallel threads
+ * (--split-compile: NVVM's and ptxas's per-function work, then one image).
+ * It leaves every kernel's code as it is: on NVRTC 13.0 the CUBIN's .text
+ * sections of the fused-MoE units are byte for byte the same with and
+ * without it (only the ELF's symbol order and the toolkit note, which
+ * records the options, differ; bench/RESULTS.md). A unit of one kernel
+ * gains nothing and pays the threads' start (about 10 ms), so it is asked
+ * for units of several kernels only, and from NVRTC 12.4 on (older ones
+ * may not know the option: they compile as before). */
+static bool nvrtc_split_ok(int n_kernels)
+{
+    return n_kernels > 1 &&
+           (nv.major > 12 || (nv.major == 12 && nv.minor >= 4));
+}
+
 wna16_status_t w16_nvrtc_compile(wna16_context_t *ctx, const char *source,
                                  const char *kernel_name, int cc_major,
                                  int cc_minor, w16_cuda_image_t *out,
                                  wna16_error_t *err)
+{
+    return w16_nvrtc_compile_unit(ctx, source, kernel_name, 1, cc_major,
+                                  cc_minor, out, err);
+}
+
+wna16_status_t w16_nvrtc_compile_unit(wna16_context_t *ctx,
+                                      const char *source,
+                                      const char *kernel_name, int n_kernels,
+                                      int cc_major, int cc_minor,
+                                      w16_cuda_image_t *out,
+                                      wna16_error_t *err)
 {
     if (!out)
         return w16_err(err, WNA16_EINVAL, "w16_nvrtc_compile: out is NULL");
@@ -347,8 +376,12 @@ wna16_status_t w16_nvrtc_compile(wna16_context_t *ctx, const char *source,
     snprintf(unit, sizeof unit, "%s.cu", kernel_name);
     snprintf(arch_opt, sizeof arch_opt, "-arch=sm_%d", arch);
     snprintf(inc_opt, sizeof inc_opt, "--include-path=%s", nv.include_dir);
-    const char *opts[] = {arch_opt, "-std=c++17", "-default-device", inc_opt};
-    int n_opts = nv.include_dir[0] ? 4 : 3;
+    const char *opts[5] = {arch_opt, "-std=c++17", "-default-device"};
+    int n_opts = 3;
+    if (nv.include_dir[0])
+        opts[n_opts++] = inc_opt;
+    if (nvrtc_split_ok(n_kernels))
+        opts[n_opts++] = "--split-compile=0"; /* 0: one thread per CPU */
 
     nvrtcProgram prog = NULL;
     nvrtcResult r = nv.api.nvrtcCreateProgram(&prog, source, unit, 0, NULL,
@@ -1385,6 +1418,17 @@ wna16_status_t w16_nvrtc_compile(wna16_context_t *ctx, const char *source,
     if (out)
         memset(out, 0, sizeof *out);
     return no_cuda(err);
+}
+wna16_status_t w16_nvrtc_compile_unit(wna16_context_t *ctx,
+                                      const char *source,
+                                      const char *kernel_name, int n_kernels,
+                                      int cc_major, int cc_minor,
+                                      w16_cuda_image_t *out,
+                                      wna16_error_t *err)
+{
+    (void)n_kernels;
+    return w16_nvrtc_compile(ctx, source, kernel_name, cc_major, cc_minor, out,
+                             err);
 }
 bool w16_nvrtc_available(wna16_context_t *ctx, wna16_error_t *err)
 {

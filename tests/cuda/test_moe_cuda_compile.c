@@ -15,6 +15,9 @@
  * Each image must hold a CUBIN and PTX naming the kernel, and an empty
  * NVRTC log. The cold compile time of each unit is printed (the aim is
  * 0.5 s a unit; this machine's figure is reported, not asserted).
+ * Compiling a unit's kernels in parallel threads (--split-compile, as the
+ * runtime does for units of several kernels) leaves every kernel's code
+ * byte for byte as the unit compiled in one piece gives it.
  * Also checks the generator's refusals (bad configurations) and that the
  * names spell out the parameters. Skips (exit 77) without NVRTC.
  */
@@ -252,6 +255,101 @@ static void test_aux(wna16_context_t *ctx)
     }
 }
 
+/* The section of a 64-bit little-endian ELF named `name` (NULL if none). */
+static const unsigned char *elf_section(const unsigned char *e, size_t n,
+                                        const char *name, size_t *size)
+{
+    uint64_t shoff;
+    uint16_t shentsize, shnum, shstrndx;
+    if (n < 64 || memcmp(e, "\177ELF", 4) != 0 || e[4] != 2)
+        return NULL;
+    memcpy(&shoff, e + 0x28, 8);
+    memcpy(&shentsize, e + 0x3a, 2);
+    memcpy(&shnum, e + 0x3c, 2);
+    memcpy(&shstrndx, e + 0x3e, 2);
+    if (shentsize < 64 || shstrndx >= shnum ||
+        shoff + (uint64_t)shnum * shentsize > n)
+        return NULL;
+    uint64_t stroff;
+    memcpy(&stroff, e + shoff + (uint64_t)shstrndx * shentsize + 0x18, 8);
+    for (uint16_t i = 0; i < shnum; i++) {
+        const unsigned char *h = e + shoff + (uint64_t)i * shentsize;
+        uint32_t nm;
+        uint64_t off, sz;
+        memcpy(&nm, h, 4);
+        memcpy(&off, h + 0x18, 8);
+        memcpy(&sz, h + 0x20, 8);
+        if (stroff + nm >= n || off + sz > n)
+            return NULL;
+        const char *sn = (const char *)e + stroff + nm;
+        if (memchr(sn, 0, n - (stroff + nm)) && strcmp(sn, name) == 0) {
+            *size = sz;
+            return e + off;
+        }
+    }
+    return NULL;
+}
+
+/* Compiling a unit's kernels in parallel threads (w16_nvrtc_compile_unit
+ * with several kernels: --split-compile) must leave every kernel's code as
+ * it is: the .text section of each kernel in the CUBIN is compared byte
+ * for byte with the unit compiled as one piece. */
+static void check_same_code(wna16_context_t *ctx, const char *src,
+                            const char *unit, const char *const *names,
+                            int n_names)
+{
+    wna16_error_t err;
+    w16_cuda_image_t one, split;
+    TU_OK(w16_nvrtc_compile_unit(ctx, src, unit, 1, 9, 0, &one, &err), &err);
+    TU_OK(w16_nvrtc_compile_unit(ctx, src, unit, n_names, 9, 0, &split, &err),
+          &err);
+    for (int i = 0; i < n_names && one.cubin && split.cubin; i++) {
+        char sec[200];
+        snprintf(sec, sizeof sec, ".text.%s", names[i]);
+        size_t na = 0, nb = 0;
+        const unsigned char *a = elf_section(one.cubin, one.cubin_size, sec,
+                                             &na);
+        const unsigned char *b = elf_section(split.cubin, split.cubin_size,
+                                             sec, &nb);
+        TU_CHECK_MSG(a && b && na > 0, "%s: no section %s", unit, sec);
+        TU_CHECK_MSG(a && b && na == nb && memcmp(a, b, na) == 0,
+                     "%s: %s differs when the unit's compile is split (%zu "
+                     "against %zu bytes)", unit, sec, na, nb);
+    }
+    w16_cuda_image_free(&one);
+    w16_cuda_image_free(&split);
+}
+
+static void test_split_same_code(wna16_context_t *ctx)
+{
+    w16_buf_t b;
+    w16_buf_init(&b, ctx);
+    wna16_error_t err;
+    TU_OK(w16_moe_aux_source(WNA16_DTYPE_BF16, &b, &err), &err);
+    if (!b.failed && b.data)
+        check_same_code(ctx, b.data, "aux", w16_moe_aux_names, W16_AUX_COUNT);
+    /* GEMM 1 and its split-K reduce (GEMM 2's unit is one kernel) */
+    w16_moe_gemm_cfg_t c;
+    memset(&c, 0, sizeof c);
+    c.gemm = WNA16_GEMM_W13;
+    c.block_m = 16;
+    c.block_n = 256;
+    c.block_k = 128;
+    c.warps_n = 4;
+    c.warps_k = 2;
+    c.stages = 4;
+    apply(&c, &VARIANTS[0]);
+    char name[160], rname[176];
+    w16_moe_gemm_name(&c, name, sizeof name);
+    snprintf(rname, sizeof rname, "%s_reduce", name);
+    const char *names[2] = {name, rname};
+    w16_buf_reset(&b);
+    TU_OK(w16_moe_gemm_source(&c, &b, &err), &err);
+    if (!b.failed && b.data)
+        check_same_code(ctx, b.data, name, names, 2);
+    w16_buf_free(&b);
+}
+
 /* The template's static_asserts are refusals with reasons here. */
 static void test_refusals(wna16_context_t *ctx)
 {
@@ -310,6 +408,7 @@ int main(void)
     test_refusals(ctx);
     test_tables_agree(ctx);
     test_aux(ctx);
+    test_split_same_code(ctx);
     test_tiling_rows(ctx);
     test_variants(ctx);
     if (n_units)

@@ -1,0 +1,261 @@
+/*
+ * bench_nvrtc_moe.c - the cold NVRTC compile time of the CUDA fused MoE's
+ * translation units (templates/ specialized by gen/moe_cuda.c), per unit
+ * and per variant, and what a layer's first call waits for: its three
+ * units (aux, GEMM 1, GEMM 2). Two ways, interleaved in every round so
+ * that both see the same machine:
+ *   before  each unit compiled in one piece, the units one after another
+ *           (the runtime until this bench: the first call waits the sum);
+ *   after   each unit as the runtime compiles it now (w16_nvrtc_compile_unit:
+ *           the kernels of a unit of several optimized in parallel
+ *           threads), the three units in three threads (wall time).
+ * Calls NVRTC directly, so the kernel cache plays no part: every compile
+ * is cold. Needs NVRTC and the toolkit's headers, no GPU (compiling for
+ * sm_90 runs on the CPU).
+ *
+ *   bench_nvrtc_moe [reps] [arch]     (defaults: 3, 90)
+ *
+ * Variants: the layer `wna16 run` uses (E 128, H 2048, I 768, top-8,
+ * int4 group-128 GPTQ, bf16 activations, fp16 scales, the marlin spec's
+ * tiling table) at several token counts (each picks its routing block
+ * and tiles), then the other quantization families at 16 tokens. Each
+ * figure is the median of `reps` compiles.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "wna16.h"
+#include "gen/moe_cuda.h"
+#include "runtime/cuda/cuda.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { E = 128, H = 2048, I = 768, TOPK = 8, MAX_REPS = 15 };
+
+static int arch = 90;
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct unit {
+    char name[176];
+    w16_buf_t src;
+    int n_kernels;
+    bool split; /* this compile: its kernels optimized in parallel */
+    double ms; /* of the last compile */
+    wna16_status_t st;
+    wna16_error_t err;
+} unit_t;
+
+static wna16_context_t *ctx;
+
+static void *compile_thread(void *arg)
+{
+    unit_t *u = arg;
+    w16_cuda_image_t img;
+    double t0 = now_ms();
+    u->st = w16_nvrtc_compile_unit(ctx, u->src.data, u->name,
+                                   u->split ? u->n_kernels : 1, arch / 10,
+                                   arch % 10, &img, &u->err);
+    u->ms = now_ms() - t0;
+    if (u->st == WNA16_OK)
+        w16_cuda_image_free(&img);
+    return NULL;
+}
+
+/* The three units of one first call: [0] aux, [1] GEMM 1, [2] GEMM 2. */
+typedef struct variant {
+    const char *what;
+    int tokens;
+    int bits;
+    int group; /* -1: channelwise */
+    bool zp, act_order;
+    wna16_dtype_t act, scale;
+} variant_t;
+
+static wna16_status_t make_units(const wna16_spec_t *spec, const variant_t *v,
+                                 unit_t u[3], wna16_error_t *err)
+{
+    wna16_quant_desc_t q = {.bits = v->bits, .group_size = v->group,
+                            .zero_point = v->zp, .act_order = v->act_order};
+    w16_problem_t p = {E, H, I, q.bits, q.group_size, q.zero_point,
+                       q.act_order, q.bias, q.zeros_stored, q.g_idx_stored};
+    w16_moe_operand_t op[2];
+    int64_t tpe = ((int64_t)v->tokens * TOPK + E - 1) / E;
+    int bm;
+    wna16_status_t st = w16_moe_cuda_block_m(spec, tpe, &bm, err);
+    for (int i = 0; i < 3; i++)
+        w16_buf_init(&u[i].src, ctx);
+    snprintf(u[0].name, sizeof u[0].name, "%s", w16_moe_aux_unit(v->act));
+    u[0].n_kernels = W16_AUX_COUNT;
+    u[1].n_kernels = 2; /* GEMM 1 and its split-K reduce */
+    u[2].n_kernels = 1;
+    if (st == WNA16_OK)
+        st = w16_moe_aux_source(v->act, &u[0].src, err);
+    for (int g = 0; g < 2 && st == WNA16_OK; g++) {
+        st = w16_moe_cuda_contract(spec, &p, (wna16_gemm_t)g, &op[g], err);
+        w16_moe_gemm_cfg_t c;
+        memset(&c, 0, sizeof c);
+        if (st == WNA16_OK)
+            st = w16_moe_cuda_tile(spec, bm, (wna16_gemm_t)g, op[g].N, op[g].K,
+                                   &c, NULL, err);
+        c.bits = v->bits;
+        c.zp = v->zp;
+        c.act_order = v->act_order;
+        c.grouped = op[g].G > 1;
+        c.scales = op[g].scales;
+        c.act_dtype = v->act;
+        c.scale_dtype = v->scale;
+        c.bias_dtype = WNA16_DTYPE_F16;
+        c.activation = g == 0 ? WNA16_ACT_SILU : WNA16_ACT_INVALID;
+        if (st == WNA16_OK)
+            st = w16_moe_gemm_source(&c, &u[1 + g].src, err);
+        w16_moe_gemm_name(&c, u[1 + g].name, sizeof u[1 + g].name);
+    }
+    for (int i = 0; i < 3 && st == WNA16_OK; i++)
+        if (u[i].src.failed)
+            st = w16_err_nomem(err, "writing a unit");
+    return st;
+}
+
+/* The three units one after another (t[i]: each unit's time) or in three
+ * threads; returns the wall time, or a negative value on failure. */
+static double first_call(unit_t u[3], bool split, bool threads, double t[3])
+{
+    for (int i = 0; i < 3; i++)
+        u[i].split = split;
+    double t0 = now_ms();
+    if (threads) {
+        pthread_t th[3];
+        for (int i = 0; i < 3; i++)
+            if (pthread_create(&th[i], NULL, compile_thread, &u[i]) != 0) {
+                fprintf(stderr, "pthread_create failed\n");
+                return -1;
+            }
+        for (int i = 0; i < 3; i++)
+            pthread_join(th[i], NULL);
+    } else {
+        for (int i = 0; i < 3; i++)
+            compile_thread(&u[i]);
+    }
+    double wall = now_ms() - t0;
+    for (int i = 0; i < 3; i++) {
+        if (u[i].st != WNA16_OK) {
+            fprintf(stderr, "%s: %s\n", u[i].name, u[i].err.message);
+            return -1;
+        }
+        t[i] = u[i].ms;
+    }
+    return wall;
+}
+
+int main(int argc, char **argv)
+{
+    int reps = argc > 1 ? atoi(argv[1]) : 3;
+    if (argc > 2)
+        arch = atoi(argv[2]);
+    if (reps < 1 || reps > MAX_REPS || arch < 50) {
+        fprintf(stderr, "usage: bench_nvrtc_moe [reps 1..%d] [arch, e.g. "
+                "90]\n", MAX_REPS);
+        return 2;
+    }
+    wna16_error_t err;
+    if (!w16_nvrtc_available(NULL, &err)) {
+        printf("SKIP: %s\n", err.message);
+        return 0;
+    }
+    if (wna16_context_create(NULL, &ctx, &err) != WNA16_OK) {
+        fprintf(stderr, "%s\n", err.message);
+        return 1;
+    }
+    const wna16_spec_t *spec = wna16_spec_find(ctx, WNA16_SPEC_BACKEND,
+                                               "marlin");
+    if (!spec) {
+        fprintf(stderr, "no built-in marlin spec\n");
+        return 1;
+    }
+    const wna16_dtype_t F16 = WNA16_DTYPE_F16, BF16 = WNA16_DTYPE_BF16;
+    const variant_t variants[] = {
+        {"default layer", 1, 4, 128, false, false, BF16, F16},
+        {"default layer", 16, 4, 128, false, false, BF16, F16},
+        {"default layer", 64, 4, 128, false, false, BF16, F16},
+        {"default layer", 512, 4, 128, false, false, BF16, F16},
+        {"default layer", 4096, 4, 128, false, false, BF16, F16},
+        {"fp16, fp16 scales", 16, 4, 128, false, false, F16, F16},
+        {"zero points (AWQ)", 16, 4, 128, true, false, F16, F16},
+        {"act-order", 16, 4, 128, false, true, BF16, BF16},
+        {"8-bit", 16, 8, 128, false, false, BF16, BF16},
+        {"channelwise", 16, 4, -1, false, false, BF16, BF16},
+    };
+    /* a warm-up compile: loads NVRTC's builtins, so the first figure is
+     * not the library's load time */
+    unit_t warm[3];
+    memset(warm, 0, sizeof warm);
+    if (make_units(spec, &variants[0], warm, &err) == WNA16_OK)
+        compile_thread(&warm[0]);
+    for (int i = 0; i < 3; i++)
+        w16_buf_free(&warm[i].src);
+
+    printf("%s, sm_%d, median of %d rounds, every compile cold (no kernel "
+           "cache)\n", w16_nvrtc_version(), arch, reps);
+    printf("per unit: one piece -> split; first call: before (one piece, "
+           "one after another) -> after (split, 3 threads)\n");
+    double worst[2] = {0, 0}, worst_call[2] = {0, 0};
+    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+        const variant_t *v = &variants[vi];
+        unit_t u[3];
+        memset(u, 0, sizeof u);
+        if (make_units(spec, v, u, &err) != WNA16_OK) {
+            fprintf(stderr, "%s: %s\n", v->what, err.message);
+            return 1;
+        }
+        /* [0] one piece, one after another; [1] split, one after another
+         * (per-unit times); [2] split, in threads (the first call) */
+        double t[3][3][MAX_REPS], call[3][MAX_REPS], tt[3];
+        for (int r = 0; r < reps; r++) {
+            for (int mode = 0; mode < 3; mode++) {
+                call[mode][r] = first_call(u, mode > 0, mode == 2, tt);
+                if (call[mode][r] < 0)
+                    return 1;
+                for (int i = 0; i < 3; i++)
+                    t[mode][i][r] = tt[i];
+            }
+        }
+        printf("%s, %d tokens:\n", v->what, v->tokens);
+        for (int i = 0; i < 3; i++) {
+            double a = median(t[0][i], reps), b = median(t[1][i], reps);
+            worst[0] = a > worst[0] ? a : worst[0];
+            worst[1] = b > worst[1] ? b : worst[1];
+            printf("  %6.1f -> %6.1f ms  %s (%d kernel%s)\n", a, b, u[i].name,
+                   u[i].n_kernels, u[i].n_kernels > 1 ? "s" : "");
+        }
+        double before = median(call[0], reps), after = median(call[2], reps);
+        worst_call[0] = before > worst_call[0] ? before : worst_call[0];
+        worst_call[1] = after > worst_call[1] ? after : worst_call[1];
+        printf("  first call: %.1f -> %.1f ms\n", before, after);
+        for (int i = 0; i < 3; i++)
+            w16_buf_free(&u[i].src);
+    }
+    printf("slowest unit: %.1f -> %.1f ms; slowest first call: %.1f -> %.1f "
+           "ms\n", worst[0], worst[1], worst_call[0], worst_call[1]);
+    wna16_context_destroy(ctx);
+    return 0;
+}
