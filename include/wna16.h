@@ -99,7 +99,10 @@ typedef enum wna16_log_level {
 typedef void (*wna16_log_fn)(void *user, wna16_log_level_t level,
                              const char *message);
 
-/* Pluggable allocator. All three functions must be set, or none. */
+/* Pluggable allocator. All three functions must be set, or none. They
+ * must be thread-safe, and so must the log function: the library calls
+ * both from its own threads too (parallel kernel compiles, the CPU
+ * kernels' pool), not only from the thread that called into it. */
 typedef struct wna16_allocator {
     void *(*alloc)(void *user, size_t size);
     void *(*realloc)(void *user, void *ptr, size_t old_size, size_t new_size);
