@@ -1305,7 +1305,6 @@ static const kir_expr_t *block_sum(builder_t *B, const kir_expr_t *e,
     return B->fail ? NULL : kir_ref(k, acc);
 }
 
-
 /* Gathers every slot of the lane's word and stores it. valid: each slot's
  * validity, or NULL when every slot is known to hold a value. */
 static void store_word(builder_t *B, const lcoord_t *at,
@@ -1362,9 +1361,11 @@ static void store_at(builder_t *B, const kir_expr_t *acc, const kir_expr_t *flat
  * either all sums or none (the test is the lowered condition not reading
  * the lane, the same for every copy), the codes kernel writes the sums
  * too: a group of sums reads the source of its block, which the groups of
- * codes before it have just read (hot in cache). Otherwise the runtime
- * runs the separate sums kernel (GPUs: a workgroup of 256 words mixes
- * both). The sums are the separate kernel's (block_sum), byte for byte. */
+ * codes before it have just read (hot in cache). The VNNI rows of 17 x 32
+ * words give whole workgroups of sums on the CPU (8 lanes x 4 copies) and
+ * the GPU (32 threads) alike; where a layout's workgroups mix the two, the
+ * runtime runs the separate sums kernel. The sums are the separate
+ * kernel's (block_sum), byte for byte. */
 
 /* Structural equality of two IR expressions. */
 static bool same_expr(const kir_expr_t *a, const kir_expr_t *b)
