@@ -165,6 +165,9 @@ static bool fold_layout(builder_t *B, const w16_layout_t *l, const int64_t *v,
     for (int i = 0; i < l->n_coords; i++)
         if (l->coord[i])
             ok = ok && (f->coord[i] = w16_expr_fold(a, l->coord[i], v));
+    for (int i = 0; i < 3; i++)
+        if (l->sums_coord[i])
+            ok = ok && (f->sums_coord[i] = w16_expr_fold(a, l->sums_coord[i], v));
     if (l->bit)
         ok = ok && (f->bit = w16_expr_fold(a, l->bit, v));
     if (l->encode)
@@ -1225,6 +1228,83 @@ static int plan_blocks(builder_t *B, const int64_t *S, int n, int np,
     return words;
 }
 
+static void store_at(builder_t *B, const kir_expr_t *acc, const kir_expr_t *flat);
+
+/* Blocks of at most this many codes are summed unrolled. */
+enum { MAX_UNROLLED_SUM = 256 };
+
+/* q - z of the code at (e, n, k) (block sums). */
+static const kir_expr_t *block_term(builder_t *B, const kir_expr_t *e,
+                                    const kir_expr_t *n, const kir_expr_t *kval)
+{
+    kir_kernel_t *k = B->k;
+    const w16_repack_request_t *req = B->req;
+    int64_t E = B->dv[W16_VAR_E], N = B->dv[W16_VAR_N], K = B->dv[W16_VAR_K];
+    lcoord_t at = {.n = 3};
+    at.c[0] = e; at.ext[0] = E;
+    at.c[1] = n; at.ext[1] = N;
+    at.c[2] = kval; at.ext[2] = K;
+    const kir_expr_t *q = src_value(B, W16_ROLE_QWEIGHT, &at);
+    int64_t gse = req->problem.GS > 0 ? req->problem.GS : K;
+    lcoord_t g = {.n = 3};
+    g.c[0] = e; g.ext[0] = E;
+    g.c[1] = w16_ir_floordiv(&B->L, kval, gse, (w16_range_t){0, K - 1});
+    g.ext[1] = K / gse;
+    g.c[2] = n; g.ext[2] = N;
+    const kir_expr_t *z = req->problem.zp ? src_value(B, W16_ROLE_QZEROS, &g)
+                                          : ik(B, INT64_C(1) << (req->problem.BITS - 1));
+    return q && z ? kir_bin(k, KIR_OP_SUB, q, z) : NULL;
+}
+
+/* The sum of (q - z) over block kb (bk codes) of column n of expert e:
+ * unrolled and summed pairwise up to MAX_UNROLLED_SUM codes (a lane body
+ * without loops vectorizes; the codes of one source word share its
+ * load), else a loop. `tag` keeps the loop's variables apart. */
+static const kir_expr_t *block_sum(builder_t *B, const kir_expr_t *e,
+                                   const kir_expr_t *n, const kir_expr_t *kb,
+                                   int64_t bk, int tag)
+{
+    kir_kernel_t *k = B->k;
+    if (bk <= MAX_UNROLLED_SUM) {
+        const kir_expr_t *terms[MAX_UNROLLED_SUM];
+        for (int64_t t = 0; t < bk && !B->fail; t++)
+            terms[t] = block_term(B, e, n, w16_ir_add(k, w16_ir_mul(k, kb, ik(B, bk)),
+                                                      ik(B, t)));
+        for (int64_t m = bk; m > 1 && !B->fail;) {
+            int64_t h = m / 2;
+            for (int64_t i = 0; i < h; i++) {
+                terms[i] = w16_ir_add(k, terms[2 * i], terms[2 * i + 1]);
+                if (m <= 16) /* the last levels get names */
+                    terms[i] = bind_let(B, "sum", terms[i]);
+            }
+            if (m % 2)
+                terms[h] = terms[m - 1];
+            m = h + m % 2;
+        }
+        return B->fail ? NULL : terms[0];
+    }
+    /* a loop over the block */
+    char sn[16], kn[16];
+    snprintf(sn, sizeof sn, "sum%d", tag);
+    snprintf(kn, sizeof kn, "kk%d", tag);
+    const kir_var_t *acc = kir_var(k, sn, KIR_I64);
+    const kir_var_t *kk = kir_var(k, kn, KIR_I64);
+    if (!acc || !kk || !kir_let(k, B->body, acc, ik(B, 0)))
+        return bfail(B, "out of memory");
+    kir_stmt_t *loop = kir_for(k, B->body, kk, ik(B, 0), ik(B, bk), 1);
+    if (!loop)
+        return bfail(B, "out of memory");
+    kir_block_t *outer = B->body;
+    B->body = &loop->body;
+    const kir_expr_t *kval = bind_let(B, "k", w16_ir_add(k,
+        w16_ir_mul(k, kb, ik(B, bk)), kir_ref(k, kk)));
+    const kir_expr_t *term = block_term(B, e, n, kval);
+    if (!term || !kir_assign(k, B->body, acc, w16_ir_add(k, kir_ref(k, acc), term)))
+        bfail(B, "out of memory");
+    B->body = outer;
+    return B->fail ? NULL : kir_ref(k, acc);
+}
+
 /* Gathers every slot of the lane's word and stores it. valid: each slot's
  * validity, or NULL when every slot is known to hold a value. */
 static void store_word(builder_t *B, const lcoord_t *at,
@@ -1249,8 +1329,14 @@ static void store_word(builder_t *B, const lcoord_t *at,
         snprintf(name, sizeof name, "acc%d", p);
         acc = bind_let(B, name, acc);
     }
-    if (!flat)
-        return;
+    if (flat)
+        store_at(B, acc, flat);
+}
+
+/* Stores the word acc (i64) at the flat word index of the lane. */
+static void store_at(builder_t *B, const kir_expr_t *acc, const kir_expr_t *flat)
+{
+    kir_kernel_t *k = B->k;
     /* the word in 32-bit arithmetic where it has at most 32 bits */
     if (kir_type_bits(B->dst->type) <= 32)
         acc = w16_ir_narrow32(&B->L, acc);
@@ -1264,6 +1350,88 @@ static void store_word(builder_t *B, const lcoord_t *at,
     if (!B->fail && !kir_store(k, B->body, B->dst, ix,
                                kir_int_cast(k, B->dst->type, acc, false)))
         bfail(B, "ill-typed store");
+}
+
+/* ---- sums in the codes' pass ---------------------------------------------
+ *
+ * A layout with block sums (the CPU's VNNI compensation) used to be
+ * written by two kernels: the codes, then the sums, which read the whole
+ * source a second time (a third of the layer's time). Where the layout
+ * gives the sums' inverse map (sums.coord) and every workgroup's words are
+ * either all sums or none (the test is the lowered condition not reading
+ * the lane, the same for every copy), the codes kernel writes the sums
+ * too: a group of sums reads the source of its block, which the groups of
+ * codes before it have just read (hot in cache). The VNNI rows of 17 x 32
+ * words give whole workgroups of sums on the CPU (8 lanes x 4 copies) and
+ * the GPU (32 threads) alike; where a layout's workgroups mix the two, the
+ * runtime runs the separate sums kernel. The sums are the separate
+ * kernel's (block_sum), byte for byte. */
+
+/* Structural equality of two IR expressions. */
+static bool same_expr(const kir_expr_t *a, const kir_expr_t *b)
+{
+    if (a == b)
+        return true;
+    if (!a || !b || a->op != b->op || a->type != b->type || a->ival != b->ival ||
+        memcmp(&a->fval, &b->fval, sizeof a->fval) || a->var != b->var ||
+        a->param != b->param || a->shared != b->shared || a->ctable != b->ctable)
+        return false;
+    return same_expr(a->a, b->a) && same_expr(a->b, b->b) && same_expr(a->c, b->c);
+}
+
+/* Whether the layout's sums can be written by the codes kernel: words of 4
+ * bytes, each sum starting at a word (its index aligned to 4). */
+static bool sums_fusable(builder_t *B)
+{
+    const w16_layout_t *l = &B->dl;
+    if (B->req->role != W16_ROLE_QWEIGHT || !l->sums_block_k ||
+        !l->sums_coord[0] || wna16_dtype_size(B->req->dst_dtype) != 1 ||
+        B->wide != 4)
+        return false;
+    int64_t bk = 0;
+    if (!w16_expr_eval(l->sums_block_k, B->dv, &bk, NULL) || bk <= 0 ||
+        B->dv[W16_VAR_K] % bk)
+        return false;
+    /* the last index of a sum, for any e, n and g: a multiple of 4? */
+    const kir_expr_t *any = kir_int_cast(B->k, KIR_I64,
+                                         kir_builtin(B->k, KIR_OP_GROUP_ID), false);
+    w16_lower_clear_vars(&B->L);
+    w16_lower_bind(&B->L, W16_VAR_e, any, 0, B->dv[W16_VAR_E] - 1);
+    w16_lower_bind(&B->L, W16_VAR_n, any, 0, B->dv[W16_VAR_N] - 1);
+    w16_lower_bind(&B->L, W16_VAR_g, any, 0, B->dv[W16_VAR_K] / bk - 1);
+    const kir_expr_t *last = lower(B, l->sums_index[l->ndim - 1], NULL);
+    if (!last || w16_ir_facts(&B->L, last).align % 4)
+        return false;
+    return true;
+}
+
+/* The sum's coordinates (e, n, g) of the word at storage index B->idx
+ * (last dimension in words) and the i1 "a sum starts there". */
+static const kir_expr_t *sum_slot(builder_t *B, const kir_expr_t *c[3])
+{
+    kir_kernel_t *k = B->k;
+    const w16_layout_t *l = &B->dl;
+    int nd = l->ndim;
+    w16_lower_clear_vars(&B->L);
+    for (int d = 0; d < nd; d++) {
+        const kir_expr_t *ix = d < nd - 1 ? B->idx[d]
+                                          : w16_ir_mul(k, B->idx[d], ik(B, B->wide));
+        w16_lower_bind(&B->L, (w16_var_t)(W16_VAR_i0 + d), ix, 0,
+                       B->out->shape[d] - 1);
+    }
+    int64_t bk = 0;
+    w16_expr_eval(l->sums_block_k, B->dv, &bk, NULL); /* sums_fusable */
+    int64_t ext[3] = {B->dv[W16_VAR_E], B->dv[W16_VAR_N], B->dv[W16_VAR_K] / bk};
+    const kir_expr_t *valid = kir_const(k, KIR_I1, 1);
+    for (int i = 0; i < 3 && valid; i++) {
+        w16_range_t rc;
+        const kir_expr_t *v = lower(B, l->sums_coord[i], &rc);
+        if (!v)
+            return NULL;
+        valid = w16_ir_and1(k, valid, w16_ir_in_range(&B->L, v, rc, 0, ext[i]));
+        c[i] = w16_ir_assume_in_range(&B->L, v, 0, ext[i]);
+    }
+    return valid;
 }
 
 wna16_status_t w16_build_repack(wna16_context_t *ctx,
@@ -1304,9 +1472,22 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
     const kir_expr_t *all = kir_const(k, KIR_I1, 1);
     if (!at || !valid || !flat)
         bfail(&B, "out of memory");
+    bool fuse = sums_fusable(&B);
+    const kir_expr_t **scond = w16_arena_alloc(&k->arena, sizeof *scond * (size_t)(T + 1));
+    const kir_expr_t *(*sc)[3] = w16_arena_alloc(&k->arena, sizeof *sc * (size_t)(T + 1));
+    if (!scond || !sc)
+        bfail(&B, "out of memory");
     for (int t = 0; t < T && !B.fail; t++) {
         B.copy = t;
         flat[t] = map_lanes(&B, S, n, max_lanes);
+        if (fuse) {
+            scond[t] = sum_slot(&B, sc[t]);
+            /* one branch per workgroup: the same condition for every copy,
+             * free of the lane, and not always false */
+            fuse = scond[t] && !w16_ir_uses_lane(&B.L, scond[t]) &&
+                   !(scond[t]->op == KIR_OP_CONST && !scond[t]->ival) &&
+                   (t == 0 || same_expr(scond[t], scond[0]));
+        }
         const kir_expr_t *word = B.idx[n - 1];
         for (int p = 0; p < np && !B.fail; p++) {
             int j = p / slots;
@@ -1318,6 +1499,25 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
             all = valid[t * np + p] ? w16_ir_and1(k, all, valid[t * np + p]) : NULL;
             if (!all)
                 bfail(&B, "out of memory");
+        }
+    }
+    kir_block_t *top = B.body;
+    if (fuse && !B.fail) {
+        int64_t bk = 0;
+        w16_expr_eval(B.dl.sums_block_k, B.dv, &bk, NULL); /* sums_fusable */
+        kir_stmt_t *br = kir_if(k, B.body, bind_let(&B, "sums_here", scond[0]));
+        if (!br) {
+            bfail(&B, "out of memory");
+        } else {
+            B.body = &br->body;
+            for (int t = 0; t < T && !B.fail; t++) {
+                const kir_expr_t *sum = block_sum(&B, sc[t][0], sc[t][1],
+                                                  sc[t][2], bk, t);
+                if (sum)
+                    store_at(&B, sum, flat[t]);
+            }
+            B.body = &br->else_body;
+            out->sums_fused = true;
         }
     }
     if (!B.fail && !(all->op == KIR_OP_CONST && all->ival) &&
@@ -1347,37 +1547,12 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
                        all->op == KIR_OP_CONST ? NULL : valid + t * np, np,
                        slots, cb, flat[t]);
     }
+    B.body = top;
     k->comment = T > 1 ? "repack: a lane gathers a block of destination words"
                        : "repack: one lane per destination word (gather)";
     if ((st = finish(&B, err)) != WNA16_OK)
         w16_repack_kernel_free(out);
     return st;
-}
-
-/* Blocks of at most this many codes are summed unrolled. */
-enum { MAX_UNROLLED_SUM = 256 };
-
-/* q - z of the code at (e, n, k) (block sums). */
-static const kir_expr_t *block_term(builder_t *B, const kir_expr_t *e,
-                                    const kir_expr_t *n, const kir_expr_t *kval)
-{
-    kir_kernel_t *k = B->k;
-    const w16_repack_request_t *req = B->req;
-    int64_t E = B->dv[W16_VAR_E], N = B->dv[W16_VAR_N], K = B->dv[W16_VAR_K];
-    lcoord_t at = {.n = 3};
-    at.c[0] = e; at.ext[0] = E;
-    at.c[1] = n; at.ext[1] = N;
-    at.c[2] = kval; at.ext[2] = K;
-    const kir_expr_t *q = src_value(B, W16_ROLE_QWEIGHT, &at);
-    int64_t gse = req->problem.GS > 0 ? req->problem.GS : K;
-    lcoord_t g = {.n = 3};
-    g.c[0] = e; g.ext[0] = E;
-    g.c[1] = w16_ir_floordiv(&B->L, kval, gse, (w16_range_t){0, K - 1});
-    g.ext[1] = K / gse;
-    g.c[2] = n; g.ext[2] = N;
-    const kir_expr_t *z = req->problem.zp ? src_value(B, W16_ROLE_QZEROS, &g)
-                                          : ik(B, INT64_C(1) << (req->problem.BITS - 1));
-    return q && z ? kir_bin(k, KIR_OP_SUB, q, z) : NULL;
 }
 
 wna16_status_t w16_build_repack_sums(wna16_context_t *ctx,
@@ -1408,45 +1583,7 @@ wna16_status_t w16_build_repack_sums(wna16_context_t *ctx,
     int64_t S[3] = {E, KB, N};
     map_lanes(&B, S, 3, req->lanes > 0 ? req->lanes : 256);
     const kir_expr_t *e = B.idx[0], *kb = B.idx[1], *n = B.idx[2];
-    const kir_expr_t *sum = NULL;
-    if (bk <= MAX_UNROLLED_SUM) {
-        /* the block unrolled (a lane body without loops vectorizes; the
-         * codes of one source word share its load), summed pairwise */
-        const kir_expr_t *terms[MAX_UNROLLED_SUM];
-        for (int64_t t = 0; t < bk && !B.fail; t++)
-            terms[t] = block_term(&B, e, n, w16_ir_add(k, w16_ir_mul(k, kb, ik(&B, bk)),
-                                                       ik(&B, t)));
-        for (int64_t m = bk; m > 1 && !B.fail;) {
-            int64_t h = m / 2;
-            for (int64_t i = 0; i < h; i++) {
-                terms[i] = w16_ir_add(k, terms[2 * i], terms[2 * i + 1]);
-                if (m <= 16) /* the last levels get names */
-                    terms[i] = bind_let(&B, "sum", terms[i]);
-            }
-            if (m % 2)
-                terms[h] = terms[m - 1];
-            m = h + m % 2;
-        }
-        sum = B.fail ? NULL : terms[0];
-    } else {
-        /* a loop over the block */
-        const kir_var_t *acc = kir_var(k, "sum", KIR_I64);
-        const kir_var_t *kk = kir_var(k, "kk", KIR_I64);
-        kir_let(k, B.body, acc, ik(&B, 0));
-        kir_stmt_t *loop = kir_for(k, B.body, kk, ik(&B, 0), ik(&B, bk), 1);
-        if (!loop) {
-            w16_repack_kernel_free(out);
-            return w16_err_nomem(err, "building the sums kernel");
-        }
-        kir_block_t *outer = B.body;
-        B.body = &loop->body;
-        const kir_expr_t *kval = bind_let(&B, "k", w16_ir_add(k,
-            w16_ir_mul(k, kb, ik(&B, bk)), kir_ref(k, kk)));
-        kir_assign(k, B.body, acc, w16_ir_add(k, kir_ref(k, acc),
-                                              block_term(&B, e, n, kval)));
-        B.body = outer;
-        sum = kir_ref(k, acc);
-    }
+    const kir_expr_t *sum = block_sum(&B, e, n, kb, bk, 0);
     if (!sum)
         bfail(&B, "out of memory");
     /* store the int32 little-endian at the sums index */

@@ -68,6 +68,10 @@ typedef struct w16_repack_kernel {
     /* This kernel writes block sums (CPU compensation) into an already
      * filled tensor rather than the whole tensor. */
     bool sums;
+    /* This (codes) kernel writes the block sums too, in the same pass: the
+     * separate sums kernel is not needed (build_repack.c, "sums in the
+     * codes' pass"). */
+    bool sums_fused;
 } w16_repack_kernel_t;
 
 /* Readable stable name, e.g. wna16_repack_gptq_to_triton_w13_qweight_b4_g128_zp0;

@@ -816,7 +816,8 @@ static bool load_layout(loader_t *L, const cJSON *j, const char *path,
         if (role != W16_ROLE_QWEIGHT)
             return lfail(L, p, "only qweight carries block sums");
         if (!check_keys(L, sums, p,
-                        (const char *const[]){"block_k", "index", NULL}))
+                        (const char *const[]){"block_k", "index", "coord",
+                                               NULL}))
             return false;
         char ps[PATH_MAX_LEN];
         path_key(ps, p, "block_k");
@@ -833,6 +834,30 @@ static bool load_layout(loader_t *L, const cJSON *j, const char *path,
         if (n_ix != l->ndim)
             return lfail(L, ps, "%d index expressions for a %d-dimensional "
                          "shape", n_ix, l->ndim);
+        const cJSON *sc_coord = get(sums, "coord");
+        if (sc_coord) {
+            static const char *const names[] = {"e", "n", "g", NULL};
+            path_key(ps, p, "coord");
+            if (!cJSON_IsObject(sc_coord))
+                return lfail(L, ps, "expected an object of coordinate: "
+                             "expression");
+            if (!check_keys(L, sc_coord, ps, names))
+                return false;
+            for (int i = 0; i < 3; i++) {
+                char pc[PATH_MAX_LEN];
+                path_key(pc, ps, names[i]);
+                if (!get(sc_coord, names[i]))
+                    return lfail(L, ps, "missing coordinate \"%s\"", names[i]);
+                if (!(l->sums_coord[i] = get_expr(L, get(sc_coord, names[i]),
+                                                  pc, &inv)))
+                    return false;
+                for (int d = l->ndim; d < W16_MAX_STORE_DIMS; d++)
+                    if (w16_expr_uses(l->sums_coord[i],
+                                      (w16_var_t)(W16_VAR_i0 + d)))
+                        return lfail(L, pc, "uses i%d but the shape has %d "
+                                     "dimensions", d, l->ndim);
+            }
+        }
         if (l->n_dtypes != 1 || wna16_dtype_size(l->dtypes[0]) != 1)
             return lfail(L, p, "block sums are written into a byte tensor "
                          "(U8 or I8)");

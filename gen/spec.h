@@ -70,6 +70,10 @@ typedef struct w16_layout {
      * g = the block index) in this tensor; NULL when none (CPU VNNI). */
     const w16_expr_t *sums_block_k;
     const w16_expr_t *sums_index[W16_MAX_STORE_DIMS];
+    /* Optional inverse of sums_index (storage index -> e, n, g of the sum
+     * whose first byte is there; n = -1 elsewhere): lets the kernel that
+     * writes the codes write the sums in the same pass (NULL = none). */
+    const w16_expr_t *sums_coord[3];
     /* WEIGHT role: dtype the scale is rounded to before the product
      * (emulation: bf16(bf16(s) * (q - z))). */
     wna16_dtype_t dequant_scale_dtype;

@@ -212,6 +212,53 @@ static wna16_status_t check_layout(const wna16_spec_t *spec,
                          (long long)(place % slots), b);
         }
     }
+    /* The sums' inverse map, where given: exactly the first byte of each
+     * sum reads back that sum's (e, n, g). */
+    if (st == WNA16_OK && l->sums_coord[0]) {
+        int64_t bk = 0, found = 0;
+        w16_expr_eval(l->sums_block_k, vars, &bk, &e); /* checked above */
+        int64_t want = (spec->stacked ? vars[W16_VAR_E] : 1) * vars[W16_VAR_N] *
+                       (vars[W16_VAR_K] / bk);
+        for (int64_t flat = 0; st == WNA16_OK && flat < elems; flat++) {
+            int64_t rem = flat, sc[3];
+            for (int d = l->ndim - 1; d >= 0; d--) {
+                idx[d] = rem % shape[d];
+                rem /= shape[d];
+                vars[W16_VAR_i0 + d] = idx[d];
+            }
+            for (int i = 0; i < 3 && st == WNA16_OK; i++)
+                if (!w16_expr_eval(l->sums_coord[i], vars, &sc[i], &e))
+                    st = w16_err(err, WNA16_ESPEC, "%s.sums.coord (%s): %s",
+                                 l->json_path, where, e.what);
+            if (st != WNA16_OK || sc[1] < 0)
+                continue;
+            found++;
+            vars[W16_VAR_e] = sc[0];
+            vars[W16_VAR_n] = sc[1];
+            vars[W16_VAR_g] = sc[2];
+            int64_t at = 0, ix;
+            for (int d = 0; d < l->ndim && st == WNA16_OK; d++) {
+                if (!w16_expr_eval(l->sums_index[d], vars, &ix, &e))
+                    st = w16_err(err, WNA16_ESPEC, "%s.sums.index[%d] (%s): %s",
+                                 l->json_path, d, where, e.what);
+                at = at * shape[d] + ix;
+            }
+            if (st == WNA16_OK &&
+                (sc[0] < 0 || sc[1] >= vars[W16_VAR_N] || sc[2] < 0 ||
+                 sc[2] >= vars[W16_VAR_K] / bk || at != flat ||
+                 (!spec->stacked && sc[0] != 0) ||
+                 (spec->stacked && sc[0] >= vars[W16_VAR_E])))
+                st = w16_err(err, WNA16_ESPEC, "%s.sums.coord (%s): element "
+                             "%lld reads (e=%lld, n=%lld, g=%lld), whose sum "
+                             "is not stored there", l->json_path, where,
+                             (long long)flat, (long long)sc[0],
+                             (long long)sc[1], (long long)sc[2]);
+        }
+        if (st == WNA16_OK && found != want)
+            st = w16_err(err, WNA16_ESPEC, "%s.sums.coord (%s): finds %lld "
+                         "sums of %lld", l->json_path, where, (long long)found,
+                         (long long)want);
+    }
     free(owner);
     return st;
 }

@@ -435,7 +435,7 @@ static wna16_status_t launch_cuda(job_t *J, const w16_repack_request_t *req,
 
 static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
                                  bool sums, wna16_tensor_t *t, uint64_t ddst,
-                                 wna16_error_t *err)
+                                 bool *sums_done, wna16_error_t *err)
 {
     const w16_repack_plan_t *plan;
     double t0 = ms_now();
@@ -444,6 +444,8 @@ static wna16_status_t run_kernel(job_t *J, const w16_repack_request_t *req,
     J->gpu.t_build += ms_now() - t0;
     if (st != WNA16_OK)
         return st;
+    /* a codes kernel that writes the block sums in its own pass */
+    *sums_done = plan->rk.sums_fused;
     if (J->target == WNA16_TARGET_CUDA)
         return launch_cuda(J, req, plan, ddst, err);
     const w16_repack_kernel_t *rk = &plan->rk;
@@ -512,10 +514,11 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
         uint64_t ddst = 0;
         if (st == WNA16_OK && J->target == WNA16_TARGET_CUDA)
             st = w16_cuda_alloc(J->gpu.cuda, t->nbytes, &ddst, err);
+        bool sums_done = false;
         if (st == WNA16_OK)
-            st = run_kernel(J, &req, false, t, ddst, err);
-        if (st == WNA16_OK && l->sums_block_k)
-            st = run_kernel(J, &req, true, t, ddst, err);
+            st = run_kernel(J, &req, false, t, ddst, &sums_done, err);
+        if (st == WNA16_OK && l->sums_block_k && !sums_done)
+            st = run_kernel(J, &req, true, t, ddst, &sums_done, err);
         if (ddst && st == WNA16_OK)
             st = gpu_output(J, t, ddst, err); /* owns ddst now */
         else if (ddst) {

@@ -331,7 +331,9 @@ int cmd_gen(int argc, char **argv)
                 if (l->dtypes[d] == o.scale_dtype &&
                     (r == W16_ROLE_SCALES || r == W16_ROLE_BIAS))
                     req.dst_dtype = o.scale_dtype;
-            for (int pass = 0; pass < (l->sums_block_k ? 2 : 1); pass++) {
+            /* the sums kernel, unless the codes kernel writes the sums */
+            int passes = l->sums_block_k ? 2 : 1;
+            for (int pass = 0; pass < passes; pass++) {
                 w16_repack_kernel_t rk;
                 wna16_status_t st = pass ? w16_build_repack_sums(ctx, &req, &rk, &err)
                                          : w16_build_repack(ctx, &req, &rk, &err);
@@ -356,6 +358,8 @@ int cmd_gen(int argc, char **argv)
                     printed++;
                 }
                 w16_buf_free(&b);
+                if (rk.sums_fused)
+                    passes = 1;
                 w16_repack_kernel_free(&rk);
             }
         }

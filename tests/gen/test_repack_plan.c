@@ -13,11 +13,12 @@
 
 static wna16_context_t *ctx;
 
-static w16_repack_request_t request(int gs, bool word_blocks)
+static w16_repack_request_t request_to(const char *dst, int gs,
+                                       bool word_blocks)
 {
     w16_repack_request_t r = {
         .src = wna16_spec_find(ctx, WNA16_SPEC_FORMAT, "gptq"),
-        .dst = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, "marlin"),
+        .dst = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, dst),
         .problem = {.E = 2, .H = 256, .I = 128, .BITS = 4, .GS = gs},
         .gemm = WNA16_GEMM_W13,
         .role = W16_ROLE_QWEIGHT,
@@ -32,6 +33,11 @@ static w16_repack_request_t request(int gs, bool word_blocks)
                                        n ? r.src_dtype[need[0]]
                                          : WNA16_DTYPE_INVALID);
     return r;
+}
+
+static w16_repack_request_t request(int gs, bool word_blocks)
+{
+    return request_to("marlin", gs, word_blocks);
 }
 
 typedef struct asker {
@@ -100,6 +106,18 @@ int main(void)
         builds += a[i].built;
     }
     TU_CHECK_MSG(builds == 1, "%d builds", builds);
+
+    /* the CPU layout's codes kernel writes its block sums (sums.coord),
+     * blocked or not; a layout without sums has none to write */
+    for (int wb = 0; wb < 2; wb++) {
+        w16_repack_request_t c = request_to("cpu", 128, wb);
+        TU_CHECK(c.dst != NULL);
+        TU_OK(w16_repack_plan_get(ctx, WNA16_TARGET_CPU, &c, false, &p2,
+                                  &built, &err), &err);
+        TU_CHECK_MSG(p2->rk.sums_fused, "cpu qweight (word blocks %d): "
+                     "the sums are not written by %s", wb, p2->name);
+    }
+    TU_CHECK(!p1->rk.sums_fused);
 
     wna16_context_destroy(ctx);
     return tu_finish("test_repack_plan");
