@@ -18,7 +18,6 @@
 #include "runtime/moe.h"
 #include "runtime/ref/ref.h"
 
-#include "gen/emit_llvm.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -298,34 +297,6 @@ void wna16_moe_layer_destroy(wna16_moe_layer_t *L)
 
 /* ---- kernels ------------------------------------------------------------- */
 
-/* The identity of a compiled kernel: its IR as printed (everything the
- * builder decided), the emitter's version and the CPU target's identity. */
-static wna16_status_t kernel_key(wna16_context_t *ctx, const kir_kernel_t *k,
-                                 w16_key_t *key, wna16_error_t *err)
-{
-    w16_cpu_t *cpu;
-    wna16_status_t st = w16_cpu_get(ctx, &cpu, err);
-    if (st != WNA16_OK)
-        return st;
-    w16_buf_t b;
-    w16_buf_init(&b, ctx);
-    kir_print(&b, k);
-    if (b.failed) {
-        w16_buf_free(&b);
-        return w16_err_nomem(err, "keying a kernel");
-    }
-    w16_keyer_t kr;
-    w16_keyer_init(&kr);
-    w16_keyer_str(&kr, "wna16 moe kernel");
-    w16_keyer_str(&kr, WNA16_VERSION_STRING);
-    w16_keyer_u64(&kr, W16_LLVM_EMITTER_VERSION);
-    w16_cpu_key(&kr, cpu);
-    w16_keyer_bytes(&kr, b.data, b.len);
-    *key = w16_keyer_done(&kr);
-    w16_buf_free(&b);
-    return WNA16_OK;
-}
-
 static wna16_status_t compile_stage(wna16_moe_layer_t *L,
                                     const w16_moe_request_t *req,
                                     w16_moe_stage_t s, stage_fn_t *out,
@@ -336,7 +307,7 @@ static wna16_status_t compile_stage(wna16_moe_layer_t *L,
     if (st != WNA16_OK)
         return st;
     w16_key_t key;
-    st = kernel_key(L->ctx, mk.kernel, &key, err);
+    st = w16_cpu_kernel_key(L->ctx, "wna16 moe kernel", mk.kernel, &key, err);
     if (st == WNA16_OK)
         st = w16_cpu_kernel(L->ctx, key, mk.kernel, &out->fn, err);
     if (st == WNA16_OK) {

@@ -6,7 +6,6 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "runtime/repack_plan.h"
 
-#include "gen/emit_llvm.h"
 #include "runtime/cache.h"
 #include "runtime/cuda/cuda_kernels.h"
 
@@ -62,32 +61,6 @@ static w16_key_t request_key(wna16_target_t target,
     return w16_keyer_done(&kr);
 }
 
-/* The kernel cache's key for a CPU kernel: its IR, printed (so any change
- * in what the builder generates changes the key by itself), the CPU and
- * the LLVM emitter's version. */
-static wna16_status_t cpu_kernel_key(wna16_context_t *ctx, w16_cpu_t *cpu,
-                                     const kir_kernel_t *k, w16_key_t *key,
-                                     wna16_error_t *err)
-{
-    w16_buf_t b;
-    w16_buf_init(&b, ctx);
-    kir_print(&b, k);
-    if (b.failed) {
-        w16_buf_free(&b);
-        return w16_err_nomem(err, "keying a kernel");
-    }
-    w16_keyer_t kr;
-    w16_keyer_init(&kr);
-    w16_keyer_str(&kr, "wna16 kernel");
-    w16_keyer_str(&kr, WNA16_VERSION_STRING);
-    w16_keyer_u64(&kr, W16_LLVM_EMITTER_VERSION);
-    w16_cpu_key(&kr, cpu);
-    w16_keyer_bytes(&kr, b.data, b.len);
-    *key = w16_keyer_done(&kr);
-    w16_buf_free(&b);
-    return WNA16_OK;
-}
-
 static wna16_status_t plan_compile(void *user, w16_key_t key, void **blob,
                                    size_t *size, wna16_error_t *err)
 {
@@ -112,11 +85,9 @@ static wna16_status_t plan_compile(void *user, w16_key_t key, void **blob,
     if (J->target == WNA16_TARGET_CUDA) {
         st = w16_cuda_kernel_get(J->ctx, rk.kernel, &p->cuda_fn, NULL, err);
     } else {
-        w16_cpu_t *cpu;
         w16_key_t kkey;
-        st = w16_cpu_get(J->ctx, &cpu, err);
-        if (st == WNA16_OK)
-            st = cpu_kernel_key(J->ctx, cpu, rk.kernel, &kkey, err);
+        st = w16_cpu_kernel_key(J->ctx, "wna16 kernel", rk.kernel, &kkey,
+                                err);
         if (st == WNA16_OK)
             st = w16_cpu_kernel(J->ctx, kkey, rk.kernel, &p->cpu_fn, err);
     }

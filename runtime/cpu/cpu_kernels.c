@@ -6,6 +6,7 @@
  */
 #include "runtime/cpu/cpu.h"
 #include "runtime/cache.h"
+#include "gen/emit_llvm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,4 +84,31 @@ void w16_cpu_key(w16_keyer_t *kr, w16_cpu_t *cpu)
     w16_keyer_str(kr, w16_cpu_name(cpu));
     w16_keyer_str(kr, w16_cpu_features(cpu));
     w16_keyer_str(kr, w16_cpu_compiler_version());
+}
+
+wna16_status_t w16_cpu_kernel_key(wna16_context_t *ctx, const char *kind,
+                                  const kir_kernel_t *k, w16_key_t *key,
+                                  wna16_error_t *err)
+{
+    w16_cpu_t *cpu;
+    wna16_status_t st = w16_cpu_get(ctx, &cpu, err);
+    if (st != WNA16_OK)
+        return st;
+    w16_buf_t b;
+    w16_buf_init(&b, ctx);
+    kir_print(&b, k);
+    if (b.failed) {
+        w16_buf_free(&b);
+        return w16_err_nomem(err, "keying a kernel");
+    }
+    w16_keyer_t kr;
+    w16_keyer_init(&kr);
+    w16_keyer_str(&kr, kind);
+    w16_keyer_str(&kr, WNA16_VERSION_STRING);
+    w16_keyer_u64(&kr, W16_LLVM_EMITTER_VERSION);
+    w16_cpu_key(&kr, cpu);
+    w16_keyer_bytes(&kr, b.data, b.len);
+    *key = w16_keyer_done(&kr);
+    w16_buf_free(&b);
+    return WNA16_OK;
 }
