@@ -1159,22 +1159,30 @@ void w16_cuda_host_free(w16_cuda_t *c, void *p)
 
 /* ---- streams and events -------------------------------------------------- */
 
-wna16_status_t w16_cuda_stream_create(w16_cuda_t *c, w16_cuda_stream_t **out,
-                                      wna16_error_t *err)
+static wna16_status_t stream_create(w16_cuda_t *c, unsigned flags,
+                                    const char *fn, w16_cuda_stream_t **out,
+                                    wna16_error_t *err)
 {
     if (!c || !out)
-        return w16_err(err, WNA16_EINVAL, "w16_cuda_stream_create: target "
-                       "and out are required");
+        return w16_err(err, WNA16_EINVAL, "%s: target and out are required",
+                       fn);
     *out = NULL;
     wna16_status_t st = bind(c, err);
     if (st != WNA16_OK)
         return st;
     CUstream s = NULL;
-    CUresult r = c->cu.cuStreamCreate(&s, CU_STREAM_DEFAULT);
+    CUresult r = c->cu.cuStreamCreate(&s, flags);
     if (r != CUDA_SUCCESS)
         return cu_fail(c, err, WNA16_EINTERNAL, r, "creating a stream");
     *out = (w16_cuda_stream_t *)s;
     return WNA16_OK;
+}
+
+wna16_status_t w16_cuda_stream_create(w16_cuda_t *c, w16_cuda_stream_t **out,
+                                      wna16_error_t *err)
+{
+    return stream_create(c, CU_STREAM_DEFAULT, "w16_cuda_stream_create", out,
+                         err);
 }
 
 void w16_cuda_stream_destroy(w16_cuda_t *c, w16_cuda_stream_t *s)
@@ -1307,19 +1315,8 @@ wna16_status_t w16_cuda_stream_create_async(w16_cuda_t *c,
                                             w16_cuda_stream_t **out,
                                             wna16_error_t *err)
 {
-    if (!c || !out)
-        return w16_err(err, WNA16_EINVAL, "w16_cuda_stream_create_async: "
-                       "target and out are required");
-    *out = NULL;
-    wna16_status_t st = bind(c, err);
-    if (st != WNA16_OK)
-        return st;
-    CUstream s = NULL;
-    CUresult r = c->cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
-    if (r != CUDA_SUCCESS)
-        return cu_fail(c, err, WNA16_EINTERNAL, r, "creating a stream");
-    *out = (w16_cuda_stream_t *)s;
-    return WNA16_OK;
+    return stream_create(c, CU_STREAM_NON_BLOCKING,
+                         "w16_cuda_stream_create_async", out, err);
 }
 
 wna16_status_t w16_cuda_capture_begin(w16_cuda_t *c, w16_cuda_stream_t *s,
