@@ -37,6 +37,15 @@ if [ "$STEP" = all ] || [ "$STEP" = tests ]; then
     > "$OUT/ctest-repack.log" 2>&1
   ./tests/repack/test_repack_golden > "$OUT/repack_golden.txt" 2>&1
   tail -25 "$OUT/ctest-gpu.log"; tail -8 "$OUT/ctest-repack.log"
+  # `wna16 run --target cuda` with an empty kernel cache, twice: the first
+  # process may also read NVRTC's libraries from disk, the second finds
+  # them in the page cache; both compile every kernel
+  for i in 1 2; do
+    rm -rf "$PWD/kcache-run"
+    WNA16_CACHE_DIR=$PWD/kcache-run ./wna16 run --target cuda \
+      > "$OUT/run_cold$i.txt" 2>&1
+    grep -E "first call|result" "$OUT/run_cold$i.txt"
+  done
 fi
 if [ "$STEP" = all ] || [ "$STEP" = bench ]; then
   ./bench/bench_repack_cuda 2>&1 | tee "$OUT/bench_repack_cuda.txt"
