@@ -490,8 +490,8 @@ static const char *check_wgmma(const w16_moe_gemm_cfg_t *c)
                "128 columns, warps_k 1";
     if (c->block_k != 64)
         return "wgmma: block_k is 64";
-    if (c->stages < 2 || c->stages > 8)
-        return "stages are 2 to 8";
+    if (c->stages < 3 || c->stages > 8)
+        return "wgmma: stages are 3 to 8 (stages - 2 loads in flight)";
     if (c->min_ctas < 0 || c->min_ctas > 8 ||
         32 * c->warps_n * c->min_ctas > 2048)
         return "min_ctas is 0 to 8, with at most 2048 threads an SM";

@@ -294,10 +294,11 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
             return tfail(L, pk, "expected 64, 128 or 256");
         }
         if (g->wgmma && (v[1] != 64 || v[3] != 1 ||
-                         (v[0] != 128 && v[0] != 256) || v[2] != v[0] / 32))
+                         (v[0] != 128 && v[0] != 256) || v[2] != v[0] / 32 ||
+                         v[4] < 3))
             return tfail(L, p, "a wgmma row has block_k 64, warps_k 1, "
-                         "block_n 128 or 256 and one warpgroup (4 warps_n) "
-                         "per 128 columns");
+                         "block_n 128 or 256, one warpgroup (4 warps_n) "
+                         "per 128 columns and at least 3 stages");
         if (!g->wgmma && (!is_pow2(v[2]) || (v[0] / 64) % v[2] != 0)) {
             snprintf(pk, sizeof pk, "%s.warps_n", p);
             return tfail(L, pk, "expected a power of two dividing block_n / "

@@ -30,10 +30,11 @@
 // swizzle of a K-major operand (8-row atoms of 1024 bytes, stage buffers
 // 1024-byte aligned). Step kk's B descriptor starts 32 kk bytes into it.
 //
-// Pipeline: STAGES cp.async stages as in the mma.sync kernel; inside a
-// stage the warpgroup dequantizes step kk + 1 into the second register
-// set while the tensor cores run step kk (wgmma.wait_group 1), and waits
-// for all of the stage's products before the stage's buffer is reused.
+// Pipeline: STAGES cp.async stage buffers, STAGES - 2 loads in flight
+// (a buffer is refilled two stages after its compute, so that the last
+// products of a stage may still run while the next one starts); the
+// warpgroup dequantizes step kk + 1 into the second register set while
+// the tensor cores run step kk (wgmma.wait_group 1).
 // The cp.async writes reach wgmma's async proxy through
 // fence.proxy.async before the barrier that publishes a stage.
 //
@@ -83,7 +84,8 @@ static_assert(GEMM == 2 || GATED, "GEMM 1 fuses a gated activation");
 static_assert(GEMM == 2 || ACTIVATION == ACT_SILU || ACTIVATION == ACT_GELU ||
                   ACTIVATION == ACT_GELU_TANH || ACTIVATION == ACT_SWIGLUOAI ||
                   ACTIVATION == ACT_SWIGLUSTEP, "a gated activation");
-static_assert(STAGES >= 2 && STAGES <= 8, "pipeline depth");
+static_assert(STAGES >= 3 && STAGES <= 8, "pipeline depth (STAGES - 2 "
+              "loads in flight)");
 static_assert((A_STAGE * 2) % 1024 == 0, "stage buffers stay 1024-aligned");
 static_assert(SMEM_BYTES == NEED_BYTES, "shared memory size (prelude)");
 
@@ -213,7 +215,7 @@ __device__ __forceinline__ u64 smem_desc(u32 addr)
 #define W16_WGMMA_TYPES_F16 ".f32.f16.f16"
 
 __device__ __forceinline__ void wgmma_n64(float (&d)[32], const u32 (&a)[4],
-                                          u64 desc)
+                                          u64 desc, int scale_d)
 {
     if constexpr (ACT_BF16)
         asm volatile(
@@ -221,14 +223,14 @@ __device__ __forceinline__ void wgmma_n64(float (&d)[32], const u32 (&a)[4],
             "wgmma.mma_async.sync.aligned.m64n64k16" W16_WGMMA_TYPES_BF16 " "
             W16_D32 ", {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
             : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
     else
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n64k16" W16_WGMMA_TYPES_F16 " "
             W16_D32 ", {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
             : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
 }
 
 #define W16_D64 \
@@ -238,7 +240,7 @@ __device__ __forceinline__ void wgmma_n64(float (&d)[32], const u32 (&a)[4],
     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
 
 __device__ __forceinline__ void wgmma_n128(float (&d)[64], const u32 (&a)[4],
-                                           u64 desc)
+                                           u64 desc, int scale_d)
 {
     if constexpr (ACT_BF16)
         asm volatile(
@@ -247,7 +249,7 @@ __device__ __forceinline__ void wgmma_n128(float (&d)[64], const u32 (&a)[4],
             W16_D64 ", {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
             : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24), W16_R8(32),
               W16_R8(40), W16_R8(48), W16_R8(56)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
     else
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -255,17 +257,18 @@ __device__ __forceinline__ void wgmma_n128(float (&d)[64], const u32 (&a)[4],
             W16_D64 ", {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
             : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24), W16_R8(32),
               W16_R8(40), W16_R8(48), W16_R8(56)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
 }
 
+// scale_d 0: D = A . B (the first product of a tile), else D += A . B.
 template <int M>
 __device__ __forceinline__ void wgmma_step(float (&d)[M], const u32 (&a)[4],
-                                           u64 desc)
+                                           u64 desc, int scale_d)
 {
     if constexpr (M == 32)
-        wgmma_n64(d, a, desc);
+        wgmma_n64(d, a, desc, scale_d);
     else
-        wgmma_n128(d, a, desc);
+        wgmma_n128(d, a, desc, scale_d);
 }
 
 // ---- dequantization (as in moe_marlin_gemm.cu) -----------------------------
@@ -466,6 +469,10 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     reg_scale_t s_reg[2][2]; // [slice][lo, hi]
     act_t z_reg[2][2];       // MAGIC + z (or z)
     int cur_g = -1;
+    const int iters_all = K / BK;
+    const int it0 = (int)((long long)split * iters_all / splits);
+    const int iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
+    const int it0_group = GROUPED ? it0 * BK / group_size : 0;
 
     auto set_zero = [&](int g) {
 #pragma unroll
@@ -501,19 +508,23 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
             set_zero(g);
         cur_g = g;
     };
-    if constexpr (!GROUPED)
-        set_zero(0);
+    // grouped scales arrive with their stage (load_group_smem, which also
+    // reloads zero points); the zero points of a channelwise or symmetric
+    // layer are set once here
+    set_zero(GROUPED ? it0_group : 0);
 
-    const int iters_all = K / BK;
-    const int it0 = (int)((long long)split * iters_all / splits);
-    const int iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
-
+    // The accumulators are not cleared: the tile's first products ignore
+    // them (scale_d 0). Clearing them with moves would put non-wgmma
+    // definitions of the accumulators inside ptxas's view of the wgmma
+    // pipeline (products stay in flight across stages), and ptxas would
+    // then serialize every wgmma. The empty asm only tells the compiler
+    // the registers have a value; it emits nothing.
     float acc[2][ACC];
 #pragma unroll
     for (int s = 0; s < 2; s++)
 #pragma unroll
         for (int i = 0; i < ACC; i++)
-            acc[s][i] = 0.0f;
+            asm volatile("" : "=f"(acc[s][i]));
 
     // A fragments of step kk, slice s (see the header): 4-bit, one word of
     // the lane's vector (2h + s) gives the four code pairs at shifts 0
@@ -582,32 +593,45 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
             }
             dequant(cB, kk, af[kk % 2]);
             const u64 desc = smem_desc(a_base + 32u * (u32)kk);
+            const int scale_d = it > it0 || kk > 0;
             wgmma_fence();
-            wgmma_step(acc[0], af[kk % 2][0], desc);
-            wgmma_step(acc[1], af[kk % 2][1], desc);
+            wgmma_step(acc[0], af[kk % 2][0], desc, scale_d);
+            wgmma_step(acc[1], af[kk % 2][1], desc, scale_d);
             wgmma_commit();
             wgmma_wait<1>(); // step kk - 1 done: its registers are free
         }
-        wgmma_wait<0>(); // the stage's buffer may be refilled
+        // the stage's last products stay in flight into the next stage
     };
 
-    // ---- the pipeline: STAGES-1 loads in flight ahead of the compute ----
+    // ---- the pipeline: LOOKAHEAD = STAGES-2 loads in flight -------------
+    // A stage's buffer is refilled two iterations after it was computed:
+    // by then every warpgroup has waited for all but its latest products
+    // (wgmma.wait_group 1), which read the stage in between, so the
+    // tensor cores never drain at a stage boundary.
+    constexpr int LOOKAHEAD = STAGES - 2;
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
+    for (int s = 0; s < LOOKAHEAD; s++) {
         if (s < iters)
             load_stage(it0 + s, s);
         cp_async_commit();
     }
     for (int it = 0; it < iters; it++) {
-        cp_async_wait<STAGES - 2>();
+        cp_async_wait<LOOKAHEAD - 1>();
         fence_proxy_async();
-        __syncthreads(); // stage `it` visible; stage it-1 fully consumed
-        int next = it + STAGES - 1;
+        __syncthreads(); // stage `it` visible; stage it-2 fully consumed
+        int next = it + LOOKAHEAD;
         if (next < iters)
             load_stage(it0 + next, next % STAGES);
         cp_async_commit();
         compute_stage(it0 + it, it % STAGES);
     }
+    wgmma_wait<0>();
+    if (iters == 0) // a split without K stages (not chosen by the runtime)
+#pragma unroll
+        for (int s = 0; s < 2; s++)
+#pragma unroll
+            for (int i = 0; i < ACC; i++)
+                acc[s][i] = 0.0f;
     cp_async_wait<0>();
     __syncthreads();
 
