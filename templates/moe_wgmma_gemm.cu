@@ -377,7 +377,18 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
 
     const int ncta = GATED ? (ip + BN / 2 - 1) / (BN / 2) : (N + BN - 1) / BN;
     const int split = blockIdx.x % splits, tile = blockIdx.x / splits;
-    const int mblk = tile / ncta, ncol = tile % ncta;
+    // Raster: CTAs run in groups of RG row blocks x CG column tiles, row
+    // blocks fastest, so that a wave reads a group's weights and
+    // activations from HBM about once (at large M an expert has several
+    // row blocks, and the mma.sync kernel's order, columns fastest, reads
+    // an expert's weights once per row block). A bijection on the tiles.
+    constexpr int RG = 8, CG = 16;
+    const int nblk = (int)(gridDim.x / (unsigned)splits) / ncta;
+    const int rg = tile / (RG * ncta), rem = tile % (RG * ncta);
+    const int rows_in = nblk - rg * RG < RG ? nblk - rg * RG : RG;
+    const int cg = rem / (rows_in * CG), rem2 = rem % (rows_in * CG);
+    const int mblk = rg * RG + rem2 % rows_in;
+    const int ncol = cg * CG + rem2 / rows_in;
     if (mblk * BM >= *num_post)
         return;
     const int e = expert_ids[mblk];
@@ -570,6 +581,10 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         }
     };
 
+    // A fragments, two register sets: step kk fills set kk % 2, which
+    // wgmma.wait_group 1 after step kk - 1 freed (one group in flight;
+    // ptxas serializes the wgmmas when more sets rotate: measured)
+    u32 af[2][2][4];
     const bool stage_groups = GROUPED && group_size % BK == 0;
     auto compute_stage = [&](int it, int slot) {
         const int4 *cB = sB + slot * B_STAGE;
@@ -581,7 +596,6 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                     load_group_smem(slot, 0, g);
             }
         }
-        u32 af[2][2][4]; // [step parity][slice][a0..a3]
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; kk++) {
             if constexpr (GROUPED) {
