@@ -1,6 +1,7 @@
 /*
  * moe_cuda.c - the CUDA fused-MoE generator (see moe_cuda.h): the layout
- * contract between a backend spec and templates/moe_marlin_gemm.cu, tile
+ * contract between a backend spec and templates/moe_marlin_gemm.cu (and
+ * moe_wgmma_gemm.cu, which reads the same addresses), tile
  * selection from the spec's tiling table, and the translation units (a
  * prelude of typed constants written through w16_buf, then the template's
  * text unchanged).

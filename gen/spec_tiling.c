@@ -20,8 +20,11 @@
  *   }
  *
  * Both lists are first-match; conditions are inclusive integer ranges;
- * the last row of each has no condition and no other row lacks one. The
- * language is documented in docs/specs.md, section 14.
+ * the last row of each has no condition and no other row lacks one. Rows
+ * marked "mma": "wgmma" form a table of their own for Hopper's warpgroup
+ * MMA (templates/moe_wgmma_gemm.cu): a wgmma block_m row counts only where
+ * wgmma can run, and its problems choose among the wgmma GEMM rows only.
+ * The language is documented in docs/specs.md, section 14.
  */
 #include "gen/spec.h"
 
