@@ -101,7 +101,9 @@ static wna16_status_t make_units(const wna16_spec_t *spec, const variant_t *v,
     w16_moe_operand_t op[2];
     int64_t tpe = ((int64_t)v->tokens * TOPK + E - 1) / E;
     int bm;
-    wna16_status_t st = w16_moe_cuda_block_m(spec, tpe, &bm, err);
+    bool wgmma = false;
+    wna16_status_t st = w16_moe_cuda_block_m(spec, tpe, arch == 90 &&
+                                             !v->act_order, &bm, &wgmma, err);
     for (int i = 0; i < 3; i++)
         w16_buf_init(&u[i].src, ctx);
     snprintf(u[0].name, sizeof u[0].name, "%s", w16_moe_aux_unit(v->act));
@@ -115,7 +117,8 @@ static wna16_status_t make_units(const wna16_spec_t *spec, const variant_t *v,
         w16_moe_gemm_cfg_t c;
         memset(&c, 0, sizeof c);
         if (st == WNA16_OK)
-            st = w16_moe_cuda_tile(spec, bm, (wna16_gemm_t)g, op[g].N, op[g].K,
+            st = w16_moe_cuda_tile(spec, bm, wgmma, (wna16_gemm_t)g, op[g].N,
+                                   op[g].K,
                                    &c, NULL, err);
         c.bits = v->bits;
         c.zp = v->zp;

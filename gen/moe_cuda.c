@@ -1,6 +1,7 @@
 /*
  * moe_cuda.c - the CUDA fused-MoE generator (see moe_cuda.h): the layout
- * contract between a backend spec and templates/moe_marlin_gemm.cu, tile
+ * contract between a backend spec and templates/moe_marlin_gemm.cu (and
+ * moe_wgmma_gemm.cu, which reads the same addresses), tile
  * selection from the spec's tiling table, and the translation units (a
  * prelude of typed constants written through w16_buf, then the template's
  * text unchanged).
@@ -369,19 +370,25 @@ wna16_status_t w16_moe_cuda_contract(const wna16_spec_t *spec,
 /* ---- tiles ---------------------------------------------------------------- */
 
 wna16_status_t w16_moe_cuda_block_m(const wna16_spec_t *spec,
-                                    int64_t tokens_per_expert, int *block_m,
+                                    int64_t tokens_per_expert, bool wgmma_ok,
+                                    int *block_m, bool *wgmma,
                                     wna16_error_t *err)
 {
     if (!spec->tiling)
         return w16_err(err, WNA16_EUNSUPPORTED, "%s: no \"tiling\" section: "
                        "the spec does not describe CUDA fused-MoE tiles",
                        spec->name);
-    *block_m = w16_tiling_block_m(spec->tiling, tokens_per_expert)->block_m;
+    const w16_tile_bm_t *b = w16_tiling_block_m(spec->tiling,
+                                                tokens_per_expert, wgmma_ok);
+    *block_m = b->block_m;
+    if (wgmma)
+        *wgmma = b->wgmma;
     return WNA16_OK;
 }
 
 wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
-                                 wna16_gemm_t gemm, int64_t N, int64_t K,
+                                 bool wgmma, wna16_gemm_t gemm, int64_t N,
+                                 int64_t K,
                                  w16_moe_gemm_cfg_t *cfg,
                                  const char **json_path, wna16_error_t *err)
 {
@@ -389,8 +396,8 @@ wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
         return w16_err(err, WNA16_EUNSUPPORTED, "%s: no \"tiling\" section: "
                        "the spec does not describe CUDA fused-MoE tiles",
                        spec->name);
-    const w16_tile_rule_t *r = w16_tiling_gemm(spec->tiling, block_m, gemm,
-                                               N, K);
+    const w16_tile_rule_t *r = w16_tiling_gemm(spec->tiling, wgmma, block_m,
+                                               gemm, N, K);
     int bk = r->block_k;
     while (K % bk != 0 && bk > 64)
         bk /= 2;
@@ -406,12 +413,13 @@ wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
     cfg->warps_k = r->warps_k < bk / 16 ? r->warps_k : bk / 16;
     cfg->stages = r->stages;
     cfg->min_ctas = r->min_ctas;
+    cfg->wgmma = r->wgmma;
     if (json_path)
         *json_path = r->json_path;
     return WNA16_OK;
 }
 
-void w16_moe_cuda_split(const wna16_spec_t *spec, int block_m,
+void w16_moe_cuda_split(const wna16_spec_t *spec, int block_m, bool wgmma,
                         wna16_gemm_t gemm, int64_t N, int64_t K,
                         int *max_split, int *ctas_per_sm)
 {
@@ -419,8 +427,8 @@ void w16_moe_cuda_split(const wna16_spec_t *spec, int block_m,
     *ctas_per_sm = 1;
     if (!spec->tiling)
         return;
-    const w16_tile_rule_t *r = w16_tiling_gemm(spec->tiling, block_m, gemm,
-                                               N, K);
+    const w16_tile_rule_t *r = w16_tiling_gemm(spec->tiling, wgmma, block_m,
+                                               gemm, N, K);
     *max_split = r->max_split_k;
     *ctas_per_sm = r->ctas_per_sm;
 }
@@ -433,7 +441,7 @@ unsigned w16_moe_gemm_threads(const w16_moe_gemm_cfg_t *c)
 size_t w16_moe_gemm_shared(const w16_moe_gemm_cfg_t *c)
 {
     return w16_tile_shared_bytes(c->block_m, c->block_n, c->block_k,
-                                 c->stages, c->bits);
+                                 c->stages, c->bits, c->wgmma);
 }
 
 /* ---- names and sources ------------------------------------------------------ */
@@ -455,11 +463,12 @@ void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size)
              c->scales == W16_MOE_SCALES_T64 ? "t64" : "t32",
              dt_short(c->scale_dtype), dt_short(c->bias_dtype), c->block_m,
              c->block_n, c->block_k, c->warps_n, c->warps_k, c->stages);
-    if (c->min_ctas > 1) {
-        size_t len = strlen(out);
-        if (len < size)
-            snprintf(out + len, size - len, "_o%d", c->min_ctas);
-    }
+    size_t len = strlen(out);
+    if (c->min_ctas > 1 && len < size)
+        snprintf(out + len, size - len, "_o%d", c->min_ctas);
+    len = strlen(out);
+    if (c->wgmma && len < size)
+        snprintf(out + len, size - len, "_wg");
 }
 
 static bool is_f16ish(wna16_dtype_t d)
@@ -468,6 +477,27 @@ static bool is_f16ish(wna16_dtype_t d)
 }
 
 static bool pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+/* templates/moe_wgmma_gemm.cu's static_asserts beyond the common ones. */
+static const char *check_wgmma(const w16_moe_gemm_cfg_t *c)
+{
+    if (c->act_order)
+        return "wgmma: act-order runs on the mma.sync template";
+    if (c->block_m != 64 && c->block_m != 128)
+        return "wgmma: block_m is 64 or 128";
+    if ((c->block_n != 128 && c->block_n != 256) ||
+        c->warps_n != c->block_n / 32 || c->warps_k != 1)
+        return "wgmma: block_n 128 or 256, one warpgroup (4 warps_n) per "
+               "128 columns, warps_k 1";
+    if (c->block_k != 64)
+        return "wgmma: block_k is 64";
+    if (c->stages < 3 || c->stages > 8)
+        return "wgmma: stages are 3 to 8 (stages - 2 loads in flight)";
+    if (c->min_ctas < 0 || c->min_ctas > 8 ||
+        32 * c->warps_n * c->min_ctas > 2048)
+        return "min_ctas is 0 to 8, with at most 2048 threads an SM";
+    return NULL;
+}
 
 /* The template's static_asserts, as errors a caller can read. */
 static wna16_status_t check_cfg(const w16_moe_gemm_cfg_t *c,
@@ -487,6 +517,8 @@ static wna16_status_t check_cfg(const w16_moe_gemm_cfg_t *c,
     else if (c->gemm == WNA16_GEMM_W13 &&
              !wna16_activation_is_gated(c->activation))
         why = "the w13 GEMM fuses a gated activation";
+    else if (c->wgmma)
+        why = check_wgmma(c);
     else if (c->block_m < 16 || c->block_m > 64 || c->block_m % 16)
         why = "block_m is 16, 32, 48 or 64";
     else if (c->block_n < 64 || c->block_n > 256 || c->block_n % 64)
@@ -548,8 +580,9 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     char name[160];
     w16_moe_gemm_name(c, name, sizeof name);
     w16_buf_printf(b, "// %s\n", name);
-    w16_buf_printf(b, "// Generated by wna16 %s from templates/moe_marlin_gemm.cu"
-                   " (gen/moe_cuda.c).\n", WNA16_VERSION_STRING);
+    const char *tmpl = c->wgmma ? "moe_wgmma_gemm.cu" : "moe_marlin_gemm.cu";
+    w16_buf_printf(b, "// Generated by wna16 %s from templates/%s"
+                   " (gen/moe_cuda.c).\n", WNA16_VERSION_STRING, tmpl);
     w16_buf_puts(b, "namespace w16cfg {\n");
     /* the activations as the public enum numbers them */
     w16_buf_puts(b, "enum : int {");
@@ -581,7 +614,13 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     w16_buf_printf(b, "#define W16_KERNEL %s\n", name);
     if (c->gemm == WNA16_GEMM_W13)
         w16_buf_printf(b, "#define W16_REDUCE %s_reduce\n", name);
-    return append_template(b, "moe_marlin_gemm.cu", err);
+    /* the wgmma template starts from what both GEMM templates share */
+    if (c->wgmma) {
+        wna16_status_t cst = append_template(b, "moe_gemm_common.cu", err);
+        if (cst != WNA16_OK)
+            return cst;
+    }
+    return append_template(b, tmpl, err);
 }
 
 const char *const w16_moe_aux_names[W16_AUX_COUNT] = {

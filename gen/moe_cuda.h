@@ -60,27 +60,34 @@ typedef struct w16_moe_gemm_cfg {
     wna16_activation_t activation; /* W13 only (gated) */
     int block_m, block_n, block_k, warps_n, warps_k, stages;
     int min_ctas;            /* launch bounds: CTAs per SM; 0 or 1 = none */
+    bool wgmma;              /* templates/moe_wgmma_gemm.cu (sm_90a): warp
+                                groups of 4 warps_n, block_m 64 or 128 */
 } w16_moe_gemm_cfg_t;
 
 /* The routing block (block_m) for a number of routed slots per expert;
- * EUNSUPPORTED when the spec has no tiling. */
+ * EUNSUPPORTED when the spec has no tiling. `wgmma_ok`: the problem can
+ * run on wgmma (an sm_90 device, no act order), so the tiling's wgmma
+ * rows count; *wgmma (may be NULL) tells whether the row is one. */
 wna16_status_t w16_moe_cuda_block_m(const wna16_spec_t *spec,
-                                    int64_t tokens_per_expert, int *block_m,
+                                    int64_t tokens_per_expert, bool wgmma_ok,
+                                    int *block_m, bool *wgmma,
                                     wna16_error_t *err);
 
 /* Fills cfg's tile fields for one GEMM of N x K from the spec's tiling:
- * the first matching row, with block_k halved until it divides K (K is a
+ * the first matching row (a wgmma row when `wgmma`, the block_m row's
+ * kind), with block_k halved until it divides K (K is a
  * multiple of 64 for every Marlin operand) and warps_k capped to the k16
  * steps left. `json_path` (may be NULL) receives the row's path. */
 wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
-                                 wna16_gemm_t gemm, int64_t N, int64_t K,
+                                 bool wgmma, wna16_gemm_t gemm, int64_t N,
+                                 int64_t K,
                                  w16_moe_gemm_cfg_t *cfg,
                                  const char **json_path, wna16_error_t *err);
 
 /* The split-K bounds of the row w16_moe_cuda_tile picks for the same
  * problem: at most *max_split K slices, aiming at *ctas_per_sm CTAs per
  * SM (the tiling row's "max_split_k" and "ctas_per_sm"). */
-void w16_moe_cuda_split(const wna16_spec_t *spec, int block_m,
+void w16_moe_cuda_split(const wna16_spec_t *spec, int block_m, bool wgmma,
                         wna16_gemm_t gemm, int64_t N, int64_t K,
                         int *max_split, int *ctas_per_sm);
 

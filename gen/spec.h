@@ -157,7 +157,9 @@ typedef struct w16_spec_proj {
  * every problem gets a shape. */
 typedef struct w16_tile_bm {
     int64_t tpe_lo, tpe_hi; /* routed slots per expert, inclusive */
-    int block_m;            /* 16, 32, 48 or 64: also the routing block */
+    int block_m;            /* 16, 32, 48 or 64 (wgmma: 64 or 128): also
+                               the routing block */
+    bool wgmma;             /* "mma": "wgmma": only where wgmma runs */
     const char *json_path;
 } w16_tile_bm_t;
 
@@ -176,6 +178,9 @@ typedef struct w16_tile_rule {
     int max_split_k, ctas_per_sm;
     /* CTAs per SM the compiler must fit in registers (launch bounds) */
     int min_ctas;
+    /* "mma": "wgmma": templates/moe_wgmma_gemm.cu, for the block_m rows
+     * marked the same way (and only those) */
+    bool wgmma;
     const char *json_path;
 } w16_tile_rule_t;
 
@@ -191,12 +196,17 @@ typedef struct w16_tiling {
 
 /* Shared memory of a GEMM CTA of this shape (the template's formula). */
 size_t w16_tile_shared_bytes(int block_m, int block_n, int block_k,
-                             int stages, int bits);
-/* The block_m row for `tokens_per_expert` routed slots per expert. */
+                             int stages, int bits, bool wgmma);
+/* The block_m row for `tokens_per_expert` routed slots per expert; rows
+ * marked wgmma count only when `wgmma_ok` (an sm_90 device, no act
+ * order). */
 const w16_tile_bm_t *w16_tiling_block_m(const w16_tiling_t *t,
-                                        int64_t tokens_per_expert);
-/* The GEMM row for a problem. */
-const w16_tile_rule_t *w16_tiling_gemm(const w16_tiling_t *t, int block_m,
+                                        int64_t tokens_per_expert,
+                                        bool wgmma_ok);
+/* The GEMM row for a problem: among the wgmma rows when the block_m row
+ * was a wgmma one, else among the others. */
+const w16_tile_rule_t *w16_tiling_gemm(const w16_tiling_t *t, bool wgmma,
+                                       int block_m,
                                        wna16_gemm_t gemm, int64_t N,
                                        int64_t K);
 

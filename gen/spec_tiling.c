@@ -20,8 +20,11 @@
  *   }
  *
  * Both lists are first-match; conditions are inclusive integer ranges;
- * the last row of each has no condition and no other row lacks one. The
- * language is documented in docs/specs.md, section 14.
+ * the last row of each has no condition and no other row lacks one. Rows
+ * marked "mma": "wgmma" form a table of their own for Hopper's warpgroup
+ * MMA (templates/moe_wgmma_gemm.cu): a wgmma block_m row counts only where
+ * wgmma can run, and its problems choose among the wgmma GEMM rows only.
+ * The language is documented in docs/specs.md, section 14.
  */
 #include "gen/spec.h"
 
@@ -111,8 +114,26 @@ static bool range_at(tload_t *L, const cJSON *obj, const char *key,
 
 static bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
+/* The optional "mma" key: "mma.sync" (the default) or "wgmma". */
+static bool mma_at(tload_t *L, const cJSON *obj, const char *base,
+                   bool *wgmma, bool *present)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, "mma");
+    *wgmma = false;
+    *present = j != NULL;
+    if (!j)
+        return true;
+    char p[TPATH];
+    snprintf(p, sizeof p, "%s.mma", base);
+    if (!cJSON_IsString(j) || (strcmp(j->valuestring, "mma.sync") != 0 &&
+                               strcmp(j->valuestring, "wgmma") != 0))
+        return tfail(L, p, "expected \"mma.sync\" or \"wgmma\"");
+    *wgmma = strcmp(j->valuestring, "wgmma") == 0;
+    return true;
+}
+
 size_t w16_tile_shared_bytes(int block_m, int block_n, int block_k,
-                             int stages, int bits)
+                             int stages, int bits, bool wgmma)
 {
     /* A rows, B tiles, and the stage's group rows of scales (at most
      * block_k / 16 rows of 64 two-byte scales per tile) */
@@ -121,13 +142,15 @@ size_t w16_tile_shared_bytes(int block_m, int block_n, int block_k,
                    (size_t)(block_k / 16) * (block_n / 64) * 128u;
     size_t pipe = stage * (size_t)stages;
     size_t c = (size_t)block_m * (block_n + 4) * 4;
-    return pipe > c ? pipe : c;
+    /* wgmma's template aligns its buffers to the 1024-byte swizzle atom */
+    return (pipe > c ? pipe : c) + (wgmma ? 1024u : 0u);
 }
 
 static bool load_bm(tload_t *L, const cJSON *arr, const char *base,
                     w16_tiling_t *t)
 {
-    static const char *const keys[] = {"tokens_per_expert", "block_m", NULL};
+    static const char *const keys[] = {"tokens_per_expert", "block_m", "mma",
+                                       NULL};
     int n = cJSON_GetArraySize(arr);
     if (!cJSON_IsArray(arr) || n < 1 || n > 16)
         return tfail(L, base, "expected an array of 1 to 16 rows");
@@ -140,19 +163,26 @@ static bool load_bm(tload_t *L, const cJSON *arr, const char *base,
         snprintf(p, sizeof p, "%s[%d]", base, i);
         snprintf(pk, sizeof pk, "%s.block_m", p);
         w16_tile_bm_t *b = &t->bm[i];
-        bool cond;
+        bool cond, c_mma;
         int64_t bm;
         if (!keys_ok(L, r, p, keys) ||
             !range_at(L, r, "tokens_per_expert", p, 1, &b->tpe_lo,
-                      &b->tpe_hi, &cond))
+                      &b->tpe_hi, &cond) ||
+            !mma_at(L, r, p, &b->wgmma, &c_mma))
             return false;
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, "block_m");
         if (!v)
             return tfail(L, p, "\"block_m\" is required");
-        if (!int_at(L, v, pk, 16, 64, &bm))
+        if (!int_at(L, v, pk, 16, 128, &bm))
             return false;
-        if (bm % 16 != 0)
+        if (b->wgmma && bm != 64 && bm != 128)
+            return tfail(L, pk, "expected 64 or 128 (wgmma's N)");
+        if (!b->wgmma && (bm % 16 != 0 || bm > 64))
             return tfail(L, pk, "expected 16, 32, 48 or 64");
+        if (i == n - 1 && b->wgmma)
+            return tfail(L, p, "the last row is the one every device can "
+                         "run: it cannot be a wgmma row");
+        cond = cond || c_mma;
         if (i == n - 1 && cond)
             return tfail(L, p, "the last row must have no condition (it "
                          "catches every problem)");
@@ -173,8 +203,8 @@ static bool load_bm(tload_t *L, const cJSON *arr, const char *base,
 static bool check_rule(tload_t *L, const char *p, const w16_tile_rule_t *g,
                        const w16_tiling_t *t)
 {
-    int tiles = g->block_n / 64, nt = tiles / g->warps_n;
-    if (g->gemm != WNA16_GEMM_W2 &&
+    int tiles = g->block_n / 64, nt = g->wgmma ? 2 : tiles / g->warps_n;
+    if (!g->wgmma && g->gemm != WNA16_GEMM_W2 &&
         (tiles % 2 != 0 || nt > tiles / 2 || (tiles / 2) % nt != 0))
         return tfail(L, p, "a w13 shape puts the gate and up halves of "
                      "block_n in separate warps: block_n must be a multiple "
@@ -182,15 +212,15 @@ static bool check_rule(tload_t *L, const char *p, const w16_tile_rule_t *g,
                      "(set \"gemm\": \"w2\" to keep this shape for w2)", nt);
     for (int i = 0; i < t->n_bm; i++) {
         int bm = t->bm[i].block_m;
-        if (bm < g->bm_lo || bm > g->bm_hi)
+        if (bm < g->bm_lo || bm > g->bm_hi || t->bm[i].wgmma != g->wgmma)
             continue;
-        if ((bm / 16) * nt > 4)
+        if (!g->wgmma && (bm / 16) * nt > 4)
             return tfail(L, p, "with block_m %d (from %s) a warp would hold "
                          "%d x %d m16 x 64 accumulator tiles: at most 4 (128 "
                          "floats a thread)", bm, t->bm[i].json_path, bm / 16,
                          nt);
         size_t sh = w16_tile_shared_bytes(bm, g->block_n, g->block_k,
-                                          g->stages, 8);
+                                          g->stages, 8, g->wgmma);
         if (sh > W16_TILING_MAX_SHARED)
             return tfail(L, p, "with block_m %d and 8-bit weights a CTA "
                          "needs %zu bytes of shared memory (at most %d)", bm,
@@ -205,7 +235,8 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
     static const char *const keys[] = {"gemm", "block_m", "n", "k",
                                        "block_n", "block_k", "warps_n",
                                        "warps_k", "stages", "max_split_k",
-                                       "ctas_per_sm", "min_ctas", NULL};
+                                       "ctas_per_sm", "min_ctas", "mma",
+                                       NULL};
     int n = cJSON_GetArraySize(arr);
     if (!cJSON_IsArray(arr) || n < 1 || n > 32)
         return tfail(L, base, "expected an array of 1 to 32 rows");
@@ -217,8 +248,8 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
         char p[TPATH];
         snprintf(p, sizeof p, "%s[%d]", base, i);
         w16_tile_rule_t *g = &t->gemm[i];
-        bool c_bm, c_n, c_k;
-        if (!keys_ok(L, r, p, keys) ||
+        bool c_bm, c_n, c_k, c_mma;
+        if (!keys_ok(L, r, p, keys) || !mma_at(L, r, p, &g->wgmma, &c_mma) ||
             !range_at(L, r, "block_m", p, 16, &g->bm_lo, &g->bm_hi, &c_bm) ||
             !range_at(L, r, "n", p, 1, &g->n_lo, &g->n_hi, &c_n) ||
             !range_at(L, r, "k", p, 1, &g->k_lo, &g->k_hi, &c_k))
@@ -234,7 +265,7 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
             g->gemm = strcmp(gm->valuestring, "w13") == 0 ? WNA16_GEMM_W13
                                                           : WNA16_GEMM_W2;
         }
-        bool cond = c_bm || c_n || c_k || gm;
+        bool cond = c_bm || c_n || c_k || gm || c_mma;
         if (i == n - 1 && cond)
             return tfail(L, p, "the last row must have no condition (it "
                          "catches every problem)");
@@ -265,7 +296,13 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
             snprintf(pk, sizeof pk, "%s.block_k", p);
             return tfail(L, pk, "expected 64, 128 or 256");
         }
-        if (!is_pow2(v[2]) || (v[0] / 64) % v[2] != 0) {
+        if (g->wgmma && (v[1] != 64 || v[3] != 1 ||
+                         (v[0] != 128 && v[0] != 256) || v[2] != v[0] / 32 ||
+                         v[4] < 3))
+            return tfail(L, p, "a wgmma row has block_k 64, warps_k 1, "
+                         "block_n 128 or 256, one warpgroup (4 warps_n) "
+                         "per 128 columns and at least 3 stages");
+        if (!g->wgmma && (!is_pow2(v[2]) || (v[0] / 64) % v[2] != 0)) {
             snprintf(pk, sizeof pk, "%s.warps_n", p);
             return tfail(L, pk, "expected a power of two dividing block_n / "
                          "64 = %lld", (long long)(v[0] / 64));
@@ -321,6 +358,26 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
     return true;
 }
 
+/* wgmma block_m rows choose among the wgmma GEMM rows only: one of
+ * those must catch every problem ("mma" its only key besides the shape). */
+static bool wgmma_complete(tload_t *L, const w16_tiling_t *t)
+{
+    bool any = false;
+    for (int i = 0; i < t->n_bm; i++)
+        any |= t->bm[i].wgmma;
+    if (!any)
+        return true;
+    for (int i = 0; i < t->n_gemm; i++) {
+        const w16_tile_rule_t *g = &t->gemm[i];
+        if (g->wgmma && g->gemm < 0 && g->bm_lo == 0 &&
+            g->bm_hi == INT64_MAX && g->n_lo == 0 && g->n_hi == INT64_MAX &&
+            g->k_lo == 0 && g->k_hi == INT64_MAX)
+            return true;
+    }
+    return tfail(L, "$.tiling.gemm", "block_m has wgmma rows, but no wgmma "
+                 "GEMM row without conditions catches their problems");
+}
+
 wna16_status_t w16_spec_load_tiling(wna16_spec_t *spec, const cJSON *j,
                                     const char *origin, wna16_error_t *err)
 {
@@ -348,28 +405,31 @@ wna16_status_t w16_spec_load_tiling(wna16_spec_t *spec, const cJSON *j,
     if (!bm || !gm)
         return tfail(&L, base, "\"block_m\" and \"gemm\" are required"), L.st;
     if (load_bm(&L, bm, "$.tiling.block_m", t) &&
-        load_gemm(&L, gm, "$.tiling.gemm", t))
+        load_gemm(&L, gm, "$.tiling.gemm", t) && wgmma_complete(&L, t))
         spec->tiling = t;
     return L.st;
 }
 
 const w16_tile_bm_t *w16_tiling_block_m(const w16_tiling_t *t,
-                                        int64_t tokens_per_expert)
+                                        int64_t tokens_per_expert,
+                                        bool wgmma_ok)
 {
     for (int i = 0; i < t->n_bm; i++)
-        if (tokens_per_expert >= t->bm[i].tpe_lo &&
+        if ((wgmma_ok || !t->bm[i].wgmma) &&
+            tokens_per_expert >= t->bm[i].tpe_lo &&
             tokens_per_expert <= t->bm[i].tpe_hi)
             return &t->bm[i];
     return &t->bm[t->n_bm - 1]; /* unreachable: the last row catches all */
 }
 
-const w16_tile_rule_t *w16_tiling_gemm(const w16_tiling_t *t, int block_m,
-                                       wna16_gemm_t gemm, int64_t N,
-                                       int64_t K)
+const w16_tile_rule_t *w16_tiling_gemm(const w16_tiling_t *t, bool wgmma,
+                                       int block_m, wna16_gemm_t gemm,
+                                       int64_t N, int64_t K)
 {
     for (int i = 0; i < t->n_gemm; i++) {
         const w16_tile_rule_t *g = &t->gemm[i];
-        if ((g->gemm < 0 || g->gemm == (int)gemm) && block_m >= g->bm_lo &&
+        if (g->wgmma == wgmma && (g->gemm < 0 || g->gemm == (int)gemm) &&
+            block_m >= g->bm_lo &&
             block_m <= g->bm_hi && N >= g->n_lo && N <= g->n_hi &&
             K >= g->k_lo && K <= g->k_hi)
             return g;

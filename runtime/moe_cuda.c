@@ -604,8 +604,8 @@ static int pick_split(const wna16_cuda_moe_t *m, const run_args_t *a,
                       const w16_moe_gemm_cfg_t *c, int64_t ncta)
 {
     int max_split, cps;
-    w16_moe_cuda_split(m->spec, bm, (wna16_gemm_t)g, m->op[g].N, m->op[g].K,
-                       &max_split, &cps);
+    w16_moe_cuda_split(m->spec, bm, c->wgmma, (wna16_gemm_t)g, m->op[g].N,
+                       m->op[g].K, &max_split, &cps);
     int64_t blocks;
     if (a->batched) {
         blocks = (int64_t)m->E * ((a->max_tokens + bm - 1) / bm);
@@ -661,10 +661,15 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     w16_moe_gemm_cfg_t cfg[2];
     memset(cfg, 0, sizeof cfg); /* memo keys compare the bytes */
     const char *rule[2] = {"", ""};
-    st = w16_moe_cuda_block_m(m->spec, tpe > 0 ? tpe : 1, &bm, err);
+    /* the tiling's wgmma rows: Hopper (sm_90a) only, and not act-order */
+    bool wgmma_ok = w16_cuda_cc_major(m->cuda) == 9 &&
+                    w16_cuda_cc_minor(m->cuda) == 0 && !m->quant.act_order;
+    bool wgmma = false;
+    st = w16_moe_cuda_block_m(m->spec, tpe > 0 ? tpe : 1, wgmma_ok, &bm,
+                              &wgmma, err);
     for (int g = 0; g < 2 && st == WNA16_OK; g++) {
-        st = w16_moe_cuda_tile(m->spec, bm, (wna16_gemm_t)g, m->op[g].N,
-                               m->op[g].K, &cfg[g], &rule[g], err);
+        st = w16_moe_cuda_tile(m->spec, bm, wgmma, (wna16_gemm_t)g,
+                               m->op[g].N, m->op[g].K, &cfg[g], &rule[g], err);
         fill_cfg(m, g, p, &cfg[g]);
         if (st == WNA16_OK &&
             w16_moe_gemm_shared(&cfg[g]) > w16_cuda_max_shared(m->cuda))

@@ -18,7 +18,7 @@ static void usage(FILE *f)
         "                 [--bias] [--hidden H] [--intermediate I] [--experts E]\n"
         "                 [--tokens M] [--topk K] [--dtype F16|BF16]\n"
         "                 [--scale-dtype F16|BF16] [--activation NAME]\n"
-        "                 [--unit w13|w2|aux]\n\n"
+        "                 [--unit w13|w2|aux] [--sm 80|90]\n\n"
         "Prints the CUDA C translation unit of one kernel of the fused MoE on\n"
         "tensor cores: --unit w13 (default; GEMM 1 with the activation fused),\n"
         "w2 (GEMM 2) or aux (routing, gather and finalize). The layout is\n"
@@ -27,12 +27,15 @@ static void usage(FILE *f)
         "and --experts default to 2048, 768 and 8, --tokens and --topk (the\n"
         "routed slots per expert) to 1 and 8. --dtype is the activation dtype\n"
         "(default BF16), --scale-dtype defaults to it, --activation to silu.\n"
-        "The unit compiles with NVRTC or nvcc -std=c++17 -arch=sm_80 -c.\n");
+        "--sm is the device's architecture (default 80): with 90 the tiling's\n"
+        "wgmma rows apply (Hopper's warpgroup MMA, not for act-order), and the\n"
+        "unit then needs -arch=sm_90a. The unit compiles with NVRTC or\n"
+        "nvcc -std=c++17 -arch=sm_80 -c (sm_90a for a wgmma unit).\n");
 }
 
 typedef struct moe_opts {
     const char *to, *unit, *activation;
-    long bits, gs, hidden, inter, experts, tokens, topk;
+    long bits, gs, hidden, inter, experts, tokens, topk, sm;
     bool zp, act_order, bias, gs_set;
     wna16_dtype_t dtype, scale_dtype;
 } moe_opts_t;
@@ -57,6 +60,7 @@ static int parse(int argc, char **argv, moe_opts_t *o)
     o->tokens = 1;
     o->topk = 8;
     o->dtype = WNA16_DTYPE_BF16;
+    o->sm = 80;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL, *opt = argv[i], *ignored;
         long *num = NULL, lo = 1, hi = 1 << 20;
@@ -73,6 +77,7 @@ static int parse(int argc, char **argv, moe_opts_t *o)
         else if (cli_opt_value(argc, argv, &i, "--intermediate", &v)) num = &o->inter;
         else if (cli_opt_value(argc, argv, &i, "--experts", &v)) { num = &o->experts; hi = 4096; }
         else if (cli_opt_value(argc, argv, &i, "--tokens", &v)) num = &o->tokens;
+        else if (cli_opt_value(argc, argv, &i, "--sm", &v)) { num = &o->sm; lo = 80; hi = 90; }
         else if (cli_opt_value(argc, argv, &i, "--topk", &v)) { num = &o->topk; hi = 4096; }
         else if (cli_opt_value(argc, argv, &i, "--dtype", &v)) {
             if (!parse_dtype(v, &o->dtype))
@@ -123,12 +128,15 @@ static int gemm_unit(wna16_context_t *ctx, const moe_opts_t *o,
         return cli_fail(&err);
     int64_t slots = o->tokens * o->topk;
     int bm;
+    bool wgmma = false;
     w16_moe_gemm_cfg_t c;
     memset(&c, 0, sizeof c);
     const char *rule = "";
-    if (w16_moe_cuda_block_m(spec, (slots + o->experts - 1) / o->experts, &bm,
+    if (w16_moe_cuda_block_m(spec, (slots + o->experts - 1) / o->experts,
+                             o->sm == 90 && !o->act_order, &bm, &wgmma,
                              &err) != WNA16_OK ||
-        w16_moe_cuda_tile(spec, bm, g, op.N, op.K, &c, &rule, &err) != WNA16_OK)
+        w16_moe_cuda_tile(spec, bm, wgmma, g, op.N, op.K, &c, &rule, &err) !=
+            WNA16_OK)
         return cli_fail(&err);
     c.bits = (int)o->bits;
     c.zp = o->zp;

@@ -374,7 +374,11 @@ wna16_status_t w16_nvrtc_compile_unit(wna16_context_t *ctx,
     int arch = cc_major * 10 + cc_minor;
     char unit[300], arch_opt[32], inc_opt[PATH_MAX + 32];
     snprintf(unit, sizeof unit, "%s.cu", kernel_name);
-    snprintf(arch_opt, sizeof arch_opt, "-arch=sm_%d", arch);
+    /* sm_90 compiles as sm_90a: the fused MoE's wgmma kernels need the
+     * arch-specific instructions, and a CUBIN for sm_90a runs on exactly
+     * the devices an sm_90 one does (compute capability 9.0) */
+    snprintf(arch_opt, sizeof arch_opt, "-arch=sm_%d%s", arch,
+             arch == 90 ? "a" : "");
     snprintf(inc_opt, sizeof inc_opt, "--include-path=%s", nv.include_dir);
     const char *opts[5] = {arch_opt, "-std=c++17", "-default-device"};
     int n_opts = 3;

@@ -217,6 +217,28 @@ static void build_cases(void)
     c.gs = 64; c.why = "block_m 64, wide w2"; add(c);
     c = base_case(); c.M = 3; c.topk = 2; c.E = 2; c.H = 4224; c.I = 64;
     c.gs = -1; c.why = "w2 N > 4096 at block_m 16"; add(c);
+    /* the wgmma rows (block_m 128 from 128 routed slots per expert; on
+     * an sm_90 device the wgmma template runs them, elsewhere mma.sync):
+     * 4/8-bit, zero points, channelwise, F16, bias, ragged N, the
+     * batched format, an expert map */
+    for (int v = 0; v < 8; v++) {
+        c = base_case();
+        c.M = v == 5 ? 513 : 601 + 37 * v; /* >= 512: 128 slots an expert */
+        c.H = v == 5 ? 384 : 256;
+        c.I = v == 5 ? 192 : 128;
+        c.bits = v == 1 || v == 4 ? 8 : 4;
+        c.zp = v == 2;
+        c.gs = v == 3 || v == 4 ? -1 : (v == 5 || v == 6 ? 64 : 128);
+        c.act = v == 3 || v == 6 ? WNA16_DTYPE_F16 : WNA16_DTYPE_BF16;
+        c.scale = v == 7 ? WNA16_DTYPE_F16 : c.act;
+        c.bias = v == 3 || v == 7;
+        c.map = v == 7;
+        c.round = v == 2;
+        c.why = "wgmma rows";
+        add(c);
+    }
+    c = base_case(); c.batched = true; c.max_tokens = 130; c.weights = true;
+    c.why = "wgmma rows, batched"; add(c);
     /* the batched format */
     static const int32_t bt[] = {1, 5, 37, 64, 100};
     for (size_t i = 0; i < W16_ARRAY_LEN(bt); i++) {

@@ -69,12 +69,14 @@ static double now_s(void)
 static int n_units;
 static double worst_s, total_s;
 
-/* Compiles one unit for sm_80 and sm_90 and checks the images. */
-static void compile_unit(wna16_context_t *ctx, const char *src,
-                         const char *name, const char *what)
+/* Compiles one unit for sm_80 and sm_90 (only sm_90, as sm_90a, for the
+ * wgmma template) and checks the images. */
+static void compile_unit_on(wna16_context_t *ctx, const char *src,
+                            const char *name, const char *what,
+                            bool hopper_only)
 {
     static const int archs[][2] = {{8, 0}, {9, 0}};
-    for (size_t a = 0; a < W16_ARRAY_LEN(archs); a++) {
+    for (size_t a = hopper_only ? 1 : 0; a < W16_ARRAY_LEN(archs); a++) {
         wna16_error_t err;
         w16_cuda_image_t img;
         double t0 = now_s();
@@ -102,6 +104,12 @@ static void compile_unit(wna16_context_t *ctx, const char *src,
     }
 }
 
+static void compile_unit(wna16_context_t *ctx, const char *src,
+                         const char *name, const char *what)
+{
+    compile_unit_on(ctx, src, name, what, false);
+}
+
 static void compile_gemm(wna16_context_t *ctx, const w16_moe_gemm_cfg_t *c,
                          const char *what)
 {
@@ -113,7 +121,7 @@ static void compile_gemm(wna16_context_t *ctx, const w16_moe_gemm_cfg_t *c,
     TU_OK(w16_moe_gemm_source(c, &b, &err), &err);
     TU_CHECK(!b.failed);
     if (!b.failed && b.data && tu_failures == 0)
-        compile_unit(ctx, b.data, name, what);
+        compile_unit_on(ctx, b.data, name, what, c->wgmma);
     w16_buf_free(&b);
 }
 
@@ -147,8 +155,10 @@ static void test_tiling_rows(wna16_context_t *ctx)
                 int bm = t->bm[b].block_m;
                 bool dup = false; /* one compile per block_m value */
                 for (int b2 = 0; b2 < b; b2++)
-                    dup |= t->bm[b2].block_m == bm;
-                if (dup || bm < row->bm_lo || bm > row->bm_hi)
+                    dup |= t->bm[b2].block_m == bm &&
+                           t->bm[b2].wgmma == t->bm[b].wgmma;
+                if (dup || bm < row->bm_lo || bm > row->bm_hi ||
+                    t->bm[b].wgmma != row->wgmma)
                     continue;
                 for (int g = 0; g < 2; g++) {
                     if (row->gemm >= 0 && row->gemm != g)
@@ -167,6 +177,11 @@ static void test_tiling_rows(wna16_context_t *ctx)
                                         ? row->warps_k : c.block_k / 16;
                         c.stages = row->stages;
                         c.min_ctas = row->min_ctas;
+                        c.wgmma = row->wgmma;
+                        /* act-order never reaches a wgmma row */
+                        while (row->wgmma &&
+                               VARIANTS[vi % W16_ARRAY_LEN(VARIANTS)].act_order)
+                            vi++;
                         apply(&c, &VARIANTS[vi++ % W16_ARRAY_LEN(VARIANTS)]);
                         compile_gemm(ctx, &c, row->json_path);
                     }
@@ -191,6 +206,7 @@ static void test_tables_agree(wna16_context_t *ctx)
              a->tiling->n_gemm == b->tiling->n_gemm);
     for (int i = 0; i < a->tiling->n_bm && i < b->tiling->n_bm; i++)
         TU_CHECK(a->tiling->bm[i].block_m == b->tiling->bm[i].block_m &&
+                 a->tiling->bm[i].wgmma == b->tiling->bm[i].wgmma &&
                  a->tiling->bm[i].tpe_lo == b->tiling->bm[i].tpe_lo &&
                  a->tiling->bm[i].tpe_hi == b->tiling->bm[i].tpe_hi);
     for (int i = 0; i < a->tiling->n_gemm && i < b->tiling->n_gemm; i++) {
@@ -203,7 +219,7 @@ static void test_tables_agree(wna16_context_t *ctx)
                  x->warps_k == y->warps_k && x->stages == y->stages &&
                  x->max_split_k == y->max_split_k &&
                  x->ctas_per_sm == y->ctas_per_sm &&
-                 x->min_ctas == y->min_ctas);
+                 x->min_ctas == y->min_ctas && x->wgmma == y->wgmma);
     }
 }
 
@@ -224,6 +240,29 @@ static void test_variants(wna16_context_t *ctx)
             apply(&c, &VARIANTS[v]);
             compile_gemm(ctx, &c, "variant");
         }
+}
+
+/* The same variants (but act order) on the wgmma template, sm_90a. */
+static void test_variants_wgmma(wna16_context_t *ctx)
+{
+    for (size_t v = 0; v < W16_ARRAY_LEN(VARIANTS); v++) {
+        if (VARIANTS[v].act_order)
+            continue;
+        for (int g = 0; g < 2; g++) {
+            w16_moe_gemm_cfg_t c;
+            memset(&c, 0, sizeof c);
+            c.gemm = (wna16_gemm_t)g;
+            c.block_m = v % 2 ? 64 : 128;
+            c.block_n = 128;
+            c.block_k = 64;
+            c.warps_n = 4;
+            c.warps_k = 1;
+            c.stages = 3;
+            c.wgmma = true;
+            apply(&c, &VARIANTS[v]);
+            compile_gemm(ctx, &c, "variant (wgmma)");
+        }
+    }
 }
 
 static void test_aux(wna16_context_t *ctx)
@@ -411,6 +450,7 @@ int main(void)
     test_split_same_code(ctx);
     test_tiling_rows(ctx);
     test_variants(ctx);
+    test_variants_wgmma(ctx);
     if (n_units)
         printf("%d units compiled: %.3f s each on average, %.3f s the "
                "slowest (%s)\n", n_units, total_s / n_units, worst_s,

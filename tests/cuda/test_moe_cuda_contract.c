@@ -87,13 +87,13 @@ static void set_range(cJSON *obj, const char *key, int lo, int hi)
 
 /* ---- edits, one per refusal ---- */
 static void e_bm_value(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 0), "block_m", 24); }
-static void e_bm_last_cond(cJSON *r, int a) { (void)a; set_range(row(r, "block_m", 3), "tokens_per_expert", 1, 9); }
+static void e_bm_last_cond(cJSON *r, int a) { (void)a; set_range(row(r, "block_m", 4), "tokens_per_expert", 1, 9); }
 static void e_bm_hides(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(row(r, "block_m", 1), "tokens_per_expert"); }
 static void e_bn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "block_n", 96); }
 static void e_bk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "block_k", 32); }
 static void e_bk192(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 2), "block_k", 192); }
 static void e_wn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "warps_n", 3); }
-static void e_wk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "warps_k", 8); }
+static void e_wk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "warps_k", 8); }
 static void e_acc(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 3), "warps_n", 2); }
 static void e_smem(cJSON *r, int a)
 {
@@ -111,7 +111,18 @@ static void e_halves(cJSON *r, int a)
     set_num(row(r, "gemm", 1), "warps_n", 1);
 }
 static void e_range(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 3), "n", 9, 3); }
-static void e_last(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 4), "k", 1, 64); }
+static void e_last(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 5), "k", 1, 64); }
+/* wgmma rows: block_m[3] and gemm[4] of the built-in table */
+static void e_wg_bm(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 3), "block_m", 96); }
+static void e_wg_shape(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "warps_n", 4); }
+static void e_wg_catch(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 4), "n", 1, 4096); }
+static void e_wg_mma(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 4), "mma", cJSON_CreateString("tcgen05")); }
+static void e_wg_last(cJSON *r, int a)
+{
+    (void)a; /* the catch-all block_m row marked wgmma */
+    cJSON_AddStringToObject(row(r, "block_m", 4), "mma", "wgmma");
+    set_num(row(r, "block_m", 4), "block_m", 128);
+}
 static void e_missing(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(tiling(r), "gemm"); }
 static void e_stages(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "stages", 1); }
 static void e_split(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 0), "max_split_k", 3); }
@@ -129,7 +140,7 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         const char *needle;
     } cases[] = {
         {e_bm_value, "$.tiling.block_m[0].block_m: expected 16, 32, 48 or 64"},
-        {e_bm_last_cond, "$.tiling.block_m[3]: the last row must have no "
+        {e_bm_last_cond, "$.tiling.block_m[4]: the last row must have no "
                          "condition"},
         {e_bm_hides, "$.tiling.block_m[1]: a row without a condition hides"},
         {e_bn, "$.tiling.gemm[1].block_n: expected a multiple of 64"},
@@ -137,7 +148,7 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         {e_bk192, "$.tiling.gemm[2].block_k: expected 64, 128 or 256"},
         {e_wn, "$.tiling.gemm[1].warps_n: expected a power of two dividing "
                "block_n / 64 = 2"},
-        {e_wk, "$.tiling.gemm[4].warps_k: expected a power of two dividing "
+        {e_wk, "$.tiling.gemm[5].warps_k: expected a power of two dividing "
                "block_k / 16 = 4"},
         {e_acc, "$.tiling.gemm[3]: with block_m 48 (from $.tiling.block_m[2]) "
                 "a warp would hold 3 x 2"},
@@ -147,7 +158,16 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         {e_halves, "$.tiling.gemm[1]: a w13 shape puts the gate and up "
                    "halves"},
         {e_range, "$.tiling.gemm[3].n: empty range [9, 3]"},
-        {e_last, "$.tiling.gemm[4]: the last row must have no condition"},
+        {e_last, "$.tiling.gemm[5]: the last row must have no condition"},
+        {e_wg_bm, "$.tiling.block_m[3].block_m: expected 64 or 128 (wgmma"},
+        {e_wg_shape, "$.tiling.gemm[4]: a wgmma row has block_k 64, "
+                     "warps_k 1"},
+        {e_wg_catch, "block_m has wgmma rows, but no wgmma GEMM row without "
+                     "conditions"},
+        {e_wg_mma, "$.tiling.gemm[4].mma: expected \"mma.sync\" or "
+                   "\"wgmma\""},
+        {e_wg_last, "$.tiling.block_m[4]: the last row is the one every "
+                    "device can run"},
         {e_missing, "$.tiling: \"block_m\" and \"gemm\" are required"},
         {e_stages, "$.tiling.gemm[1].stages: 1 is out of range [2, 8]"},
         {e_split, "$.tiling.gemm[0].max_split_k: expected a power of two"},
@@ -192,9 +212,10 @@ static void test_lookups(wna16_context_t *ctx)
     static const int64_t tpe[] = {1, 16, 17, 32, 33, 48, 49, 100000};
     static const int want[] = {16, 16, 32, 32, 48, 48, 64, 64};
     wna16_error_t err;
+    int bm0 = 0;
     for (size_t i = 0; i < W16_ARRAY_LEN(tpe); i++) {
         int bm = 0;
-        TU_OK(w16_moe_cuda_block_m(m, tpe[i], &bm, &err), &err);
+        TU_OK(w16_moe_cuda_block_m(m, tpe[i], false, &bm, NULL, &err), &err);
         TU_CHECK_MSG(bm == want[i], "tpe %lld: block_m %d", (long long)tpe[i],
                      bm);
     }
@@ -203,32 +224,48 @@ static void test_lookups(wna16_context_t *ctx)
      * to 64 */
     w16_moe_gemm_cfg_t c;
     const char *path = NULL;
-    TU_OK(w16_moe_cuda_tile(m, 16, WNA16_GEMM_W2, 2048, 768, &c, &path, &err),
+    TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 2048, 768, &c, &path, &err),
           &err);
     TU_CHECK(c.block_n == 128 && c.block_k == 128 && c.warps_k == 2 &&
              c.min_ctas == 5 && strcmp(path, "$.tiling.gemm[1]") == 0);
     int max_split = 0, cps = 0;
-    w16_moe_cuda_split(m, 16, WNA16_GEMM_W2, 2048, 768, &max_split, &cps);
+    w16_moe_cuda_split(m, 16, false, WNA16_GEMM_W2, 2048, 768, &max_split, &cps);
     TU_CHECK_MSG(max_split == 16 && cps == 4, "split %d cps %d", max_split,
                  cps);
-    TU_OK(w16_moe_cuda_tile(m, 16, WNA16_GEMM_W2, 2048, 192, &c, &path, &err),
+    TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 2048, 192, &c, &path, &err),
           &err);
     TU_CHECK_MSG(c.block_k == 64 && c.warps_k == 2, "bk %d wk %d", c.block_k,
                  c.warps_k);
-    TU_OK(w16_moe_cuda_tile(m, 16, WNA16_GEMM_W13, 1536, 2048, &c, &path,
+    TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W13, 1536, 2048, &c, &path,
                             &err), &err);
     TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[0]") == 0);
-    TU_OK(w16_moe_cuda_tile(m, 64, WNA16_GEMM_W13, 1024, 128, &c, &path, &err),
+    TU_OK(w16_moe_cuda_tile(m, 64, false, WNA16_GEMM_W13, 1024, 128, &c, &path, &err),
           &err);
     TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[3]") == 0);
-    TU_OK(w16_moe_cuda_tile(m, 64, WNA16_GEMM_W13, 512, 128, &c, &path, &err),
+    TU_OK(w16_moe_cuda_tile(m, 64, false, WNA16_GEMM_W13, 512, 128, &c, &path, &err),
           &err);
-    TU_CHECK(strcmp(path, "$.tiling.gemm[4]") == 0);
-    TU_CHECK(w16_moe_cuda_tile(m, 16, WNA16_GEMM_W2, 256, 96, &c, &path,
+    TU_CHECK(strcmp(path, "$.tiling.gemm[5]") == 0);
+    TU_CHECK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 256, 96, &c, &path,
                                &err) == WNA16_EUNSUPPORTED);
+    /* where wgmma runs: block_m 128 from 128 routed slots per expert on,
+     * on the wgmma GEMM row; below that, and without wgmma, as before */
+    bool wg = false;
+    TU_OK(w16_moe_cuda_block_m(m, 128, true, &bm0, &wg, &err), &err);
+    TU_CHECK_MSG(bm0 == 128 && wg, "block_m %d wgmma %d", bm0, wg);
+    TU_OK(w16_moe_cuda_block_m(m, 127, true, &bm0, &wg, &err), &err);
+    TU_CHECK(bm0 == 64 && !wg);
+    TU_OK(w16_moe_cuda_block_m(m, 100000, false, &bm0, &wg, &err), &err);
+    TU_CHECK(bm0 == 64 && !wg);
+    TU_OK(w16_moe_cuda_tile(m, 128, true, WNA16_GEMM_W13, 28672, 4096, &c,
+                            &path, &err), &err);
+    TU_CHECK(c.wgmma && c.block_n == 256 && c.warps_n == 8 &&
+             strcmp(path, "$.tiling.gemm[4]") == 0);
+    TU_OK(w16_moe_cuda_tile(m, 64, false, WNA16_GEMM_W13, 28672, 4096, &c,
+                            &path, &err), &err);
+    TU_CHECK(!c.wgmma);
     const wna16_spec_t *tr = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, "triton");
     int bm;
-    TU_CHECK(tr && w16_moe_cuda_block_m(tr, 1, &bm, &err) ==
+    TU_CHECK(tr && w16_moe_cuda_block_m(tr, 1, false, &bm, NULL, &err) ==
                        WNA16_EUNSUPPORTED && strstr(err.message, "tiling"));
 }
 

@@ -1,0 +1,334 @@
+// moe_gemm_common.cu - what the fused MoE's two GEMM templates share:
+// moe_marlin_gemm.cu (mma.sync) and moe_wgmma_gemm.cu (wgmma). The
+// generator (gen/moe_cuda.c) writes the prelude (namespace w16cfg: every
+// compile-time parameter, the kernel's name), then this text, then one of
+// the two templates. Here: the stage geometry both pipelines use, the
+// element types, the Marlin family's addresses (the specializer's
+// contract), the cp.async wrappers, the exact dequantization of a code
+// pair, the gated activations, the column of a CTA's tile, the epilogue
+// that turns a CTA's C tile into the GEMM's output, and GEMM 1's split-K
+// reduce kernel.
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+namespace w16 {
+
+using namespace w16cfg;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+// ---- the stage geometry ----------------------------------------------------
+
+constexpr int NTHREADS = 32 * WN * WK;
+constexpr int TILES = BN / 64;            // Marlin tiles per CTA along N
+constexpr int KSTEPS = BK / 16;           // k16 steps per stage
+constexpr int TILE_WORDS = 32 * BITS;     // words per 16 x 64 tile
+constexpr int TILE_VECS = TILE_WORDS / 4; // 16-byte vectors per tile
+constexpr int LANE_VECS = BITS / 4;       // 16-byte vectors per lane
+constexpr int A_CHUNKS = BK / 8;          // 16-byte chunks per A row
+constexpr int A_STAGE = BM * BK;          // activation elements per stage
+constexpr int B_STAGE = KSTEPS * TILES * TILE_VECS; // vectors per stage
+constexpr int C_LD = BN + 4;              // floats per row of the C tile
+// Grouped scales (not act-order) travel with their stage: the rows of the
+// groups the stage's K range touches (at most BK/16: groups are multiples
+// of 16), 64 scales (8 vectors) per tile and row. The space is reserved
+// for every kernel so that the host's formula stays one expression.
+constexpr int S_STAGE = (BK / 16) * TILES * 8; // 16-byte vectors per stage
+constexpr int STAGE_BYTES = A_STAGE * 2 + B_STAGE * 16 + S_STAGE * 16;
+constexpr int PIPE_BYTES = STAGES * STAGE_BYTES;
+constexpr int C_BYTES = BM * C_LD * 4;
+
+static_assert(BITS == 4 || BITS == 8, "4- or 8-bit codes");
+static_assert(!(ZP && BITS != 4), "Marlin zero points are 4-bit");
+static_assert(GEMM == 2 || GATED, "GEMM 1 fuses a gated activation");
+static_assert(GEMM == 2 || ACTIVATION == ACT_SILU || ACTIVATION == ACT_GELU ||
+                  ACTIVATION == ACT_GELU_TANH || ACTIVATION == ACT_SWIGLUOAI ||
+                  ACTIVATION == ACT_SWIGLUSTEP, "a gated activation");
+
+// ---- activation and scale element types -----------------------------------
+
+template <bool BF16> struct elem;
+template <> struct elem<false> {
+    typedef __half t;
+    typedef __half2 t2;
+    static __device__ __forceinline__ float to_f(t v) { return __half2float(v); }
+    static __device__ __forceinline__ t from_f(float v) { return __float2half_rn(v); }
+    static __device__ __forceinline__ t2 pair(t lo, t hi) { return __halves2half2(lo, hi); }
+};
+template <> struct elem<true> {
+    typedef __nv_bfloat16 t;
+    typedef __nv_bfloat162 t2;
+    static __device__ __forceinline__ float to_f(t v) { return __bfloat162float(v); }
+    static __device__ __forceinline__ t from_f(float v) { return __float2bfloat16_rn(v); }
+    static __device__ __forceinline__ t2 pair(t lo, t hi) { return __halves2bfloat162(lo, hi); }
+};
+
+typedef elem<ACT_BF16> act;
+typedef elem<SCALE_BF16> sca;
+typedef elem<BIAS_BF16> bia;
+typedef bia::t bias_t;
+typedef act::t act_t;
+typedef act::t2 act2_t;
+typedef sca::t scale_t;
+constexpr bool SCALE_SAME = ACT_BF16 == SCALE_BF16;
+
+template <bool C, typename A, typename B> struct pick { typedef A t; };
+template <typename A, typename B> struct pick<false, A, B> { typedef B t; };
+
+template <typename T> __device__ __forceinline__ u32 as_u32(T v)
+{
+    static_assert(sizeof(T) == 4, "32-bit");
+    return *reinterpret_cast<const u32 *>(&v);
+}
+template <typename T> __device__ __forceinline__ T from_u32(u32 v)
+{
+    static_assert(sizeof(T) == 4, "32-bit");
+    return *reinterpret_cast<const T *>(&v);
+}
+
+// ---- addresses of the Marlin family (the specializer's contract) ----------
+
+__device__ __forceinline__ int scale_pos(int n)
+{
+    if (SCALE_LAYOUT == 0) // 8x8 transpose inside every 64 columns
+        return 64 * (n / 64) + 8 * (n % 8) + (n % 64) / 8;
+    return 32 * (n / 32) + 8 * ((n % 8) / 2) + 2 * ((n % 32) / 8) + n % 2;
+}
+
+__device__ __forceinline__ int bias_pos(int n)
+{
+    return 32 * (n / 32) + 8 * ((n % 8) / 2) + 2 * ((n % 32) / 8) + n % 2;
+}
+
+__device__ __forceinline__ int zero_at(const u32 *row, int n)
+{
+    int j = (n % 64) / 8;
+    int slot = (j % 2) * 4 + j / 2;
+    return (int)((row[8 * (n / 64) + n % 8] >> (4 * slot)) & 15u);
+}
+
+// ---- PTX wrappers ---------------------------------------------------------
+
+__device__ __forceinline__ u32 smem_addr(const void *p)
+{
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src,
+                                           bool valid)
+{
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// ---- dequantization --------------------------------------------------------
+
+// The exponent that turns a small code c in a 16-bit lane into a float of
+// value MAGIC + c (exact while c < 2^mantissa bits).
+constexpr u32 MAGIC_BITS = ACT_BF16 ? 0x4300u : 0x6400u; // 128 or 1024
+constexpr float MAGIC = ACT_BF16 ? 128.0f : 1024.0f;
+constexpr bool USE_MAGIC = !(ACT_BF16 && BITS == 8);
+
+__device__ __forceinline__ act2_t codes_minus_zero(u32 v, act2_t zb)
+{
+    if constexpr (USE_MAGIC) {
+        act2_t x = from_u32<act2_t>(v | (MAGIC_BITS << 16) | MAGIC_BITS);
+        return __hsub2(x, zb);
+    } else {
+        float lo = (float)(int)(v & 0xffffu) - act::to_f(zb.x);
+        float hi = (float)(int)(v >> 16) - act::to_f(zb.y);
+        return act::pair(act::from_f(lo), act::from_f(hi));
+    }
+}
+
+// (q - z) * s rounded once to the activation dtype (lo and hi: the
+// scales of the pair's two codes).
+template <typename S>
+__device__ __forceinline__ act2_t apply_scale(act2_t d, S lo, S hi)
+{
+    if constexpr (SCALE_SAME) {
+        return __hmul2(d, act::pair(lo, hi));
+    } else {
+        return act::pair(act::from_f(act::to_f(d.x) * lo),
+                         act::from_f(act::to_f(d.y) * hi));
+    }
+}
+
+// ---- the activation (gated: act(gate, up)) --------------------------------
+
+__device__ __forceinline__ float clamp_max(float x, float hi)
+{
+    return x > hi ? hi : x;
+}
+__device__ __forceinline__ float clamp_sym(float x, float lim)
+{
+    return x > lim ? lim : (x < -lim ? -lim : x);
+}
+__device__ __forceinline__ float silu_f(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+__device__ __forceinline__ float activation(float g, float u, float limit,
+                                            float alpha, float beta)
+{
+    if constexpr (ACTIVATION == ACT_SILU) {
+        return silu_f(g) * u;
+    } else if constexpr (ACTIVATION == ACT_GELU) {
+        return 0.5f * g * (1.0f + erff(g * 0.70710678118654752440f)) * u;
+    } else if constexpr (ACTIVATION == ACT_GELU_TANH) {
+        float t = tanhf(0.79788456080286535588f * (g + 0.044715f * g * g * g));
+        return 0.5f * g * (1.0f + t) * u;
+    } else if constexpr (ACTIVATION == ACT_SWIGLUOAI) {
+        float gc = clamp_max(g, limit), uc = clamp_sym(u, limit);
+        return (uc + beta) * gc * (1.0f / (1.0f + expf(-alpha * gc)));
+    } else { // ACT_SWIGLUSTEP (checked above)
+        return clamp_max(silu_f(g), limit) * clamp_sym(u, limit);
+    }
+}
+
+__device__ __forceinline__ float round_act(float v)
+{
+    return act::to_f(act::from_f(v));
+}
+
+// Column of the first code of CTA tile tt, or -1 past the end of its piece.
+__device__ __forceinline__ int tile_col(int tt, int ncol, int N, int ip)
+{
+    if constexpr (GATED) {
+        constexpr int HALF = TILES > 1 ? TILES / 2 : 1; // (GATED: TILES even)
+        int local = ncol * (BN / 2) + (tt % HALF) * 64;
+        return local < ip ? (tt / HALF) * ip + local : -1;
+    } else {
+        int c = ncol * BN + tt * 64;
+        return c < N ? c : -1;
+    }
+}
+
+// ---- the epilogue -----------------------------------------------------------
+
+// The CTA's C tile (BM rows x BN columns of float32 in shared memory, row
+// r = routed slot s_rows[r], -1 for padding) to the GEMM's output:
+//   split-K (splits > 1): a float32 partial sum, scaled when channelwise,
+//     with the bias in split 0 only, to this split's slab;
+//   GEMM 1: the first BN/2 columns are gate, the last BN/2 the matching up
+//     columns: scale, bias, optional rounding, the activation, rounded to
+//     the activation dtype: out [slots][IP];
+//   GEMM 2: scale, bias, optional rounding, float32: out [slots][N].
+__device__ __forceinline__ void store_c_tile(
+    const float *cs, const int *s_rows, int tid, int e, int ncol, int split,
+    int splits, int N, int ip, int n_slots, const scale_t *sc_e,
+    const bias_t *bias, void *out, int round_out, float limit, float alpha,
+    float beta)
+{
+    const bias_t *bias_e = (bias && split == 0) ? bias + (size_t)e * N
+                                                : nullptr;
+    if (splits > 1) {
+        const int W = GATED ? 2 * ip : N;
+        float *o = static_cast<float *>(out) + (size_t)split * n_slots * W;
+        constexpr int OUTW = GATED ? BN / 2 : BN;
+        for (int i = tid; i < BM * BN; i += NTHREADS) {
+            int r = i / BN, c = i % BN, t = s_rows[r];
+            int n = GATED ? ncol * OUTW + c % OUTW : ncol * BN + c;
+            if (t < 0 || n >= (GATED ? ip : N))
+                continue;
+            int col = GATED ? (c < OUTW ? n : ip + n) : n;
+            float y = cs[r * C_LD + c];
+            if constexpr (!GROUPED)
+                y *= sca::to_f(sc_e[scale_pos(col)]);
+            if (bias_e)
+                y += bia::to_f(bias_e[bias_pos(col)]);
+            o[(size_t)t * W + col] = y;
+        }
+        return;
+    }
+    if constexpr (GEMM == 1) {
+        act_t *o = static_cast<act_t *>(out);
+        constexpr int OUTW = BN / 2;
+        for (int i = tid; i < BM * OUTW; i += NTHREADS) {
+            int r = i / OUTW, c = i % OUTW, t = s_rows[r];
+            int n = ncol * OUTW + c;
+            if (t < 0 || n >= ip)
+                continue;
+            float hg = cs[r * C_LD + c], hu = cs[r * C_LD + OUTW + c];
+            if constexpr (!GROUPED) {
+                hg *= sca::to_f(sc_e[scale_pos(n)]);
+                hu *= sca::to_f(sc_e[scale_pos(ip + n)]);
+            }
+            if (bias_e) {
+                hg += bia::to_f(bias_e[bias_pos(n)]);
+                hu += bia::to_f(bias_e[bias_pos(ip + n)]);
+            }
+            if (round_out) {
+                hg = round_act(hg);
+                hu = round_act(hu);
+            }
+            o[(size_t)t * ip + n] =
+                act::from_f(activation(hg, hu, limit, alpha, beta));
+        }
+    } else {
+        float *o = static_cast<float *>(out);
+        for (int i = tid; i < BM * BN; i += NTHREADS) {
+            int r = i / BN, c = i % BN, t = s_rows[r];
+            int n = ncol * BN + c;
+            if (t < 0 || n >= N)
+                continue;
+            float y = cs[r * C_LD + c];
+            if constexpr (!GROUPED)
+                y *= sca::to_f(sc_e[scale_pos(n)]);
+            if (bias_e)
+                y += bia::to_f(bias_e[bias_pos(n)]);
+            if (round_out)
+                y = round_act(y);
+            o[(size_t)t * N + n] = y;
+        }
+    }
+}
+
+} // namespace w16
+
+#ifdef W16_REDUCE
+using namespace w16;
+// GEMM 1 after split-K: for every routed slot (the padded order's
+// sorted_ids) and output column n < IP, the gate and up sums over the
+// splits in order s = 0, 1, ..., optional rounding, the activation, the
+// activation-dtype result: out [slots][IP].
+extern "C" __global__ void __launch_bounds__(256)
+W16_REDUCE(const float *__restrict__ part, int n_slots, int ip, int splits,
+           const int *__restrict__ sorted_ids,
+           const int *__restrict__ num_post, act_t *__restrict__ out,
+           int round_out, float limit, float alpha, float beta)
+{
+    const size_t total = (size_t)*num_post * ip;
+    const size_t slab = (size_t)n_slots * 2 * ip;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int p = (int)(i / ip), n = (int)(i % ip), t = sorted_ids[p];
+        if (t < 0 || t >= n_slots)
+            continue;
+        const float *g = part + (size_t)t * 2 * ip + n;
+        float hg = 0.0f, hu = 0.0f;
+        for (int s = 0; s < splits; s++) {
+            hg += g[s * slab];
+            hu += g[s * slab + ip];
+        }
+        if (round_out) {
+            hg = round_act(hg);
+            hu = round_act(hu);
+        }
+        out[(size_t)t * ip + n] =
+            act::from_f(activation(hg, hu, limit, alpha, beta));
+    }
+}
+#endif

@@ -1,0 +1,485 @@
+// moe_wgmma_gemm.cu - the fused MoE's GEMM over Marlin layouts on Hopper's
+// warpgroup MMA (wgmma.mma_async, sm_90a). Same launch, arguments, CTA
+// semantics and epilogue as moe_marlin_gemm.cu (read its header first):
+// a CTA computes BM routed rows x BN columns of A[rows] . W_e^T over its
+// K range, then the epilogue. What differs is the product:
+//
+// Operands are swapped: the tensor cores compute C^T = W . A^T, so the
+// dequantized weights are wgmma's A operand, in registers (only A may come
+// from registers; that is what lets the dequantization stay in the
+// registers, as in the mma.sync kernel), and the activation tile is B,
+// read by the tensor cores from shared memory through a descriptor. The
+// routed rows are wgmma's N (BM = 64 or 128), the weight columns its M.
+//
+// Warpgroups. WN = 4 * WGS warps form WGS warpgroups; warpgroup wg owns
+// the CTA's Marlin tiles 2wg and 2wg+1 (128 columns; for w13 that is one
+// gate and one up tile: TILES = 2 * WGS, the first half gate). Warp w of
+// a warpgroup holds rows 16w .. 16w+15 of each m64 operand; warp w reads
+// tile 2wg + w/2 and, of each lane's words, the n8 blocks j = 4h .. 4h+3
+// (h = w % 2). Per k16 step the warpgroup issues two m64nBMk16 products,
+// slice s = 0, 1: warp w's rows of slice s are the n8 blocks
+// j0 = 4h + 2s and j1 = j0 + 1 of its tile. The m16 x k16 A fragment of a
+// warp has the mma.m16n8k16 layout, which is the Marlin tile's B fragment
+// transposed: a0 = b0(j0), a1 = b0(j1), a2 = b1(j0), a3 = b1(j1) (rows g
+// and g + 8 are columns 8 j0 + g and 8 j1 + g). So an m64 row r of warp w,
+// slice s, is the column 16 (4h + 2s) / 2 + r = 16 (2h + s) + r of tile
+// 2wg + w/2: the slices cover each tile's 64 columns in order.
+//
+// Activations. BK is 64: a row of a stage's A tile is 128 bytes, its
+// 16-byte chunks XOR-swizzled by row % 8, which is exactly wgmma's 128-byte
+// swizzle of a K-major operand (8-row atoms of 1024 bytes, stage buffers
+// 1024-byte aligned). Step kk's B descriptor starts 32 kk bytes into it.
+//
+// Pipeline: STAGES cp.async stage buffers, STAGES - 2 loads in flight
+// (a buffer is refilled two stages after its compute, so that the last
+// products of a stage may still run while the next one starts); the
+// warpgroup dequantizes step kk + 1 into the second register set while
+// the tensor cores run step kk (wgmma.wait_group 1).
+// The cp.async writes reach wgmma's async proxy through
+// fence.proxy.async before the barrier that publishes a stage.
+//
+// Not here: act-order (per-k-row groups would reload scales per row; the
+// tiling table sends those problems to the mma.sync kernel) and split
+// warps along K (the warpgroup's products accumulate in its registers).
+
+// moe_gemm_common.cu precedes this text: the stage geometry, element
+// types, addresses, cp.async, dequantization, activations, the epilogue.
+
+namespace w16 {
+
+// ---- derived constants and the checks the specializer relies on ----------
+
+constexpr int WGS = WN / 4; // warpgroups: NTHREADS = 128 * WGS
+// + 1024: the dynamic shared memory is aligned up to the swizzle atom
+constexpr int NEED_BYTES = (PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES) + 1024;
+constexpr int ACC = BM / 2;               // accumulator floats per slice
+
+static_assert(!ACT_ORDER, "act-order runs on the mma.sync kernel");
+static_assert(BM == 64 || BM == 128, "block_m (wgmma N) is 64 or 128");
+static_assert(WN == 4 || WN == 8, "one or two warpgroups");
+static_assert(WK == 1, "no K split between warps");
+static_assert(BN == 128 * WGS, "two Marlin tiles a warpgroup");
+static_assert(BK == 64, "a stage's A rows are one 128-byte swizzle row");
+static_assert(STAGES >= 3 && STAGES <= 8, "pipeline depth (STAGES - 2 "
+              "loads in flight)");
+static_assert((A_STAGE * 2) % 1024 == 0, "stage buffers stay 1024-aligned");
+static_assert(SMEM_BYTES == NEED_BYTES, "shared memory size (prelude)");
+
+// ---- PTX wrappers ---------------------------------------------------------
+
+// Shared-memory writes of this thread (cp.async, stores) become visible
+// to the async proxy, which is where wgmma reads its B operand.
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// The descriptor of a K-major operand in 128-byte swizzled atoms of 8 rows
+// (1024 bytes apart: the stride byte offset); the leading byte offset is
+// unused for this layout (1 by convention).
+__device__ __forceinline__ u64 smem_desc(u32 addr)
+{
+    return (u64)((addr & 0x3ffffu) >> 4) | ((u64)1 << 16) |
+           ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+
+// D (m64 x BM, f32) += A (m64 x k16, registers) . B (k16 x BM, shared).
+// The operand list is written out by the macros below: wgmma takes every
+// accumulator register as an operand.
+#define W16_R8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
+                  "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define W16_D32 \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
+#define W16_WGMMA_TYPES_BF16 ".f32.bf16.bf16"
+#define W16_WGMMA_TYPES_F16 ".f32.f16.f16"
+
+__device__ __forceinline__ void wgmma_n64(float (&d)[32], const u32 (&a)[4],
+                                          u64 desc, int scale_d)
+{
+    if constexpr (ACT_BF16)
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16" W16_WGMMA_TYPES_BF16 " "
+            W16_D32 ", {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+            : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+    else
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16" W16_WGMMA_TYPES_F16 " "
+            W16_D32 ", {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+            : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+}
+
+#define W16_D64 \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+
+__device__ __forceinline__ void wgmma_n128(float (&d)[64], const u32 (&a)[4],
+                                           u64 desc, int scale_d)
+{
+    if constexpr (ACT_BF16)
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16" W16_WGMMA_TYPES_BF16 " "
+            W16_D64 ", {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+            : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24), W16_R8(32),
+              W16_R8(40), W16_R8(48), W16_R8(56)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+    else
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16" W16_WGMMA_TYPES_F16 " "
+            W16_D64 ", {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+            : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24), W16_R8(32),
+              W16_R8(40), W16_R8(48), W16_R8(56)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+}
+
+// scale_d 0: D = A . B (the first product of a tile), else D += A . B.
+template <int M>
+__device__ __forceinline__ void wgmma_step(float (&d)[M], const u32 (&a)[4],
+                                           u64 desc, int scale_d)
+{
+    if constexpr (M == 32)
+        wgmma_n64(d, a, desc, scale_d);
+    else
+        wgmma_n128(d, a, desc, scale_d);
+}
+
+
+} // namespace w16
+
+using namespace w16;
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_CTAS)
+W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
+           const int *__restrict__ sorted_ids,
+           const int *__restrict__ expert_ids,
+           const int *__restrict__ num_post,
+           const int4 *__restrict__ qweight,
+           const scale_t *__restrict__ scales,
+           const u32 *__restrict__ qzeros, const bias_t *__restrict__ bias,
+           const int *__restrict__ g_idx, void *__restrict__ out, int N,
+           int K, int G, int group_size, int ip, float limit, float alpha,
+           float beta, int round_out, int splits)
+{
+    (void)g_idx; // act-order is the mma.sync kernel's
+    extern __shared__ int4 smem_raw[];
+    __shared__ int s_rows[BM];
+    // wgmma's swizzle is a function of the address: align to the atom
+    int4 *smem4 = reinterpret_cast<int4 *>(
+        reinterpret_cast<char *>(smem_raw) +
+        ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u));
+
+    const int ncta = GATED ? (ip + BN / 2 - 1) / (BN / 2) : (N + BN - 1) / BN;
+    const int split = blockIdx.x % splits, tile = blockIdx.x / splits;
+    // Raster: CTAs run in groups of RG row blocks x CG column tiles, row
+    // blocks fastest, so that a wave reads a group's weights and
+    // activations from HBM about once (at large M an expert has several
+    // row blocks, and the mma.sync kernel's order, columns fastest, reads
+    // an expert's weights once per row block). A bijection on the tiles.
+    constexpr int RG = 8, CG = 16;
+    const int nblk = (int)(gridDim.x / (unsigned)splits) / ncta;
+    const int rg = tile / (RG * ncta), rem = tile % (RG * ncta);
+    const int rows_in = nblk - rg * RG < RG ? nblk - rg * RG : RG;
+    const int cg = rem / (rows_in * CG), rem2 = rem % (rows_in * CG);
+    const int mblk = rg * RG + rem2 % rows_in;
+    const int ncol = cg * CG + rem2 / rows_in;
+    if (mblk * BM >= *num_post)
+        return;
+    const int e = expert_ids[mblk];
+    if (e < 0)
+        return;
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int wg = warp / 4, w = warp % 4, h = w % 2;
+    const int gid = lane / 4, tig = lane % 4;
+    const int my_tile = 2 * wg + w / 2; // CTA-local tile this warp reads
+
+    for (int r = tid; r < BM; r += NTHREADS) {
+        int t = sorted_ids[mblk * BM + r];
+        s_rows[r] = (t >= 0 && t < n_slots) ? t : -1;
+    }
+    __syncthreads();
+
+    const size_t tiles_n = (size_t)(N / 64);
+    const int4 *qw_e = qweight + (size_t)e * (size_t)(K / 16) * tiles_n * TILE_VECS;
+    const scale_t *sc_e = scales + (size_t)e * G * N;
+    const u32 *zp_e = ZP ? qzeros + (size_t)e * G * (N / 8) : nullptr;
+
+    act_t *sA = reinterpret_cast<act_t *>(smem4);
+    int4 *sB = smem4 + STAGES * A_STAGE / 8;
+    int4 *sS = sB + STAGES * B_STAGE;
+
+    // ---- the thread's share of every stage's loads, computed once -------
+    constexpr int A_PER = (BM * A_CHUNKS + NTHREADS - 1) / NTHREADS;
+    constexpr int B_PER = B_STAGE / NTHREADS;
+    static_assert(B_STAGE % NTHREADS == 0, "B vectors per thread");
+    const act_t *a_src[A_PER];
+    int a_dst[A_PER];
+#pragma unroll
+    for (int q = 0; q < A_PER; q++) {
+        int i = tid + q * NTHREADS, r = i / A_CHUNKS, c = i % A_CHUNKS;
+        int t = i < BM * A_CHUNKS ? s_rows[r] : -1;
+        a_src[q] = t >= 0 ? a + (size_t)(t / a_row_div) * K + c * 8 : nullptr;
+        a_dst[q] = r * BK + ((c ^ (r % 8)) * 8);
+    }
+    int b_off[B_PER];
+#pragma unroll
+    for (int q = 0; q < B_PER; q++) {
+        int i = tid + q * NTHREADS;
+        int v = i % TILE_VECS, rest = i / TILE_VECS;
+        int tt = rest % TILES, ks = rest / TILES;
+        int col = tile_col(tt, ncol, N, ip);
+        b_off[q] = col >= 0 ? (int)((ks * tiles_n + col / 64) * TILE_VECS + v)
+                            : -1;
+    }
+    for (int i = tid; i < STAGES * BM * A_CHUNKS; i += NTHREADS) {
+        int r = (i / A_CHUNKS) % BM;
+        if (s_rows[r] < 0)
+            reinterpret_cast<int4 *>(sA)[i] = make_int4(0, 0, 0, 0);
+    }
+
+    auto load_stage = [&](int it, int slot) {
+        const int k0 = it * BK;
+        act_t *dA = sA + slot * A_STAGE;
+#pragma unroll
+        for (int q = 0; q < A_PER; q++)
+            if (a_src[q])
+                cp_async16(dA + a_dst[q], a_src[q] + k0, true);
+        int4 *dB = sB + slot * B_STAGE;
+        const int4 *qs = qw_e + (size_t)(k0 / 16) * tiles_n * TILE_VECS;
+#pragma unroll
+        for (int q = 0; q < B_PER; q++)
+            cp_async16(dB + tid + q * NTHREADS,
+                       b_off[q] >= 0 ? qs + b_off[q] : qweight, b_off[q] >= 0);
+        if constexpr (GROUPED) { // row r = group k0/group_size + r
+            int4 *dS = sS + slot * S_STAGE;
+            const int g0 = k0 / group_size;
+            const int rows = (k0 + BK - 1) / group_size - g0 + 1;
+            for (int i = tid; i < rows * TILES * 8; i += NTHREADS) {
+                int v = i % 8, rest = i / 8, tt = rest % TILES, r = rest / TILES;
+                int col = tile_col(tt, ncol, N, ip);
+                const int4 *src =
+                    col >= 0 ? reinterpret_cast<const int4 *>(
+                                   sc_e + (size_t)(g0 + r) * N + col) + v
+                             : reinterpret_cast<const int4 *>(scales);
+                cp_async16(dS + i, src, col >= 0);
+            }
+        }
+    };
+
+    // ---- the thread's columns: slice s, rows gid (lo) and gid + 8 (hi) ---
+    // column (CTA-local tile my_tile) 16 (2h + s) + gid (+ 8)
+    const int colbase = tile_col(my_tile, ncol, N, ip);
+    typedef typename pick<SCALE_SAME, act_t, float>::t reg_scale_t;
+    reg_scale_t s_reg[2][2]; // [slice][lo, hi]
+    act_t z_reg[2][2];       // MAGIC + z (or z)
+    int cur_g = -1;
+    const int iters_all = K / BK;
+    const int it0 = (int)((long long)split * iters_all / splits);
+    const int iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
+    const int it0_group = GROUPED ? it0 * BK / group_size : 0;
+
+    auto set_zero = [&](int g) {
+#pragma unroll
+        for (int s = 0; s < 2; s++)
+#pragma unroll
+            for (int x = 0; x < 2; x++) {
+                float z = ZP ? 0.0f : (float)(1 << (BITS - 1));
+                if constexpr (ZP)
+                    if (colbase >= 0)
+                        z = (float)zero_at(zp_e + (size_t)g * (N / 8),
+                                           colbase + 16 * (2 * h + s) + 8 * x +
+                                               gid);
+                z_reg[s][x] = act::from_f(USE_MAGIC ? MAGIC + z : z);
+            }
+    };
+    // the scales of group g from the stage in `slot` (row g - its first)
+    auto load_group_smem = [&](int slot, int row, int g) {
+        const scale_t *ss =
+            reinterpret_cast<const scale_t *>(sS + slot * S_STAGE) +
+            row * TILES * 64;
+#pragma unroll
+        for (int s = 0; s < 2; s++)
+#pragma unroll
+            for (int x = 0; x < 2; x++) {
+                scale_t sv = ss[my_tile * 64 +
+                                scale_pos(16 * (2 * h + s) + 8 * x + gid)];
+                if constexpr (SCALE_SAME)
+                    s_reg[s][x] = sv;
+                else
+                    s_reg[s][x] = sca::to_f(sv);
+            }
+        if constexpr (ZP)
+            set_zero(g);
+        cur_g = g;
+    };
+    // grouped scales arrive with their stage (load_group_smem, which also
+    // reloads zero points); the zero points of a channelwise or symmetric
+    // layer are set once here
+    set_zero(GROUPED ? it0_group : 0);
+
+    // The accumulators are not cleared: the tile's first products ignore
+    // them (scale_d 0). Clearing them with moves would put non-wgmma
+    // definitions of the accumulators inside ptxas's view of the wgmma
+    // pipeline (products stay in flight across stages), and ptxas would
+    // then serialize every wgmma. The empty asm only tells the compiler
+    // the registers have a value; it emits nothing.
+    float acc[2][ACC];
+#pragma unroll
+    for (int s = 0; s < 2; s++)
+#pragma unroll
+        for (int i = 0; i < ACC; i++)
+            asm volatile("" : "=f"(acc[s][i]));
+
+    // A fragments of step kk, slice s (see the header): 4-bit, one word of
+    // the lane's vector (2h + s) gives the four code pairs at shifts 0
+    // (b0 j0), 8 (b0 j1), 4 (b1 j0), 12 (b1 j1); 8-bit, words j0 and j1 of
+    // vector h, low bytes b0, high bytes b1.
+    auto dequant = [&](const int4 *cB, int kk, u32 (&af)[2][4]) {
+        const int4 *bp = cB + (kk * TILES + my_tile) * TILE_VECS +
+                         lane * LANE_VECS;
+        u32 wd[2][2]; // [slice][j0, j1] (4-bit: the same word twice)
+        if constexpr (BITS == 4) {
+            int2 x = reinterpret_cast<const int2 *>(bp)[h];
+            wd[0][0] = wd[0][1] = (u32)x.x;
+            wd[1][0] = wd[1][1] = (u32)x.y;
+        } else {
+            int4 x = bp[h];
+            wd[0][0] = (u32)x.x;
+            wd[0][1] = (u32)x.y;
+            wd[1][0] = (u32)x.z;
+            wd[1][1] = (u32)x.w;
+        }
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+#pragma unroll
+            for (int x = 0; x < 2; x++) { // x = 0: column j0 (lo), 1: j1 (hi)
+                u32 v0, v1; // b0 (k 2q, 2q+1), b1 (+8)
+                if constexpr (BITS == 4) {
+                    v0 = (wd[s][x] >> (8 * x)) & 0x000f000fu;
+                    v1 = (wd[s][x] >> (8 * x + 4)) & 0x000f000fu;
+                } else {
+                    v0 = wd[s][x] & 0x00ff00ffu;
+                    v1 = (wd[s][x] >> 8) & 0x00ff00ffu;
+                }
+                act2_t zb = act::pair(z_reg[s][x], z_reg[s][x]);
+                act2_t d0 = codes_minus_zero(v0, zb);
+                act2_t d1 = codes_minus_zero(v1, zb);
+                if constexpr (GROUPED) {
+                    d0 = apply_scale(d0, s_reg[s][x], s_reg[s][x]);
+                    d1 = apply_scale(d1, s_reg[s][x], s_reg[s][x]);
+                }
+                af[s][x] = as_u32(d0);     // a0 (j0) / a1 (j1)
+                af[s][2 + x] = as_u32(d1); // a2 (j0) / a3 (j1)
+            }
+        }
+    };
+
+    // A fragments, two register sets: step kk fills set kk % 2, which
+    // wgmma.wait_group 1 after step kk - 1 freed (one group in flight;
+    // ptxas serializes the wgmmas when more sets rotate: measured)
+    u32 af[2][2][4];
+    const bool stage_groups = GROUPED && group_size % BK == 0;
+    auto compute_stage = [&](int it, int slot) {
+        const int4 *cB = sB + slot * B_STAGE;
+        const u32 a_base = smem_addr(sA + slot * A_STAGE);
+        if constexpr (GROUPED) {
+            if (stage_groups) {
+                int g = it * BK / group_size;
+                if (g != cur_g)
+                    load_group_smem(slot, 0, g);
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++) {
+            if constexpr (GROUPED) {
+                if (!stage_groups) {
+                    int g = (it * BK + kk * 16) / group_size;
+                    if (g != cur_g)
+                        load_group_smem(slot, g - it * BK / group_size, g);
+                }
+            }
+            dequant(cB, kk, af[kk % 2]);
+            const u64 desc = smem_desc(a_base + 32u * (u32)kk);
+            const int scale_d = it > it0 || kk > 0;
+            wgmma_fence();
+            wgmma_step(acc[0], af[kk % 2][0], desc, scale_d);
+            wgmma_step(acc[1], af[kk % 2][1], desc, scale_d);
+            wgmma_commit();
+            wgmma_wait<1>(); // step kk - 1 done: its registers are free
+        }
+        // the stage's last products stay in flight into the next stage
+    };
+
+    // ---- the pipeline: LOOKAHEAD = STAGES-2 loads in flight -------------
+    // A stage's buffer is refilled two iterations after it was computed:
+    // by then every warpgroup has waited for all but its latest products
+    // (wgmma.wait_group 1), which read the stage in between, so the
+    // tensor cores never drain at a stage boundary.
+    constexpr int LOOKAHEAD = STAGES - 2;
+#pragma unroll
+    for (int s = 0; s < LOOKAHEAD; s++) {
+        if (s < iters)
+            load_stage(it0 + s, s);
+        cp_async_commit();
+    }
+    for (int it = 0; it < iters; it++) {
+        cp_async_wait<LOOKAHEAD - 1>();
+        fence_proxy_async();
+        __syncthreads(); // stage `it` visible; stage it-2 fully consumed
+        int next = it + LOOKAHEAD;
+        if (next < iters)
+            load_stage(it0 + next, next % STAGES);
+        cp_async_commit();
+        compute_stage(it0 + it, it % STAGES);
+    }
+    wgmma_wait<0>();
+    if (iters == 0) // a split without K stages (not chosen by the runtime)
+#pragma unroll
+        for (int s = 0; s < 2; s++)
+#pragma unroll
+            for (int i = 0; i < ACC; i++)
+                acc[s][i] = 0.0f;
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // ---- the accumulators to the C tile (rows: routed rows) -------------
+    // d[4i + 0..3] of slice s: (m row gid, rows 8i + 2 tig, +1), then
+    // (m row gid + 8, the same two rows)
+    float *cs = reinterpret_cast<float *>(smem4);
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        const int c = my_tile * 64 + 16 * (2 * h + s) + gid;
+#pragma unroll
+        for (int i = 0; i < BM / 8; i++) {
+            const int r0 = 8 * i + 2 * tig;
+            cs[r0 * C_LD + c] = acc[s][4 * i + 0];
+            cs[(r0 + 1) * C_LD + c] = acc[s][4 * i + 1];
+            cs[r0 * C_LD + c + 8] = acc[s][4 * i + 2];
+            cs[(r0 + 1) * C_LD + c + 8] = acc[s][4 * i + 3];
+        }
+    }
+    __syncthreads();
+
+    store_c_tile(cs, s_rows, tid, e, ncol, split, splits, N, ip, n_slots, sc_e,
+                 bias, out, round_out, limit, alpha, beta);
+}
