@@ -655,8 +655,12 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                        "0x%llx) must be 16-byte aligned",
                        (unsigned long long)a->hidden);
 
-    /* tiles: block_m from the routed slots per expert, shared by both */
-    int64_t tpe = a->batched ? a->max_tokens : (P + E - 1) / E;
+    /* tiles: block_m from the routed slots per expert, shared by both.
+     * Uniform routing over the n_ids experts of the ids puts P / n_ids
+     * slots on each; with an expert map (EP) this rank's E experts get that
+     * share each, not P / E (DeepSeek-V3/EP8 at M = 64: 2 rows an expert,
+     * not 16), so the rows a block pads to follow the local load. */
+    int64_t tpe = a->batched ? a->max_tokens : (P + n_ids - 1) / n_ids;
     int bm;
     w16_moe_gemm_cfg_t cfg[2];
     memset(cfg, 0, sizeof cfg); /* memo keys compare the bytes */
