@@ -32,33 +32,32 @@ MODELS = ["Mixtral-8x7B", "DeepSeek-V3/EP8"]
 #  min_ctas); per block_m, the first of each list is the base row
 CANDIDATES = {
     # the deferred-scale inner loop (templates/moe_marlin_gemm.cu, DEFER)
-    # needs 64 * MB * NT + 64 registers under the launch bounds: 128 threads
-    # at min_ctas 5 leave 102 and fall back to scales in B
+    # needs 64 * MB * NT + 64 registers under the launch bounds (128 threads
+    # at min_ctas 5 leave 102 and keep the scales in B); a ninth value True
+    # sets the row's scales_in_b (the same tile with the scales in B)
     16: {
         "w13": {
-            "n256k128w4x2p4s16c2o2": (256, 128, 4, 2, 4, 16, 2, 2),
-            "n256k128w4x2p3s16c2o2": (256, 128, 4, 2, 3, 16, 2, 2),
             "n256k128w4x1p4s16c4o2": (256, 128, 4, 1, 4, 16, 4, 2),
-            "n128k128w2x2p4s16c4o3": (128, 128, 2, 2, 4, 16, 4, 3),
+            "n256k128w4x1p4s16c4o2sb": (256, 128, 4, 1, 4, 16, 4, 2, True),
+            "n256k128w4x2p4s16c2o2": (256, 128, 4, 2, 4, 16, 2, 2),
+            "n256k128w4x2p4s16c2o2sb": (256, 128, 4, 2, 4, 16, 2, 2, True),
         },
         "w2": {
-            "n128k128w2x2p4s16c4o4": (128, 128, 2, 2, 4, 16, 4, 4),
             "n128k128w2x2p3s16c4o5": (128, 128, 2, 2, 3, 16, 4, 5),
             "n128k128w2x2p4s16c4o3": (128, 128, 2, 2, 4, 16, 4, 3),
-            "n128k128w2x1p4s16c4o4": (128, 128, 2, 1, 4, 16, 4, 4),
+            "n128k128w2x2p4s16c4o3sb": (128, 128, 2, 2, 4, 16, 4, 3, True),
             "n64k128w1x2p4s16c8o4": (64, 128, 1, 2, 4, 16, 8, 4),
+            "n64k128w1x2p4s16c8o4sb": (64, 128, 1, 2, 4, 16, 8, 4, True),
         },
     },
     32: {
         "w13": {
-            "n128k128w2x2p4s16c2o1": (128, 128, 2, 2, 4, 16, 2, 1),
-            "n256k128w4x2p4s16c2o1": (256, 128, 4, 2, 4, 16, 2, 1),
             "n256k128w4x1p4s16c2o2": (256, 128, 4, 1, 4, 16, 2, 2),
+            "n256k128w4x1p4s16c2o2sb": (256, 128, 4, 1, 4, 16, 2, 2, True),
         },
         "w2": {
             "n128k128w2x2p4s16c2o1": (128, 128, 2, 2, 4, 16, 2, 1),
-            "n128k128w2x2p4s16c4o2": (128, 128, 2, 2, 4, 16, 4, 2),
-            "n64k128w1x2p4s16c8o4": (64, 128, 1, 2, 4, 16, 8, 4),
+            "n128k128w2x2p4s16c2o1sb": (128, 128, 2, 2, 4, 16, 2, 1, True),
         },
     },
     64: {
@@ -81,10 +80,13 @@ CANDIDATES = {
 
 
 def row(gemm, v, bm):
-    bn, bk, wn, wk, st, sk, cps, occ = v
-    return {"gemm": gemm, "block_m": [bm, bm], "block_n": bn, "block_k": bk,
-            "warps_n": wn, "warps_k": wk, "stages": st, "max_split_k": sk,
-            "ctas_per_sm": cps, "min_ctas": occ}
+    bn, bk, wn, wk, st, sk, cps, occ = v[:8]
+    r = {"gemm": gemm, "block_m": [bm, bm], "block_n": bn, "block_k": bk,
+         "warps_n": wn, "warps_k": wk, "stages": st, "max_split_k": sk,
+         "ctas_per_sm": cps, "min_ctas": occ}
+    if len(v) > 8 and v[8]:
+        r["scales_in_b"] = True
+    return r
 
 
 def main():

@@ -60,6 +60,7 @@ typedef struct w16_moe_gemm_cfg {
     wna16_activation_t activation; /* W13 only (gated) */
     int block_m, block_n, block_k, warps_n, warps_k, stages;
     int min_ctas;            /* launch bounds: CTAs per SM; 0 or 1 = none */
+    bool scales_in_b;        /* no deferred group scales (the row's key) */
 } w16_moe_gemm_cfg_t;
 
 /* The routing block (block_m) for a number of routed slots per expert;
@@ -111,6 +112,7 @@ enum {
     W16_AUX_FINALIZE_BATCHED,
     W16_AUX_CHECK_ACT_ORDER,
     W16_AUX_CHECK_SEEN,
+    W16_AUX_ROUTE_SMALL,
     W16_AUX_COUNT
 };
 extern const char *const w16_moe_aux_names[W16_AUX_COUNT];

@@ -176,6 +176,9 @@ typedef struct w16_tile_rule {
     int max_split_k, ctas_per_sm;
     /* CTAs per SM the compiler must fit in registers (launch bounds) */
     int min_ctas;
+    /* grouped scales multiplied into B in the inner loop instead of once
+     * per group on float32 partial sums (the template's DEFER) */
+    bool scales_in_b;
     const char *json_path;
 } w16_tile_rule_t;
 

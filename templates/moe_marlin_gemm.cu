@@ -291,8 +291,8 @@ template <u32 B, u32 C> __device__ __forceinline__ u32 lop3_and_or(u32 a)
 // the other kernels multiply the scale into B as before.
 constexpr int REG_CAP = 65536 / (NTHREADS * MIN_CTAS) < 255
                             ? 65536 / (NTHREADS * MIN_CTAS) : 255;
-constexpr bool DEFER = SMEM_SCALES && USE_MAGIC && MB * NT <= 2 &&
-                       64 * MB * NT + 64 <= REG_CAP;
+constexpr bool DEFER = !SCALES_IN_B && SMEM_SCALES && USE_MAGIC &&
+                       MB * NT <= 2 && 64 * MB * NT + 64 <= REG_CAP;
 constexpr u32 MAGIC2 = MAGIC_BITS | (MAGIC_BITS << 16);
 // the symmetric zero point 2^(BITS-1) under the exponent, both lanes
 constexpr u32 ZSYM2 = MAGIC2 | ((1u << (BITS - 1)) * 0x00010001u);
@@ -643,6 +643,7 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     // groups that are whole stages (group_size a multiple of BK): one
     // scale check per stage instead of one per k16 step
     const bool stage_groups = SMEM_SCALES && group_size % BK == 0;
+    int group_end = 0; // whole-stage groups: the first k past the group
     auto compute_stage = [&](int it, int slot, bool last) {
         const act_t *cA = sA + slot * A_STAGE;
         const int4 *cB = sB + slot * B_STAGE;
@@ -654,6 +655,7 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                         enter_group(g);
                     else
                         load_group_smem(slot, 0, g);
+                    group_end = (g + 1) * group_size;
                 }
             }
         }
@@ -779,16 +781,18 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
             if constexpr (DEFER) {
                 // the warp's last step in its group: the next step it runs
                 // (the next of this stage, or its first of the next stage)
-                // is in another group, or there is none
-                const int g = kg / group_size;
-                bool end;
-                if (s + 1 < KS)
-                    end = !stage_groups && (kg + 16) / group_size != g;
-                else
-                    end = last ||
-                          ((it + 1) * BK + wk * KS * 16) / group_size != g;
-                if (end)
-                    flush_group(slot, g - it * BK / group_size);
+                // is in another group, or there is none. Whole-stage groups
+                // decide once per stage, without a division.
+                if (stage_groups) {
+                    if (s + 1 == KS && (last || (it + 1) * BK == group_end))
+                        flush_group(slot, 0);
+                } else {
+                    const int g = kg / group_size;
+                    const int next = s + 1 < KS ? kg + 16
+                                                : (it + 1) * BK + wk * KS * 16;
+                    if (last && s + 1 == KS ? true : next / group_size != g)
+                        flush_group(slot, g - it * BK / group_size);
+                }
             }
         }
     };
