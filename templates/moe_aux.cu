@@ -306,7 +306,9 @@ w16_route_small(const int *__restrict__ ids, int P,
     for (int r0 = 0; r0 < P; r0 += SCAN_THREADS) {
         int t = r0 + threadIdx.x;
         int e = t < P ? slot_expert(ids, t, expert_map, n_ids, err) : -1;
-        for (int w = 0; w < SCAN_THREADS / 32; w++) {
+        // only the warps that hold slots take a turn (M = 1: one warp)
+        const int rest = P - r0 < SCAN_THREADS ? P - r0 : SCAN_THREADS;
+        for (int w = 0; w < (rest + 31) / 32; w++) {
             if (warp == w) {
                 unsigned peers = __match_any_sync(0xffffffffu, e);
                 int base = e >= 0 ? s_cnt[e] : 0;
@@ -362,8 +364,20 @@ __device__ __forceinline__ float y_at(const float *y, size_t i, int splits,
                                       size_t slab, int round_sum)
 {
     float v = y[i];
-    for (int s = 1; s < splits; s++)
-        v += y[i + s * slab];
+    // eight slabs' loads in flight before their sums (in order): at small M
+    // a thread's chain of dependent loads, not the bytes, is the time
+    int s = 1;
+    for (; s + 8 <= splits; s += 8) {
+        float x[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            x[u] = y[i + (size_t)(s + u) * slab];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            v += x[u];
+    }
+    for (; s < splits; s++)
+        v += y[i + (size_t)s * slab];
     return round_sum ? round_act(v) : v;
 }
 
