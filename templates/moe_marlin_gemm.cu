@@ -44,8 +44,10 @@
 // A code pair becomes two exact values (q - z) in the activation dtype by
 // the exponent trick (fp16: 0x6400 | q = 1024 + q; bf16: 0x4300 | q =
 // 128 + q, exact for q < 128; bf16 8-bit codes go through float), then a
-// correctly rounded product with the scale when grouped. Channelwise
-// scales (one group) multiply the float32 accumulator in the epilogue.
+// correctly rounded product with the scale when grouped. Small-M tiles
+// defer grouped scales instead (DEFER below): the mma takes (q - z), and
+// each group's float32 sum is scaled once. Channelwise scales (one group)
+// multiply the float32 accumulator in the epilogue.
 //
 // Activations. The A tile (BM rows x BK) is copied to shared memory with
 // cp.async (16 bytes per thread; padding rows are zeroed once per stage
@@ -747,36 +749,38 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                     }
                 } else {
 #pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    u32 v0, v1; // code pairs of b0 (k 2q, 2q+1), b1 (+8)
-                    if constexpr (BITS == 4) {
-                        u32 word = w[j / 2];
-                        int p = 2 * (j % 2);
-                        v0 = (word >> (4 * p)) & 0x000f000fu;
-                        v1 = (word >> (4 * p + 4)) & 0x000f000fu;
-                    } else {
-                        u32 word = w[j];
-                        v0 = word & 0x00ff00ffu;
-                        v1 = (word >> 8) & 0x00ff00ffu;
-                    }
-                    // rows: b0 = (k0, k0+1) -> cache rows 0, 1; b1 = 2, 3
-                    constexpr int R1 = SROWS > 1 ? 1 : 0;
-                    constexpr int R2 = SROWS > 1 ? 2 : 0;
-                    constexpr int R3 = SROWS > 1 ? 3 : 0;
-                    act2_t d0 = codes_minus_zero(
-                        v0, act::pair(z_reg[0][t][j], z_reg[R1][t][j]));
-                    act2_t d1 = codes_minus_zero(
-                        v1, act::pair(z_reg[R2][t][j], z_reg[R3][t][j]));
-                    if constexpr (GROUPED) {
-                        d0 = apply_scale(d0, s_reg[0][t][j], s_reg[R1][t][j]);
-                        d1 = apply_scale(d1, s_reg[R2][t][j], s_reg[R3][t][j]);
-                    }
-                    u32 b0 = as_u32(d0), b1 = as_u32(d1);
+                    for (int j = 0; j < 8; j++) {
+                        u32 v0, v1; // code pairs of b0 (k 2q, 2q+1), b1 (+8)
+                        if constexpr (BITS == 4) {
+                            u32 word = w[j / 2];
+                            int p = 2 * (j % 2);
+                            v0 = (word >> (4 * p)) & 0x000f000fu;
+                            v1 = (word >> (4 * p + 4)) & 0x000f000fu;
+                        } else {
+                            u32 word = w[j];
+                            v0 = word & 0x00ff00ffu;
+                            v1 = (word >> 8) & 0x00ff00ffu;
+                        }
+                        // rows: b0 = (k0, k0+1) -> cache rows 0, 1; b1 = 2, 3
+                        constexpr int R1 = SROWS > 1 ? 1 : 0;
+                        constexpr int R2 = SROWS > 1 ? 2 : 0;
+                        constexpr int R3 = SROWS > 1 ? 3 : 0;
+                        act2_t d0 = codes_minus_zero(
+                            v0, act::pair(z_reg[0][t][j], z_reg[R1][t][j]));
+                        act2_t d1 = codes_minus_zero(
+                            v1, act::pair(z_reg[R2][t][j], z_reg[R3][t][j]));
+                        if constexpr (GROUPED) {
+                            d0 = apply_scale(d0, s_reg[0][t][j],
+                                             s_reg[R1][t][j]);
+                            d1 = apply_scale(d1, s_reg[R2][t][j],
+                                             s_reg[R3][t][j]);
+                        }
+                        u32 b0 = as_u32(d0), b1 = as_u32(d1);
 #pragma unroll
-                    for (int mb = 0; mb < MB; mb++)
-                        mma16816(acc[mb][t][j], af[mb], b0, b1);
+                        for (int mb = 0; mb < MB; mb++)
+                            mma16816(acc[mb][t][j], af[mb], b0, b1);
+                    }
                 }
-                } // DEFER
             }
             if constexpr (DEFER) {
                 // the warp's last step in its group: the next step it runs
