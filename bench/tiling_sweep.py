@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """tiling_sweep.py - measures candidate rows of the Marlin spec's CUDA
 fused-MoE tiling table on the GPU: the block_m 16 rows that serve M <= 64
-on the bench's target shapes (Mixtral-8x7B, DeepSeek-V3/EP8), or with
---block-m 64 the rows of the large-M cases (M = 256 and 4096).
+on the bench's target shapes (Mixtral-8x7B, DeepSeek-V3/EP8), with
+--block-m 32 those of Mixtral-8x7B at M = 64 (16 routed rows an expert), or
+with --block-m 64 the rows of the large-M cases (M = 256 and 4096).
 
 Each candidate is a copy of specs/backends/marlin.json whose "tiling"
 table starts with one w13 and one w2 row for that block_m; one GEMM's row is
@@ -12,8 +13,8 @@ same device tensors (CUDA graphs, >= 512 MB of rotated weight copies) and
 this script prints, per GEMM, the candidates ranked by their summed time
 over the models and token counts.
 
-    python3 bench/tiling_sweep.py BENCH_BINARY [--block-m 16|64]
-                                  [--tokens 1,16,64] [--out DIR]
+    python3 bench/tiling_sweep.py BENCH_BINARY [--block-m 16|32|64]
+                                  [--tokens 1,16,64] [--models A,B] [--out DIR]
 """
 import argparse
 import copy
@@ -30,24 +31,35 @@ MODELS = ["Mixtral-8x7B", "DeepSeek-V3/EP8"]
 # (block_n, block_k, warps_n, warps_k, stages, max_split_k, ctas_per_sm,
 #  min_ctas); per block_m, the first of each list is the base row
 CANDIDATES = {
+    # the deferred-scale inner loop (templates/moe_marlin_gemm.cu, DEFER)
+    # needs 64 * MB * NT + 64 registers under the launch bounds (128 threads
+    # at min_ctas 5 leave 102 and keep the scales in B); a ninth value True
+    # sets the row's scales_in_b (the same tile with the scales in B)
     16: {
         "w13": {
             "n256k128w4x2p4s16c2o2": (256, 128, 4, 2, 4, 16, 2, 2),
-            "n256k128w4x2p3s16c3o3": (256, 128, 4, 2, 3, 16, 3, 3),
-            "n256k128w4x2p4s16c4o2": (256, 128, 4, 2, 4, 16, 4, 2),
-            "n256k64w4x2p4s16c3o3": (256, 64, 4, 2, 4, 16, 3, 3),
-            "n256k128w4x1p4s16c4o4": (256, 128, 4, 1, 4, 16, 4, 4),
-            "n128k128w2x2p4s16c4o4": (128, 128, 2, 2, 4, 16, 4, 4),
-            "n256k128w4x2p4s8c2o2": (256, 128, 4, 2, 4, 8, 2, 2),
+            "n256k128w4x2p4s16c2o2sb": (256, 128, 4, 2, 4, 16, 2, 2, True),
+            "n256k128w4x1p4s16c4o2": (256, 128, 4, 1, 4, 16, 4, 2),
+            "n256k128w4x1p4s16c4o2sb": (256, 128, 4, 1, 4, 16, 4, 2, True),
+            "n256k128w4x1p4s8c4o2": (256, 128, 4, 1, 4, 8, 4, 2),
+            "n256k128w4x1p4s4c4o2": (256, 128, 4, 1, 4, 4, 4, 2),
         },
         "w2": {
-            "n128k128w2x2p4s16c4o4": (128, 128, 2, 2, 4, 16, 4, 4),
+            "n128k128w2x2p3s8c4o5": (128, 128, 2, 2, 3, 8, 4, 5),
             "n128k128w2x2p3s16c4o5": (128, 128, 2, 2, 3, 16, 4, 5),
-            "n128k128w2x2p4s16c6o4": (128, 128, 2, 2, 4, 16, 6, 4),
-            "n128k64w2x2p6s16c4o4": (128, 64, 2, 2, 6, 16, 4, 4),
-            "n256k128w4x2p4s16c2o2": (256, 128, 4, 2, 4, 16, 2, 2),
-            "n128k128w2x2p4s16c4o2": (128, 128, 2, 2, 4, 16, 4, 2),
-            "n64k128w1x2p4s16c8o8": (64, 128, 1, 2, 4, 16, 8, 8),
+            "n128k128w2x2p4s16c4o3": (128, 128, 2, 2, 4, 16, 4, 3),
+            "n128k128w2x2p4s16c4o3sb": (128, 128, 2, 2, 4, 16, 4, 3, True),
+            "n128k128w2x2p3s4c4o5": (128, 128, 2, 2, 3, 4, 4, 5),
+        },
+    },
+    32: {
+        "w13": {
+            "n256k128w4x1p4s16c2o2": (256, 128, 4, 1, 4, 16, 2, 2),
+            "n256k128w4x1p4s16c2o2sb": (256, 128, 4, 1, 4, 16, 2, 2, True),
+        },
+        "w2": {
+            "n128k128w2x2p4s16c2o1": (128, 128, 2, 2, 4, 16, 2, 1),
+            "n128k128w2x2p4s16c2o1sb": (128, 128, 2, 2, 4, 16, 2, 1, True),
         },
     },
     64: {
@@ -70,10 +82,13 @@ CANDIDATES = {
 
 
 def row(gemm, v, bm):
-    bn, bk, wn, wk, st, sk, cps, occ = v
-    return {"gemm": gemm, "block_m": [bm, bm], "block_n": bn, "block_k": bk,
-            "warps_n": wn, "warps_k": wk, "stages": st, "max_split_k": sk,
-            "ctas_per_sm": cps, "min_ctas": occ}
+    bn, bk, wn, wk, st, sk, cps, occ = v[:8]
+    r = {"gemm": gemm, "block_m": [bm, bm], "block_n": bn, "block_k": bk,
+         "warps_n": wn, "warps_k": wk, "stages": st, "max_split_k": sk,
+         "ctas_per_sm": cps, "min_ctas": occ}
+    if len(v) > 8 and v[8]:
+        r["scales_in_b"] = True
+    return r
 
 
 def main():
@@ -81,12 +96,14 @@ def main():
     ap.add_argument("bench")
     ap.add_argument("--tokens", default=None,
                     help="default: 1,16,64 (block_m 16), 256,4096 (64)")
-    ap.add_argument("--block-m", type=int, default=16, choices=[16, 64])
+    ap.add_argument("--block-m", type=int, default=16, choices=[16, 32, 64])
+    ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--out", default="/tmp/tiling_sweep")
     args = ap.parse_args()
     bm = args.block_m
     if not args.tokens:
-        args.tokens = "1,16,64" if bm == 16 else "256,4096"
+        args.tokens = {16: "1,16,64", 32: "64"}.get(bm, "256,4096")
+    models = args.models.split(",")
     W13, W2 = CANDIDATES[bm]["w13"], CANDIDATES[bm]["w2"]
     BASE_W13, BASE_W2 = next(iter(W13)), next(iter(W2))
     os.makedirs(args.out, exist_ok=True)
@@ -106,7 +123,7 @@ def main():
         files.append(f)
     times = {}  # (file tag, model, M) -> us
     pat = re.compile(r"^\[(\S+)\] (\S+)\s+b4\s+(\d+) tok .*?([\d.]+) us ")
-    for model in MODELS:
+    for model in models:
         cmd = [args.bench, "--model", model, "--tokens", args.tokens,
                "--specs", ",".join(files)]
         p = subprocess.run(cmd, capture_output=True, text=True)
@@ -129,12 +146,12 @@ def main():
             tag = f"m{bm}-{gemm}-{name}.json"
             if gemm == "w2" and name == BASE_W2:
                 tag = f"m{bm}-w13-{BASE_W13}.json"
-            cols = [times.get((tag, mo, t)) for mo in MODELS for t in toks]
+            cols = [times.get((tag, mo, t)) for mo in models for t in toks]
             if None in cols:
                 continue
             ranked.append((sum(cols), name, cols))
         ranked.sort()
-        hdr = "  ".join(f"{mo[:8]}:{t}" for mo in MODELS for t in toks)
+        hdr = "  ".join(f"{mo[:8]}:{t}" for mo in models for t in toks)
         print(f"  {'candidate':<22s} {'sum':>8s}  {hdr}")
         for tot, name, cols in ranked:
             print(f"  {name:<22s} {tot:8.1f}  " +

@@ -414,6 +414,7 @@ wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
     cfg->stages = r->stages;
     cfg->min_ctas = r->min_ctas;
     cfg->wgmma = r->wgmma;
+    cfg->scales_in_b = r->scales_in_b;
     if (json_path)
         *json_path = r->json_path;
     return WNA16_OK;
@@ -466,6 +467,9 @@ void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size)
     size_t len = strlen(out);
     if (c->min_ctas > 1 && len < size)
         snprintf(out + len, size - len, "_o%d", c->min_ctas);
+    len = strlen(out);
+    if (c->scales_in_b && len < size)
+        snprintf(out + len, size - len, "_sb");
     len = strlen(out);
     if (c->wgmma && len < size)
         snprintf(out + len, size - len, "_wg");
@@ -609,6 +613,7 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     def_int(b, "WK", c->warps_k);
     def_int(b, "STAGES", c->stages);
     def_int(b, "MIN_CTAS", c->min_ctas > 1 ? c->min_ctas : 1);
+    def_bool(b, "SCALES_IN_B", c->scales_in_b);
     def_int(b, "SMEM_BYTES", (long long)w16_moe_gemm_shared(c));
     w16_buf_puts(b, "} // namespace w16cfg\n");
     w16_buf_printf(b, "#define W16_KERNEL %s\n", name);
@@ -633,6 +638,7 @@ const char *const w16_moe_aux_names[W16_AUX_COUNT] = {
     [W16_AUX_FINALIZE_BATCHED] = "w16_finalize_batched",
     [W16_AUX_CHECK_ACT_ORDER] = "w16_check_act_order",
     [W16_AUX_CHECK_SEEN] = "w16_check_seen",
+    [W16_AUX_ROUTE_SMALL] = "w16_route_small",
 };
 
 const char *w16_moe_aux_unit(wna16_dtype_t act_dtype)

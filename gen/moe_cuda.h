@@ -62,6 +62,7 @@ typedef struct w16_moe_gemm_cfg {
     int min_ctas;            /* launch bounds: CTAs per SM; 0 or 1 = none */
     bool wgmma;              /* templates/moe_wgmma_gemm.cu (sm_90a): warp
                                 groups of 4 warps_n, block_m 64 or 128 */
+    bool scales_in_b;        /* no deferred group scales (the row's key) */
 } w16_moe_gemm_cfg_t;
 
 /* The routing block (block_m) for a number of routed slots per expert;
@@ -118,6 +119,7 @@ enum {
     W16_AUX_FINALIZE_BATCHED,
     W16_AUX_CHECK_ACT_ORDER,
     W16_AUX_CHECK_SEEN,
+    W16_AUX_ROUTE_SMALL,
     W16_AUX_COUNT
 };
 extern const char *const w16_moe_aux_names[W16_AUX_COUNT];

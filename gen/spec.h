@@ -181,6 +181,9 @@ typedef struct w16_tile_rule {
     /* "mma": "wgmma": templates/moe_wgmma_gemm.cu, for the block_m rows
      * marked the same way (and only those) */
     bool wgmma;
+    /* grouped scales multiplied into B in the inner loop instead of once
+     * per group on float32 partial sums (the template's DEFER) */
+    bool scales_in_b;
     const char *json_path;
 } w16_tile_rule_t;
 

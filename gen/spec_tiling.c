@@ -235,8 +235,8 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
     static const char *const keys[] = {"gemm", "block_m", "n", "k",
                                        "block_n", "block_k", "warps_n",
                                        "warps_k", "stages", "max_split_k",
-                                       "ctas_per_sm", "min_ctas", "mma",
-                                       NULL};
+                                       "ctas_per_sm", "min_ctas",
+                                       "scales_in_b", "mma", NULL};
     int n = cJSON_GetArraySize(arr);
     if (!cJSON_IsArray(arr) || n < 1 || n > 32)
         return tfail(L, base, "expected an array of 1 to 32 rows");
@@ -342,6 +342,15 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
         g->max_split_k = (int)sk[0];
         g->ctas_per_sm = (int)sk[1];
         g->min_ctas = (int)sk[2];
+        /* optional scales_in_b (default false): the old inner loop */
+        g->scales_in_b = false;
+        const cJSON *sb = cJSON_GetObjectItemCaseSensitive(r, "scales_in_b");
+        if (sb) {
+            snprintf(pk, sizeof pk, "%s.scales_in_b", p);
+            if (!cJSON_IsBool(sb))
+                return tfail(L, pk, "expected true or false");
+            g->scales_in_b = cJSON_IsTrue(sb);
+        }
         if (32 * v[2] * v[3] * sk[2] > 2048) {
             snprintf(pk, sizeof pk, "%s.min_ctas", p);
             return tfail(L, pk, "%lld CTAs of %lld threads exceed an SM's "

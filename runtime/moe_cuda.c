@@ -4,6 +4,8 @@
  *
  *   route (count, scan, fill, scatter)   tokens sorted and padded per
  *                                        expert into blocks of block_m
+ *                                        (one launch, route_small, when
+ *                                        the slots fit one chunk)
  *   [gather]                             act-order permutation of the
  *                                        input, router weights on input
  *   GEMM 1 + activation                  a2 [slots][IP], activation dtype
@@ -655,8 +657,12 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                        "0x%llx) must be 16-byte aligned",
                        (unsigned long long)a->hidden);
 
-    /* tiles: block_m from the routed slots per expert, shared by both */
-    int64_t tpe = a->batched ? a->max_tokens : (P + E - 1) / E;
+    /* tiles: block_m from the routed slots per expert, shared by both.
+     * Uniform routing over the n_ids experts of the ids puts P / n_ids
+     * slots on each; with an expert map (EP) this rank's E experts get that
+     * share each, not P / E (DeepSeek-V3/EP8 at M = 64: 2 rows an expert,
+     * not 16), so the rows a block pads to follow the local load. */
+    int64_t tpe = a->batched ? a->max_tokens : (P + n_ids - 1) / n_ids;
     int bm;
     w16_moe_gemm_cfg_t cfg[2];
     memset(cfg, 0, sizeof cfg); /* memo keys compare the bytes */
@@ -733,27 +739,36 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     w16_cuda_stream_t *s = a->stream;
 
     /* ---- routing ---- */
-    if (!a->batched) {
+    /* one chunk of slots: the four steps in one launch (route_small) */
+    bool small = !a->batched && C == 1;
+    if (small) {
+        void *ar[] = {(void *)&a->ids, &iP, &map, &n_ids, &iE, &ibm, &icap,
+                      &sentinel, &d_num, &d_sorted, &d_eids, &m->err_dev};
+        st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_SMALL], 1,
+                             W16_AUX_SCAN_THREADS, (unsigned)((2 * E + 1) * 4),
+                             s, ar, err);
+    }
+    if (!small && !a->batched) {
         void *ac[] = {(void *)&a->ids, &iP, &map, &n_ids, &iE, &d_hist,
                       &m->err_dev};
         st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_COUNT], (unsigned)C,
                              W16_AUX_ROUTE_THREADS, (unsigned)(E * 4), s, ac,
                              err);
     }
-    if (st == WNA16_OK) {
+    if (st == WNA16_OK && !small) {
         uint64_t cnt = a->batched ? a->counts : 0;
         void *as[] = {&d_hist, &iC, &cnt, &maxt, &iE, &ibm, &d_hoff,
                       &d_total, &d_start, &d_num, &m->err_dev};
         st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_SCAN], 1,
                              W16_AUX_SCAN_THREADS, 0, s, as, err);
     }
-    if (st == WNA16_OK) {
+    if (st == WNA16_OK && !small) {
         void *af[] = {&d_start, &d_total, &iE, &ibm, &icap, &sentinel,
                       &batched, &maxt, &d_sorted, &d_eids};
         st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_FILL],
                              (unsigned)((cap + 255) / 256), 256, 0, s, af, err);
     }
-    if (st == WNA16_OK && !a->batched) {
+    if (st == WNA16_OK && !small && !a->batched) {
         void *ak[] = {(void *)&a->ids, &iP, &map, &n_ids, &iE, &d_start,
                       &d_hoff, &d_sorted, &m->err_dev};
         st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_SCATTER], (unsigned)C,

@@ -23,6 +23,9 @@
 //           is wna16_moe_align's order (a stable counting sort).
 // Batched format: scan takes the per-expert counts directly and fill also
 // writes the rows e * max_tokens + r.
+// Small batches (P <= CHUNK, one chunk: M <= 128 at top-8): route_small
+// does all four in one CTA and one launch, with the same results; at small
+// M the chain of dependent launches, not the bytes, sets the layer's time.
 //
 // Bad input found on the device (a top-k id out of range, a batched count
 // out of [0, max_tokens], act-order tensors that are not what the layout
@@ -221,6 +224,106 @@ w16_route_scatter(const int *__restrict__ ids, int P,
     }
 }
 
+// The four routing steps for P <= CHUNK slots (standard format) in one
+// CTA of SCAN_THREADS threads: the count in shared memory, the scan of the
+// padded sizes, the fill of the padded order and the stable scatter, as
+// route_count, route_scan, route_fill and route_scatter compute them for
+// one chunk (their hist_off is 0). Dynamic shared memory: 2 * E + 1 ints.
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
+w16_route_small(const int *__restrict__ ids, int P,
+                const int *__restrict__ expert_map, int n_ids, int E, int BM,
+                int cap, int sentinel, int *__restrict__ num_post,
+                int *__restrict__ sorted_ids, int *__restrict__ expert_ids,
+                int *__restrict__ err)
+{
+    extern __shared__ int s_small[];
+    int *s_cnt = s_small;          // [E]: counts, then the scatter's bases
+    int *s_start = s_small + E;    // [E + 1]
+    __shared__ int s_part[SCAN_THREADS];
+    for (int e = threadIdx.x; e < E; e += SCAN_THREADS)
+        s_cnt[e] = 0;
+    __syncthreads();
+    // count (integer atomics: the counts do not depend on their order)
+    for (int t = threadIdx.x; t < P; t += SCAN_THREADS) {
+        int e = slot_expert(ids, t, expert_map, n_ids, err);
+        if (e >= 0)
+            atomicAdd(&s_cnt[e], 1);
+    }
+    __syncthreads();
+    // scan of the sizes padded to BM (as route_scan)
+    const int per = (E + SCAN_THREADS - 1) / SCAN_THREADS;
+    const int e0 = threadIdx.x * per;
+    int mine = 0;
+    for (int e = e0; e < e0 + per && e < E; e++)
+        mine += (s_cnt[e] + BM - 1) / BM * BM;
+    s_part[threadIdx.x] = mine;
+    __syncthreads();
+    for (int d = 1; d < SCAN_THREADS; d *= 2) {
+        int v = threadIdx.x >= d ? s_part[threadIdx.x - d] : 0;
+        __syncthreads();
+        s_part[threadIdx.x] += v;
+        __syncthreads();
+    }
+    int run = s_part[threadIdx.x] - mine;
+    for (int e = e0; e < e0 + per && e < E; e++) {
+        s_start[e] = run;
+        run += (s_cnt[e] + BM - 1) / BM * BM;
+    }
+    if (threadIdx.x == SCAN_THREADS - 1) {
+        s_start[E] = s_part[SCAN_THREADS - 1];
+        *num_post = s_part[SCAN_THREADS - 1];
+    }
+    __syncthreads();
+    // fill: block experts and padding (as route_fill, standard format)
+    const int used = s_start[E];
+    for (int p = threadIdx.x; p < cap; p += SCAN_THREADS) {
+        if (p >= used) {
+            sorted_ids[p] = sentinel;
+            if (p % BM == 0)
+                expert_ids[p / BM] = -1;
+            continue;
+        }
+        int lo = 0, hi = E - 1;
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (s_start[mid] <= p)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        if (p % BM == 0)
+            expert_ids[p / BM] = lo;
+        if (p - s_start[lo] >= s_cnt[lo])
+            sorted_ids[p] = sentinel;
+    }
+    __syncthreads();
+    // scatter: slots in order, one warp at a time (as route_scatter)
+    for (int e = threadIdx.x; e < E; e += SCAN_THREADS)
+        s_cnt[e] = s_start[e];
+    __syncthreads();
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const unsigned lt = (1u << lane) - 1u;
+    for (int r0 = 0; r0 < P; r0 += SCAN_THREADS) {
+        int t = r0 + threadIdx.x;
+        int e = t < P ? slot_expert(ids, t, expert_map, n_ids, err) : -1;
+        // only the warps that hold slots take a turn (M = 1: one warp)
+        const int rest = P - r0 < SCAN_THREADS ? P - r0 : SCAN_THREADS;
+        for (int w = 0; w < (rest + 31) / 32; w++) {
+            if (warp == w) {
+                unsigned peers = __match_any_sync(0xffffffffu, e);
+                int base = e >= 0 ? s_cnt[e] : 0;
+                __syncwarp();
+                if (e >= 0) {
+                    sorted_ids[base + __popc(peers & lt)] = t;
+                    if ((int)(__ffs(peers) - 1) == lane)
+                        s_cnt[e] = base + __popc(peers);
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
 // dst[t][k] = R(src[t / row_div][perm_e[k]] * R(w[t])) for every slot t
 // that reaches a local expert e (perm NULL: k; w NULL: no scaling).
 // Standard format: e from ids/expert_map; batched (counts != NULL): e =
@@ -261,8 +364,20 @@ __device__ __forceinline__ float y_at(const float *y, size_t i, int splits,
                                       size_t slab, int round_sum)
 {
     float v = y[i];
-    for (int s = 1; s < splits; s++)
-        v += y[i + s * slab];
+    // eight slabs' loads in flight before their sums (in order): at small M
+    // a thread's chain of dependent loads, not the bytes, is the time
+    int s = 1;
+    for (; s + 8 <= splits; s += 8) {
+        float x[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            x[u] = y[i + (size_t)(s + u) * slab];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            v += x[u];
+    }
+    for (; s < splits; s++)
+        v += y[i + (size_t)s * slab];
     return round_sum ? round_act(v) : v;
 }
 

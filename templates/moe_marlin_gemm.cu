@@ -44,8 +44,10 @@
 // A code pair becomes two exact values (q - z) in the activation dtype by
 // the exponent trick (fp16: 0x6400 | q = 1024 + q; bf16: 0x4300 | q =
 // 128 + q, exact for q < 128; bf16 8-bit codes go through float), then a
-// correctly rounded product with the scale when grouped. Channelwise
-// scales (one group) multiply the float32 accumulator in the epilogue.
+// correctly rounded product with the scale when grouped. Small-M tiles
+// defer grouped scales instead (DEFER below): the mma takes (q - z), and
+// each group's float32 sum is scaled once. Channelwise scales (one group)
+// multiply the float32 accumulator in the epilogue.
 //
 // Activations. The A tile (BM rows x BK) is copied to shared memory with
 // cp.async (16 bytes per thread; padding rows are zeroed once per stage
@@ -268,6 +270,39 @@ __device__ __forceinline__ act2_t codes_minus_zero(u32 v, act2_t zb)
         return act::pair(act::from_f(lo), act::from_f(hi));
     }
 }
+
+// (a & b) | c in one instruction: a 16-bit lane's code under the exponent
+// (b the code mask, c the MAGIC bits of both lanes).
+template <u32 B, u32 C> __device__ __forceinline__ u32 lop3_and_or(u32 a)
+{
+    u32 d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "n"(B), "n"(C));
+    return d;
+}
+
+// Deferred scales (DEFER, the small-M kernels): the B operand is the exact
+// (q - z) alone, so the inner loop per code pair is one shift (often
+// none), one lop3 and one subtraction (fp16 4-bit: one shift per word);
+// the products of a group are summed in float32 (pacc) and multiplied by
+// the group's scales once per group and column when the group ends. The
+// result is the exact scaled product summed in float32 (no rounding of
+// (q - z) * s to the activation dtype in between). It needs a second set of
+// accumulators (64 * MB * NT registers with acc), so it is for the tiles
+// whose launch bounds leave room for them (small M: MB * NT <= 2), grouped
+// scales staged with the pipeline (not act-order) and the exponent trick;
+// the other kernels multiply the scale into B as before.
+constexpr int REG_CAP = 65536 / (NTHREADS * MIN_CTAS) < 255
+                            ? 65536 / (NTHREADS * MIN_CTAS) : 255;
+constexpr bool DEFER = !SCALES_IN_B && SMEM_SCALES && USE_MAGIC &&
+                       MB * NT <= 2 && 64 * MB * NT + 64 <= REG_CAP;
+constexpr u32 MAGIC2 = MAGIC_BITS | (MAGIC_BITS << 16);
+// the symmetric zero point 2^(BITS-1) under the exponent, both lanes
+constexpr u32 ZSYM2 = MAGIC2 | ((1u << (BITS - 1)) * 0x00010001u);
+// fp16 4-bit: the pair of codes at bits 4-7 lands as 1024 + 16 q, and
+// (1024 + 16 q) / 16 - (64 + z) = q - z exactly in one fma, so a word
+// needs one shift (by 8) for its four pairs; bf16 has no mantissa bit for
+// 16 q and shifts each pair down.
+constexpr bool FP16_HI = DEFER && !ACT_BF16 && BITS == 4 && !ZP;
 
 // (q - z) * s rounded once to the activation dtype.
 template <typename S>
@@ -495,9 +530,13 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     const int iters_all = K / BK;
     const int it0 = (int)((long long)split * iters_all / splits);
     const int iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
+    if constexpr (DEFER) {
+        cur_g[0] = -1; // the first stage enters its group from shared memory
+    } else {
 #pragma unroll
-    for (int r = 0; r < SROWS; r++)
-        load_group(r, (GROUPED && !ACT_ORDER) ? it0 * BK / group_size : 0);
+        for (int r = 0; r < SROWS; r++)
+            load_group(r, (GROUPED && !ACT_ORDER) ? it0 * BK / group_size : 0);
+    }
 
     // The scales of group g from the stage in `slot` (its row g - the
     // stage's first group); zero points, if any, from global memory.
@@ -538,18 +577,88 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                 for (int c = 0; c < 4; c++)
                     acc[mb][t][j][c] = 0.0f;
 
+    // ---- deferred scales (DEFER): the group's partial sums ---------------
+    // pacc: the current group's sum of (q - z) * a. A warp adds it, times
+    // the group's scales of the thread's accumulator columns (8j + 2*tig +
+    // c, c = 0, 1: the mma's C fragment, not the B fragment's 8j + gid),
+    // into acc after its last k16 step in the group, while that step's
+    // stage (and so the group's row of scales) is still in shared memory:
+    // no scale lives in a register. z2: (MAGIC + z) of both lanes per B
+    // column, zero points only (read when a group begins).
+    constexpr int DM = DEFER ? MB : 1, DN = DEFER ? NT : 1;
+    float pacc[DM][DN][8][4];
+    u32 z2[ZP && DEFER ? NT : 1][8];
+#pragma unroll
+    for (int t = 0; t < DN; t++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            z2[ZP && DEFER ? t : 0][j] = ZSYM2;
+#pragma unroll
+            for (int mb = 0; mb < DM; mb++)
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    pacc[mb][t][j][c] = 0.0f;
+        }
+    // acc += s * pacc, pacc = 0, with the scales of the stage in `slot`,
+    // row `row` (the group - the stage's first group)
+    auto flush_group = [&](int slot, int row) {
+        const scale_t *ss =
+            reinterpret_cast<const scale_t *>(sS + slot * S_STAGE) +
+            row * TILES * 64;
+#pragma unroll
+        for (int t = 0; t < DN; t++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float sc[2];
+#pragma unroll
+                for (int c = 0; c < 2; c++)
+                    sc[c] = sca::to_f(
+                        ss[(wn * NT + t) * 64 + scale_pos(8 * j + 2 * tig + c)]);
+#pragma unroll
+                for (int mb = 0; mb < DM; mb++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) {
+                        acc[mb][t][j][c] = fmaf(sc[c & 1], pacc[mb][t][j][c],
+                                                acc[mb][t][j][c]);
+                        pacc[mb][t][j][c] = 0.0f;
+                    }
+            }
+    };
+    // group g begins: its zero points, if any, from global memory
+    auto enter_group = [&](int g) {
+        if constexpr (ZP) {
+#pragma unroll
+            for (int t = 0; t < DN; t++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    u32 z = 0;
+                    if (colbase[t] >= 0)
+                        z = (u32)zero_at(zp_e + (size_t)g * (N / 8),
+                                         colbase[t] + 8 * j + gid);
+                    z2[ZP && DEFER ? t : 0][j] = MAGIC2 | (z * 0x00010001u);
+                }
+        }
+        cur_g[0] = g;
+    };
+
     // ---- compute one stage ---------------------------------------------
     // groups that are whole stages (group_size a multiple of BK): one
     // scale check per stage instead of one per k16 step
     const bool stage_groups = SMEM_SCALES && group_size % BK == 0;
-    auto compute_stage = [&](int it, int slot) {
+    int group_end = 0; // whole-stage groups: the first k past the group
+    auto compute_stage = [&](int it, int slot, bool last) {
         const act_t *cA = sA + slot * A_STAGE;
         const int4 *cB = sB + slot * B_STAGE;
         if constexpr (SMEM_SCALES) {
             if (stage_groups) {
                 int g = it * BK / group_size;
-                if (g != cur_g[0])
-                    load_group_smem(slot, 0, g);
+                if (g != cur_g[0]) {
+                    if constexpr (DEFER)
+                        enter_group(g);
+                    else
+                        load_group_smem(slot, 0, g);
+                    group_end = (g + 1) * group_size;
+                }
             }
         }
         // Act-order reloads scales for four k rows per step: unrolling the
@@ -577,8 +686,12 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                     }
                 } else if (!stage_groups) {
                     int g = kg / group_size;
-                    if (g != cur_g[0])
-                        load_group_smem(slot, g - it * BK / group_size, g);
+                    if (g != cur_g[0]) {
+                        if constexpr (DEFER)
+                            enter_group(g);
+                        else
+                            load_group_smem(slot, g - it * BK / group_size, g);
+                    }
                 }
             }
 #pragma unroll
@@ -594,35 +707,95 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                     w[4 * v + 2] = (u32)x.z;
                     w[4 * v + 3] = (u32)x.w;
                 }
+                if constexpr (DEFER) {
 #pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    u32 v0, v1; // code pairs of b0 (k 2q, 2q+1), b1 (+8)
-                    if constexpr (BITS == 4) {
-                        u32 word = w[j / 2];
-                        int p = 2 * (j % 2);
-                        v0 = (word >> (4 * p)) & 0x000f000fu;
-                        v1 = (word >> (4 * p + 4)) & 0x000f000fu;
-                    } else {
-                        u32 word = w[j];
-                        v0 = word & 0x00ff00ffu;
-                        v1 = (word >> 8) & 0x00ff00ffu;
-                    }
-                    // rows: b0 = (k0, k0+1) -> cache rows 0, 1; b1 = 2, 3
-                    constexpr int R1 = SROWS > 1 ? 1 : 0;
-                    constexpr int R2 = SROWS > 1 ? 2 : 0;
-                    constexpr int R3 = SROWS > 1 ? 3 : 0;
-                    act2_t d0 = codes_minus_zero(
-                        v0, act::pair(z_reg[0][t][j], z_reg[R1][t][j]));
-                    act2_t d1 = codes_minus_zero(
-                        v1, act::pair(z_reg[R2][t][j], z_reg[R3][t][j]));
-                    if constexpr (GROUPED) {
-                        d0 = apply_scale(d0, s_reg[0][t][j], s_reg[R1][t][j]);
-                        d1 = apply_scale(d1, s_reg[R2][t][j], s_reg[R3][t][j]);
-                    }
-                    u32 b0 = as_u32(d0), b1 = as_u32(d1);
+                    for (int j = 0; j < 8; j++) {
+                        const u32 zb = z2[ZP && DEFER ? t : 0][j];
+                        u32 x0, x1; // MAGIC + q of b0 (k 2q, 2q+1), b1 (+8)
+                        act2_t d0, d1;
+                        if constexpr (FP16_HI) { // pairs 0, 1 of w, 2, 3 of w>>8
+                            u32 src = (j % 2) ? (w[j / 2] >> 8) : w[j / 2];
+                            x0 = lop3_and_or<0x000f000fu, MAGIC2>(src);
+                            x1 = lop3_and_or<0x00f000f0u, MAGIC2>(src);
+                            d0 = __hsub2(from_u32<act2_t>(x0),
+                                         from_u32<act2_t>(zb));
+                            // (1024 + 16 q) / 16 - (64 + 8)
+                            d1 = __hfma2(from_u32<act2_t>(x1),
+                                         from_u32<act2_t>(0x2c002c00u),
+                                         from_u32<act2_t>(0xd480d480u));
+                        } else {
+                            if constexpr (BITS == 4) {
+                                u32 word = w[j / 2];
+                                int p = 2 * (j % 2);
+                                x0 = lop3_and_or<0x000f000fu, MAGIC2>(
+                                    word >> (4 * p));
+                                x1 = lop3_and_or<0x000f000fu, MAGIC2>(
+                                    word >> (4 * p + 4));
+                            } else {
+                                u32 word = w[j];
+                                x0 = lop3_and_or<0x00ff00ffu, MAGIC2>(word);
+                                x1 = lop3_and_or<0x00ff00ffu, MAGIC2>(word >> 8);
+                            }
+                            d0 = __hsub2(from_u32<act2_t>(x0),
+                                         from_u32<act2_t>(zb));
+                            d1 = __hsub2(from_u32<act2_t>(x1),
+                                         from_u32<act2_t>(zb));
+                        }
+                        u32 b0 = as_u32(d0), b1 = as_u32(d1);
 #pragma unroll
-                    for (int mb = 0; mb < MB; mb++)
-                        mma16816(acc[mb][t][j], af[mb], b0, b1);
+                        for (int mb = 0; mb < MB; mb++)
+                            mma16816(pacc[DEFER ? mb : 0][DEFER ? t : 0][j],
+                                     af[mb], b0, b1);
+                    }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        u32 v0, v1; // code pairs of b0 (k 2q, 2q+1), b1 (+8)
+                        if constexpr (BITS == 4) {
+                            u32 word = w[j / 2];
+                            int p = 2 * (j % 2);
+                            v0 = (word >> (4 * p)) & 0x000f000fu;
+                            v1 = (word >> (4 * p + 4)) & 0x000f000fu;
+                        } else {
+                            u32 word = w[j];
+                            v0 = word & 0x00ff00ffu;
+                            v1 = (word >> 8) & 0x00ff00ffu;
+                        }
+                        // rows: b0 = (k0, k0+1) -> cache rows 0, 1; b1 = 2, 3
+                        constexpr int R1 = SROWS > 1 ? 1 : 0;
+                        constexpr int R2 = SROWS > 1 ? 2 : 0;
+                        constexpr int R3 = SROWS > 1 ? 3 : 0;
+                        act2_t d0 = codes_minus_zero(
+                            v0, act::pair(z_reg[0][t][j], z_reg[R1][t][j]));
+                        act2_t d1 = codes_minus_zero(
+                            v1, act::pair(z_reg[R2][t][j], z_reg[R3][t][j]));
+                        if constexpr (GROUPED) {
+                            d0 = apply_scale(d0, s_reg[0][t][j],
+                                             s_reg[R1][t][j]);
+                            d1 = apply_scale(d1, s_reg[R2][t][j],
+                                             s_reg[R3][t][j]);
+                        }
+                        u32 b0 = as_u32(d0), b1 = as_u32(d1);
+#pragma unroll
+                        for (int mb = 0; mb < MB; mb++)
+                            mma16816(acc[mb][t][j], af[mb], b0, b1);
+                    }
+                }
+            }
+            if constexpr (DEFER) {
+                // the warp's last step in its group: the next step it runs
+                // (the next of this stage, or its first of the next stage)
+                // is in another group, or there is none. Whole-stage groups
+                // decide once per stage, without a division.
+                if (stage_groups) {
+                    if (s + 1 == KS && (last || (it + 1) * BK == group_end))
+                        flush_group(slot, 0);
+                } else {
+                    const int g = kg / group_size;
+                    const int next = s + 1 < KS ? kg + 16
+                                                : (it + 1) * BK + wk * KS * 16;
+                    if (last && s + 1 == KS ? true : next / group_size != g)
+                        flush_group(slot, g - it * BK / group_size);
                 }
             }
         }
@@ -642,7 +815,7 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         if (next < iters)
             load_stage(it0 + next, next % STAGES);
         cp_async_commit();
-        compute_stage(it0 + it, it % STAGES);
+        compute_stage(it0 + it, it % STAGES, it + 1 == iters);
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -760,7 +933,22 @@ W16_REDUCE(const float *__restrict__ part, int n_slots, int ip, int splits,
             continue;
         const float *g = part + (size_t)t * 2 * ip + n;
         float hg = 0.0f, hu = 0.0f;
-        for (int s = 0; s < splits; s++) {
+        // four splits' loads in flight before their sums (in order)
+        int s = 0;
+        for (; s + 4 <= splits; s += 4) {
+            float xg[4], xu[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                xg[u] = g[(s + u) * slab];
+                xu[u] = g[(s + u) * slab + ip];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                hg += xg[u];
+                hu += xu[u];
+            }
+        }
+        for (; s < splits; s++) {
             hg += g[s * slab];
             hu += g[s * slab + ip];
         }

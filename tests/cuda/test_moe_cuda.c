@@ -204,10 +204,11 @@ static void build_cases(void)
     c.gs = 32; c.why = "weights on input, act-order"; add(c);
     c = base_case(); c.round = true; c.M = 19; c.bias = true;
     c.why = "round GEMM outputs"; add(c);
-    /* tiling rows: block_m 16/32/48/64, w13 N >= 1024, w2 N <= 4096 */
-    c = base_case(); c.M = 64; c.topk = 2; c.E = 8; c.why = "block_m 16";
+    /* tiling rows: block_m 16/32/48/64 (routed slots per expert 1-8,
+     * 9-24, 25-40, more), w13 N >= 1024, w2 N <= 4096 */
+    c = base_case(); c.M = 32; c.topk = 2; c.E = 8; c.why = "block_m 16";
     add(c);
-    c = base_case(); c.M = 100; c.topk = 2; c.E = 8; c.why = "block_m 32";
+    c = base_case(); c.M = 90; c.topk = 2; c.E = 8; c.why = "block_m 32";
     add(c);
     c = base_case(); c.M = 160; c.topk = 2; c.E = 8; c.why = "block_m 48";
     add(c);

@@ -93,12 +93,12 @@ static void e_bn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "block_n
 static void e_bk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "block_k", 32); }
 static void e_bk192(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 2), "block_k", 192); }
 static void e_wn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "warps_n", 3); }
-static void e_wk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "warps_k", 8); }
-static void e_acc(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 3), "warps_n", 2); }
+static void e_wk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 6), "warps_k", 8); }
+static void e_acc(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "warps_n", 2); }
 static void e_smem(cJSON *r, int a)
 {
     (void)a;
-    cJSON *g = row(r, "gemm", 3);
+    cJSON *g = row(r, "gemm", 4);
     set_num(g, "block_k", 256);
     set_num(g, "stages", 8);
 }
@@ -110,13 +110,13 @@ static void e_halves(cJSON *r, int a)
     cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", 1), "gemm");
     set_num(row(r, "gemm", 1), "warps_n", 1);
 }
-static void e_range(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 3), "n", 9, 3); }
-static void e_last(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 5), "k", 1, 64); }
-/* wgmma rows: block_m[3] and gemm[4] of the built-in table */
+static void e_range(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 4), "n", 9, 3); }
+static void e_last(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 6), "k", 1, 64); }
+/* wgmma rows: block_m[3] and gemm[5] of the built-in table */
 static void e_wg_bm(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 3), "block_m", 96); }
-static void e_wg_shape(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "warps_n", 4); }
-static void e_wg_catch(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 4), "n", 1, 4096); }
-static void e_wg_mma(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 4), "mma", cJSON_CreateString("tcgen05")); }
+static void e_wg_shape(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "warps_n", 4); }
+static void e_wg_catch(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 5), "n", 1, 4096); }
+static void e_wg_mma(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 5), "mma", cJSON_CreateString("tcgen05")); }
 static void e_wg_last(cJSON *r, int a)
 {
     (void)a; /* the catch-all block_m row marked wgmma */
@@ -129,9 +129,11 @@ static void e_split(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 0), "max_
 static void e_occ(cJSON *r, int a)
 {
     (void)a; /* 512 threads a CTA */
-    set_num(row(r, "gemm", 3), "warps_k", 4);
-    set_num(row(r, "gemm", 3), "min_ctas", 5);
+    set_num(row(r, "gemm", 4), "warps_k", 4);
+    set_num(row(r, "gemm", 4), "min_ctas", 5);
 }
+
+static void e_sb(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 0), "scales_in_b", 1); }
 
 static void test_tiling_refusals(wna16_context_t *ctx)
 {
@@ -148,30 +150,31 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         {e_bk192, "$.tiling.gemm[2].block_k: expected 64, 128 or 256"},
         {e_wn, "$.tiling.gemm[1].warps_n: expected a power of two dividing "
                "block_n / 64 = 2"},
-        {e_wk, "$.tiling.gemm[5].warps_k: expected a power of two dividing "
+        {e_wk, "$.tiling.gemm[6].warps_k: expected a power of two dividing "
                "block_k / 16 = 4"},
-        {e_acc, "$.tiling.gemm[3]: with block_m 48 (from $.tiling.block_m[2]) "
+        {e_acc, "$.tiling.gemm[4]: with block_m 48 (from $.tiling.block_m[2]) "
                 "a warp would hold 3 x 2"},
         {e_smem, "bytes of shared memory (at most 232448)"},
         {e_key, "$.tiling.gemm[0]: unknown key \"tile\""},
         {e_gemm, "$.tiling.gemm[0].gemm: expected \"w13\" or \"w2\""},
         {e_halves, "$.tiling.gemm[1]: a w13 shape puts the gate and up "
                    "halves"},
-        {e_range, "$.tiling.gemm[3].n: empty range [9, 3]"},
-        {e_last, "$.tiling.gemm[5]: the last row must have no condition"},
+        {e_range, "$.tiling.gemm[4].n: empty range [9, 3]"},
+        {e_last, "$.tiling.gemm[6]: the last row must have no condition"},
         {e_wg_bm, "$.tiling.block_m[3].block_m: expected 64 or 128 (wgmma"},
-        {e_wg_shape, "$.tiling.gemm[4]: a wgmma row has block_k 64, "
+        {e_wg_shape, "$.tiling.gemm[5]: a wgmma row has block_k 64, "
                      "warps_k 1"},
         {e_wg_catch, "block_m has wgmma rows, but no wgmma GEMM row without "
                      "conditions"},
-        {e_wg_mma, "$.tiling.gemm[4].mma: expected \"mma.sync\" or "
+        {e_wg_mma, "$.tiling.gemm[5].mma: expected \"mma.sync\" or "
                    "\"wgmma\""},
         {e_wg_last, "$.tiling.block_m[4]: the last row is the one every "
                     "device can run"},
         {e_missing, "$.tiling: \"block_m\" and \"gemm\" are required"},
         {e_stages, "$.tiling.gemm[1].stages: 1 is out of range [2, 8]"},
         {e_split, "$.tiling.gemm[0].max_split_k: expected a power of two"},
-        {e_occ, "$.tiling.gemm[3].min_ctas: 5 CTAs of 512 threads exceed"},
+        {e_occ, "$.tiling.gemm[4].min_ctas: 5 CTAs of 512 threads exceed"},
+        {e_sb, "$.tiling.gemm[0].scales_in_b: expected true or false"},
     };
     for (size_t i = 0; i < W16_ARRAY_LEN(cases); i++) {
         wna16_error_t err;
@@ -209,7 +212,7 @@ static void test_lookups(wna16_context_t *ctx)
     TU_CHECK(m && m->tiling);
     if (!m || !m->tiling)
         return;
-    static const int64_t tpe[] = {1, 16, 17, 32, 33, 48, 49, 100000};
+    static const int64_t tpe[] = {1, 8, 9, 24, 25, 40, 41, 100000};
     static const int want[] = {16, 16, 32, 32, 48, 48, 64, 64};
     wna16_error_t err;
     int bm0 = 0;
@@ -220,7 +223,7 @@ static void test_lookups(wna16_context_t *ctx)
                      bm);
     }
     /* w2 at block_m 16: row 1 (block_n 128, block_k 128, 2 K warps,
-     * split-K up to 16, launch bounds for 5 CTAs); K = 192 halves block_k
+     * split-K up to 8, launch bounds for 5 CTAs); K = 192 halves block_k
      * to 64 */
     w16_moe_gemm_cfg_t c;
     const char *path = NULL;
@@ -230,7 +233,7 @@ static void test_lookups(wna16_context_t *ctx)
              c.min_ctas == 5 && strcmp(path, "$.tiling.gemm[1]") == 0);
     int max_split = 0, cps = 0;
     w16_moe_cuda_split(m, 16, false, WNA16_GEMM_W2, 2048, 768, &max_split, &cps);
-    TU_CHECK_MSG(max_split == 16 && cps == 4, "split %d cps %d", max_split,
+    TU_CHECK_MSG(max_split == 8 && cps == 4, "split %d cps %d", max_split,
                  cps);
     TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 2048, 192, &c, &path, &err),
           &err);
@@ -241,10 +244,10 @@ static void test_lookups(wna16_context_t *ctx)
     TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[0]") == 0);
     TU_OK(w16_moe_cuda_tile(m, 64, false, WNA16_GEMM_W13, 1024, 128, &c, &path, &err),
           &err);
-    TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[3]") == 0);
-    TU_OK(w16_moe_cuda_tile(m, 64, false, WNA16_GEMM_W13, 512, 128, &c, &path, &err),
-          &err);
-    TU_CHECK(strcmp(path, "$.tiling.gemm[5]") == 0);
+    TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[4]") == 0);
+    TU_OK(w16_moe_cuda_tile(m, 64, false, WNA16_GEMM_W13, 512, 128, &c, &path,
+                            &err), &err);
+    TU_CHECK(strcmp(path, "$.tiling.gemm[6]") == 0);
     TU_CHECK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 256, 96, &c, &path,
                                &err) == WNA16_EUNSUPPORTED);
     /* where wgmma runs: block_m 128 from 128 routed slots per expert on,
@@ -259,7 +262,7 @@ static void test_lookups(wna16_context_t *ctx)
     TU_OK(w16_moe_cuda_tile(m, 128, true, WNA16_GEMM_W13, 28672, 4096, &c,
                             &path, &err), &err);
     TU_CHECK(c.wgmma && c.block_n == 256 && c.warps_n == 8 &&
-             strcmp(path, "$.tiling.gemm[4]") == 0);
+             strcmp(path, "$.tiling.gemm[5]") == 0);
     TU_OK(w16_moe_cuda_tile(m, 64, false, WNA16_GEMM_W13, 28672, 4096, &c,
                             &path, &err), &err);
     TU_CHECK(!c.wgmma);
