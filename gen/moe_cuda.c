@@ -619,12 +619,10 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     w16_buf_printf(b, "#define W16_KERNEL %s\n", name);
     if (c->gemm == WNA16_GEMM_W13)
         w16_buf_printf(b, "#define W16_REDUCE %s_reduce\n", name);
-    /* the wgmma template starts from what both GEMM templates share */
-    if (c->wgmma) {
-        wna16_status_t cst = append_template(b, "moe_gemm_common.cu", err);
-        if (cst != WNA16_OK)
-            return cst;
-    }
+    /* what both GEMM templates share, then the one of this tile */
+    wna16_status_t cst = append_template(b, "moe_gemm_common.cu", err);
+    if (cst != WNA16_OK)
+        return cst;
     return append_template(b, tmpl, err);
 }
 

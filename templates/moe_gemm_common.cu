@@ -319,7 +319,22 @@ W16_REDUCE(const float *__restrict__ part, int n_slots, int ip, int splits,
             continue;
         const float *g = part + (size_t)t * 2 * ip + n;
         float hg = 0.0f, hu = 0.0f;
-        for (int s = 0; s < splits; s++) {
+        // four splits' loads in flight before their sums (in order)
+        int s = 0;
+        for (; s + 4 <= splits; s += 4) {
+            float xg[4], xu[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                xg[u] = g[(s + u) * slab];
+                xu[u] = g[(s + u) * slab + ip];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                hg += xg[u];
+                hu += xu[u];
+            }
+        }
+        for (; s < splits; s++) {
             hg += g[s * slab];
             hu += g[s * slab + ip];
         }

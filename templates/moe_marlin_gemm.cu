@@ -64,159 +64,36 @@
 // (deterministic), then the epilogue reads them back row-major so that
 // stores are coalesced.
 
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+// moe_gemm_common.cu precedes this text: the stage geometry (NTHREADS,
+// TILES, KSTEPS, ..., C_BYTES), element types, addresses, cp.async,
+// dequantization, activations, the epilogue and the split-K reduce.
 
 namespace w16 {
 
-using namespace w16cfg;
-typedef unsigned int u32;
-
 // ---- derived constants and the checks the specializer relies on ----------
 
-constexpr int NTHREADS = 32 * WN * WK;
 constexpr int MB = BM / 16;               // m16 blocks per CTA
-constexpr int TILES = BN / 64;            // Marlin tiles per CTA along N
 constexpr int NT = TILES / WN;            // tiles per warp
-constexpr int KSTEPS = BK / 16;           // k16 steps per stage
 constexpr int KS = KSTEPS / WK;           // k16 steps per warp and stage
-constexpr int TILE_WORDS = 32 * BITS;     // words per 16 x 64 tile
-constexpr int TILE_VECS = TILE_WORDS / 4; // 16-byte vectors per tile
-constexpr int LANE_VECS = BITS / 4;       // 16-byte vectors per lane
-constexpr int A_CHUNKS = BK / 8;          // 16-byte chunks per A row
-constexpr int A_STAGE = BM * BK;          // activation elements per stage
-constexpr int B_STAGE = KSTEPS * TILES * TILE_VECS; // vectors per stage
-constexpr int C_LD = BN + 4;              // floats per row of the C tile
-// Grouped scales (not act-order) travel with their stage: the rows of the
-// groups the stage's K range touches (at most BK/16: groups are multiples
-// of 16), 64 scales (8 vectors) per tile and row. The space is reserved
-// for every kernel so that the host's formula stays one expression.
+// Grouped scales (not act-order) travel with their stage (S_STAGE).
 constexpr bool SMEM_SCALES = GROUPED && !ACT_ORDER;
-constexpr int S_STAGE = (BK / 16) * TILES * 8; // 16-byte vectors per stage
-constexpr int STAGE_BYTES = A_STAGE * 2 + B_STAGE * 16 + S_STAGE * 16;
-constexpr int PIPE_BYTES = STAGES * STAGE_BYTES;
-constexpr int C_BYTES = BM * C_LD * 4;
 constexpr int NEED_BYTES = PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES;
 // Rows of per-k-row scale caches: act-order gives each of a thread's four
 // k rows (2q, 2q+1, 2q+8, 2q+9) its own group; otherwise a k16 step lies
 // in one group (group sizes are multiples of 16).
 constexpr int SROWS = (ACT_ORDER && GROUPED) ? 4 : 1;
 
-static_assert(BITS == 4 || BITS == 8, "4- or 8-bit codes");
-static_assert(!(ZP && BITS != 4), "Marlin zero points are 4-bit");
 static_assert(BM % 16 == 0 && BM >= 16 && BM <= 64, "block_m");
 static_assert(BN % 64 == 0 && TILES % WN == 0, "block_n and warps_n");
 static_assert(BK % 64 == 0 && KSTEPS % WK == 0, "block_k and warps_k");
-static_assert(GEMM == 2 || GATED, "GEMM 1 fuses a gated activation");
 static_assert(!GATED || (TILES % 2 == 0 && NT <= TILES / 2 &&
                          (TILES / 2) % NT == 0), "gated: gate and up tiles");
 static_assert(MB * NT <= 4, "accumulators: at most 128 floats a thread");
-static_assert(GEMM == 2 || ACTIVATION == ACT_SILU || ACTIVATION == ACT_GELU ||
-                  ACTIVATION == ACT_GELU_TANH || ACTIVATION == ACT_SWIGLUOAI ||
-                  ACTIVATION == ACT_SWIGLUSTEP, "a gated activation");
 static_assert(STAGES >= 2 && STAGES <= 8, "pipeline depth");
 static_assert(NTHREADS <= 512, "threads per CTA");
 static_assert(SMEM_BYTES == NEED_BYTES, "shared memory size (prelude)");
 
-// ---- activation and scale element types -----------------------------------
-
-template <bool BF16> struct elem;
-template <> struct elem<false> {
-    typedef __half t;
-    typedef __half2 t2;
-    static __device__ __forceinline__ float to_f(t v) { return __half2float(v); }
-    static __device__ __forceinline__ t from_f(float v) { return __float2half_rn(v); }
-    static __device__ __forceinline__ t2 pair(t lo, t hi) { return __halves2half2(lo, hi); }
-};
-template <> struct elem<true> {
-    typedef __nv_bfloat16 t;
-    typedef __nv_bfloat162 t2;
-    static __device__ __forceinline__ float to_f(t v) { return __bfloat162float(v); }
-    static __device__ __forceinline__ t from_f(float v) { return __float2bfloat16_rn(v); }
-    static __device__ __forceinline__ t2 pair(t lo, t hi) { return __halves2bfloat162(lo, hi); }
-};
-
-typedef elem<ACT_BF16> act;
-typedef elem<SCALE_BF16> sca;
-typedef elem<BIAS_BF16> bia;
-typedef bia::t bias_t;
-typedef act::t act_t;
-typedef act::t2 act2_t;
-typedef sca::t scale_t;
-// Scales kept in registers: in the activation dtype when the dtypes agree
-// (a packed multiply), else as float (the product is then rounded once
-// from float, which gives the same correctly rounded result).
-constexpr bool SCALE_SAME = ACT_BF16 == SCALE_BF16;
-
-template <bool C, typename A, typename B> struct pick { typedef A t; };
-template <typename A, typename B> struct pick<false, A, B> { typedef B t; };
-
-// Bit casts between a 32-bit register and a pair of 16-bit values (the
-// mma operands are plain 32-bit registers). NVRTC has no memcpy builtin;
-// this is the cast CUDA's own headers use for half2.
-template <typename T> __device__ __forceinline__ u32 as_u32(T v)
-{
-    static_assert(sizeof(T) == 4, "32-bit");
-    return *reinterpret_cast<const u32 *>(&v);
-}
-template <typename T> __device__ __forceinline__ T from_u32(u32 v)
-{
-    static_assert(sizeof(T) == 4, "32-bit");
-    return *reinterpret_cast<const T *>(&v);
-}
-
-// ---- addresses of the Marlin family (the specializer's contract) ----------
-
-// Position of logical column n in a row of the scale tensor.
-__device__ __forceinline__ int scale_pos(int n)
-{
-    if (SCALE_LAYOUT == 0) // 8x8 transpose inside every 64 columns
-        return 64 * (n / 64) + 8 * (n % 8) + (n % 64) / 8;
-    // the 32-entry table, an involution: 8a + 2b + d <-> 8b + 2a + d
-    return 32 * (n / 32) + 8 * ((n % 8) / 2) + 2 * ((n % 32) / 8) + n % 2;
-}
-
-// Position of logical column n in a row of the bias tensor (32-entry table).
-__device__ __forceinline__ int bias_pos(int n)
-{
-    return 32 * (n / 32) + 8 * ((n % 8) / 2) + 2 * ((n % 32) / 8) + n % 2;
-}
-
-// 4-bit zero point of column n in one group's row of zero words: word
-// 8*(n/64) + n%8, nibble ZP_SLOT[(n%64)/8], ZP_SLOT = 0,4,1,5,2,6,3,7.
-__device__ __forceinline__ int zero_at(const u32 *row, int n)
-{
-    int j = (n % 64) / 8;
-    int slot = (j % 2) * 4 + j / 2;
-    return (int)((row[8 * (n / 64) + n % 8] >> (4 * slot)) & 15u);
-}
-
 // ---- PTX wrappers ---------------------------------------------------------
-
-__device__ __forceinline__ u32 smem_addr(const void *p)
-{
-    return (u32)__cvta_generic_to_shared(p);
-}
-
-// 16 bytes global -> shared, bypassing L1; zero-filled when !valid (the
-// source address is then never read but must still be a global address).
-__device__ __forceinline__ void cp_async16(void *dst, const void *src,
-                                           bool valid)
-{
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "r"(n)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void *p)
 {
@@ -247,29 +124,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const u32 (&a)[4],
                        "r"(b1));
 }
 
-// ---- dequantization --------------------------------------------------------
-
-// The exponent that turns a small code c in a 16-bit lane into a float of
-// value MAGIC + c (exact while c < 2^mantissa bits).
-constexpr u32 MAGIC_BITS = ACT_BF16 ? 0x4300u : 0x6400u; // 128 or 1024
-constexpr float MAGIC = ACT_BF16 ? 128.0f : 1024.0f;
-// bf16 keeps 8 significant bits: 128 + c is exact for 4-bit codes only.
-constexpr bool USE_MAGIC = !(ACT_BF16 && BITS == 8);
-
-// Two codes (one per 16-bit lane of v, the low lane first) minus their
-// zero points, exact in the activation dtype. zb = the pair (MAGIC + z_lo,
-// MAGIC + z_hi) in the activation dtype when USE_MAGIC, else (z_lo, z_hi).
-__device__ __forceinline__ act2_t codes_minus_zero(u32 v, act2_t zb)
-{
-    if constexpr (USE_MAGIC) {
-        act2_t x = from_u32<act2_t>(v | (MAGIC_BITS << 16) | MAGIC_BITS);
-        return __hsub2(x, zb);
-    } else {
-        float lo = (float)(int)(v & 0xffffu) - act::to_f(zb.x);
-        float hi = (float)(int)(v >> 16) - act::to_f(zb.y);
-        return act::pair(act::from_f(lo), act::from_f(hi));
-    }
-}
+// ---- dequantization (codes_minus_zero, apply_scale: common) ---------------
 
 // (a & b) | c in one instruction: a 16-bit lane's code under the exponent
 // (b the code mask, c the MAGIC bits of both lanes).
@@ -303,73 +158,6 @@ constexpr u32 ZSYM2 = MAGIC2 | ((1u << (BITS - 1)) * 0x00010001u);
 // needs one shift (by 8) for its four pairs; bf16 has no mantissa bit for
 // 16 q and shifts each pair down.
 constexpr bool FP16_HI = DEFER && !ACT_BF16 && BITS == 4 && !ZP;
-
-// (q - z) * s rounded once to the activation dtype.
-template <typename S>
-__device__ __forceinline__ act2_t apply_scale(act2_t d, S lo, S hi)
-{
-    if constexpr (SCALE_SAME) {
-        return __hmul2(d, act::pair(lo, hi));
-    } else {
-        return act::pair(act::from_f(act::to_f(d.x) * lo),
-                         act::from_f(act::to_f(d.y) * hi));
-    }
-}
-
-// ---- the activation (gated: act(gate, up)) --------------------------------
-
-// Clamps written as comparisons so that NaN stays NaN (as the reference).
-__device__ __forceinline__ float clamp_max(float x, float hi)
-{
-    return x > hi ? hi : x;
-}
-__device__ __forceinline__ float clamp_sym(float x, float lim)
-{
-    return x > lim ? lim : (x < -lim ? -lim : x);
-}
-__device__ __forceinline__ float silu_f(float x)
-{
-    return x / (1.0f + expf(-x));
-}
-
-__device__ __forceinline__ float activation(float g, float u, float limit,
-                                            float alpha, float beta)
-{
-    if constexpr (ACTIVATION == ACT_SILU) {
-        return silu_f(g) * u;
-    } else if constexpr (ACTIVATION == ACT_GELU) {
-        return 0.5f * g * (1.0f + erff(g * 0.70710678118654752440f)) * u;
-    } else if constexpr (ACTIVATION == ACT_GELU_TANH) {
-        float t = tanhf(0.79788456080286535588f * (g + 0.044715f * g * g * g));
-        return 0.5f * g * (1.0f + t) * u;
-    } else if constexpr (ACTIVATION == ACT_SWIGLUOAI) {
-        float gc = clamp_max(g, limit), uc = clamp_sym(u, limit);
-        return (uc + beta) * gc * (1.0f / (1.0f + expf(-alpha * gc)));
-    } else { // ACT_SWIGLUSTEP (checked below)
-        return clamp_max(silu_f(g), limit) * clamp_sym(u, limit);
-    }
-}
-
-__device__ __forceinline__ float round_act(float v)
-{
-    return act::to_f(act::from_f(v));
-}
-
-// ---- the kernel -----------------------------------------------------------
-
-// Column of the first code of CTA tile tt (0 .. TILES-1), or -1 when the
-// tile lies past the end of its piece (ragged N or IP).
-__device__ __forceinline__ int tile_col(int tt, int ncol, int N, int ip)
-{
-    if constexpr (GATED) {
-        constexpr int HALF = TILES > 1 ? TILES / 2 : 1; // (GATED: TILES even)
-        int local = ncol * (BN / 2) + (tt % HALF) * 64;
-        return local < ip ? (tt / HALF) * ip + local : -1;
-    } else {
-        int c = ncol * BN + tt * 64;
-        return c < N ? c : -1;
-    }
-}
 
 } // namespace w16
 
@@ -847,117 +635,7 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         __syncthreads();
     }
 
-    // ---- epilogue --------------------------------------------------------
-    const bias_t *bias_e = (bias && split == 0) ? bias + (size_t)e * N
-                                                : nullptr;
-    if (splits > 1) { // a float32 partial sum: scale (linear) and bias only
-        const int W = GATED ? 2 * ip : N;
-        float *o = static_cast<float *>(out) + (size_t)split * n_slots * W;
-        constexpr int OUTW = GATED ? BN / 2 : BN;
-        for (int i = tid; i < BM * BN; i += NTHREADS) {
-            int r = i / BN, c = i % BN, t = s_rows[r];
-            // gated: the first half is gate column n, the second up ip + n
-            int n = GATED ? ncol * OUTW + c % OUTW : ncol * BN + c;
-            if (t < 0 || n >= (GATED ? ip : N))
-                continue;
-            int col = GATED ? (c < OUTW ? n : ip + n) : n;
-            float y = cs[r * C_LD + c];
-            if constexpr (!GROUPED)
-                y *= sca::to_f(sc_e[scale_pos(col)]);
-            if (bias_e)
-                y += bia::to_f(bias_e[bias_pos(col)]);
-            o[(size_t)t * W + col] = y;
-        }
-        return;
-    }
-    if constexpr (GEMM == 1) {
-        act_t *o = static_cast<act_t *>(out);
-        constexpr int OUTW = BN / 2;
-        for (int i = tid; i < BM * OUTW; i += NTHREADS) {
-            int r = i / OUTW, c = i % OUTW, t = s_rows[r];
-            int n = ncol * OUTW + c; // gate column; up is ip + n
-            if (t < 0 || n >= ip)
-                continue;
-            float hg = cs[r * C_LD + c], hu = cs[r * C_LD + OUTW + c];
-            if constexpr (!GROUPED) {
-                hg *= sca::to_f(sc_e[scale_pos(n)]);
-                hu *= sca::to_f(sc_e[scale_pos(ip + n)]);
-            }
-            if (bias_e) {
-                hg += bia::to_f(bias_e[bias_pos(n)]);
-                hu += bia::to_f(bias_e[bias_pos(ip + n)]);
-            }
-            if (round_out) {
-                hg = round_act(hg);
-                hu = round_act(hu);
-            }
-            o[(size_t)t * ip + n] =
-                act::from_f(activation(hg, hu, limit, alpha, beta));
-        }
-    } else {
-        float *o = static_cast<float *>(out);
-        for (int i = tid; i < BM * BN; i += NTHREADS) {
-            int r = i / BN, c = i % BN, t = s_rows[r];
-            int n = ncol * BN + c;
-            if (t < 0 || n >= N)
-                continue;
-            float y = cs[r * C_LD + c];
-            if constexpr (!GROUPED)
-                y *= sca::to_f(sc_e[scale_pos(n)]);
-            if (bias_e)
-                y += bia::to_f(bias_e[bias_pos(n)]);
-            if (round_out)
-                y = round_act(y);
-            o[(size_t)t * N + n] = y;
-        }
-    }
+    // ---- epilogue (moe_gemm_common.cu) -----------------------------------
+    store_c_tile(cs, s_rows, tid, e, ncol, split, splits, N, ip, n_slots, sc_e,
+                 bias, out, round_out, limit, alpha, beta);
 }
-
-#ifdef W16_REDUCE
-// GEMM 1 after split-K: for every routed slot (the padded order's
-// sorted_ids) and output column n < IP, the gate and up sums over the
-// splits in order s = 0, 1, ..., optional rounding, the activation, the
-// activation-dtype result: out [slots][IP].
-extern "C" __global__ void __launch_bounds__(256)
-W16_REDUCE(const float *__restrict__ part, int n_slots, int ip, int splits,
-           const int *__restrict__ sorted_ids,
-           const int *__restrict__ num_post, act_t *__restrict__ out,
-           int round_out, float limit, float alpha, float beta)
-{
-    const size_t total = (size_t)*num_post * ip;
-    const size_t slab = (size_t)n_slots * 2 * ip;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
-        int p = (int)(i / ip), n = (int)(i % ip), t = sorted_ids[p];
-        if (t < 0 || t >= n_slots)
-            continue;
-        const float *g = part + (size_t)t * 2 * ip + n;
-        float hg = 0.0f, hu = 0.0f;
-        // four splits' loads in flight before their sums (in order)
-        int s = 0;
-        for (; s + 4 <= splits; s += 4) {
-            float xg[4], xu[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                xg[u] = g[(s + u) * slab];
-                xu[u] = g[(s + u) * slab + ip];
-            }
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                hg += xg[u];
-                hu += xu[u];
-            }
-        }
-        for (; s < splits; s++) {
-            hg += g[s * slab];
-            hu += g[s * slab + ip];
-        }
-        if (round_out) {
-            hg = round_act(hg);
-            hu = round_act(hu);
-        }
-        out[(size_t)t * ip + n] =
-            act::from_f(activation(hg, hu, limit, alpha, beta));
-    }
-}
-#endif
