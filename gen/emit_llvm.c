@@ -659,13 +659,16 @@ enum { VECTOR_LANES = 16 };
  * kernels because it prices their gathers as scalar loads, while the
  * vectorized loops measure 1.2x to 6x faster (bench/RESULTS.md).
  *
- * The loop is also kept from unrolling until it is vectorized: a lane
- * loop of at most 10 iterations (the word blocks' 8 lanes) is otherwise
- * simulated iteration by iteration by the full unroller's cost analysis
- * before it gives up, a third of the O3 time of the CPU layout's repack
- * kernel (bench/RESULTS.md). The vectorized loop gets plain metadata
- * back (followup_vectorized: what the vectorizer would have set), so
- * the later unrolling of the vector loop is unchanged. */
+ * A lane loop of at most UNROLL_ANALYZED_LANES iterations (the word
+ * blocks' 8 lanes) is also kept from unrolling until it is vectorized:
+ * LLVM's full unroller otherwise simulates such a loop iteration by
+ * iteration before it gives up, a third of the O3 time of the CPU
+ * layout's repack kernel (bench/RESULTS.md). The vectorized loop gets
+ * plain metadata back (followup_vectorized: what the vectorizer would
+ * have set). Longer lane loops keep LLVM's defaults (a copy that is not
+ * vectorized, e.g. after unswitching, is still unrolled). */
+enum { UNROLL_ANALYZED_LANES = 10 }; /* LLVM's unroll-max-iteration-count-to-analyze */
+
 static LLVMValueRef vectorize_hint(emitter_t *E)
 {
     LLVMContextRef c = E->c;
@@ -695,11 +698,15 @@ static LLVMValueRef vectorize_hint(emitter_t *E)
     /* a loop id refers to itself: build it around a placeholder */
     LLVMMetadataRef self = LLVMTemporaryMDNode(c, NULL, 0);
     LLVMMetadataRef ops[6] = {self, LLVMMDNodeInContext2(c, on, 2),
-                              LLVMMDNodeInContext2(c, w, 2),
-                              LLVMMDNodeInContext2(c, &no_unroll, 1),
-                              LLVMMDNodeInContext2(c, after, pa_node ? 3 : 2),
-                              pa_node};
-    LLVMMetadataRef id = LLVMMDNodeInContext2(c, ops, E->access_group ? 6 : 5);
+                              LLVMMDNodeInContext2(c, w, 2)};
+    unsigned n = 3;
+    if (pa_node)
+        ops[n++] = pa_node;
+    if (E->k->lanes <= UNROLL_ANALYZED_LANES) {
+        ops[n++] = LLVMMDNodeInContext2(c, &no_unroll, 1);
+        ops[n++] = LLVMMDNodeInContext2(c, after, pa_node ? 3 : 2);
+    }
+    LLVMMetadataRef id = LLVMMDNodeInContext2(c, ops, n);
     LLVMMetadataReplaceAllUsesWith(self, id);
     return LLVMMetadataAsValue(c, id);
 }
