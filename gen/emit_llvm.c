@@ -657,7 +657,18 @@ enum { VECTOR_LANES = 16 };
  * launch model and the buffers do not alias, so it is always legal (the
  * vectorizer still checks); LLVM's cost model alone refuses most repack
  * kernels because it prices their gathers as scalar loads, while the
- * vectorized loops measure 1.2x to 6x faster (bench/RESULTS.md). */
+ * vectorized loops measure 1.2x to 6x faster (bench/RESULTS.md).
+ *
+ * A lane loop of at most UNROLL_ANALYZED_LANES iterations (the word
+ * blocks' 8 lanes) is also kept from unrolling until it is vectorized:
+ * LLVM's full unroller otherwise simulates such a loop iteration by
+ * iteration before it gives up, a third of the O3 time of the CPU
+ * layout's repack kernel (bench/RESULTS.md). The vectorized loop gets
+ * plain metadata back (followup_vectorized: what the vectorizer would
+ * have set). Longer lane loops keep LLVM's defaults (a copy that is not
+ * vectorized, e.g. after unswitching, is still unrolled). */
+enum { UNROLL_ANALYZED_LANES = 10 }; /* LLVM's unroll-max-iteration-count-to-analyze */
+
 static LLVMValueRef vectorize_hint(emitter_t *E)
 {
     LLVMContextRef c = E->c;
@@ -675,12 +686,27 @@ static LLVMValueRef vectorize_hint(emitter_t *E)
     static const char par[] = "llvm.loop.parallel_accesses";
     LLVMMetadataRef pa[2] = {LLVMMDStringInContext2(c, par, sizeof par - 1),
                              E->access_group};
+    static const char nou[] = "llvm.loop.unroll.disable";
+    static const char isv[] = "llvm.loop.isvectorized";
+    static const char fol[] = "llvm.loop.vectorize.followup_vectorized";
+    LLVMMetadataRef no_unroll = LLVMMDStringInContext2(c, nou, sizeof nou - 1);
+    LLVMMetadataRef done[2] = {LLVMMDStringInContext2(c, isv, sizeof isv - 1),
+                               LLVMValueAsMetadata(LLVMConstInt(i32, 1, 0))};
+    LLVMMetadataRef pa_node = E->access_group ? LLVMMDNodeInContext2(c, pa, 2) : NULL;
+    LLVMMetadataRef after[3] = {LLVMMDStringInContext2(c, fol, sizeof fol - 1),
+                                LLVMMDNodeInContext2(c, done, 2), pa_node};
     /* a loop id refers to itself: build it around a placeholder */
     LLVMMetadataRef self = LLVMTemporaryMDNode(c, NULL, 0);
-    LLVMMetadataRef ops[4] = {self, LLVMMDNodeInContext2(c, on, 2),
-                              LLVMMDNodeInContext2(c, w, 2),
-                              E->access_group ? LLVMMDNodeInContext2(c, pa, 2) : NULL};
-    LLVMMetadataRef id = LLVMMDNodeInContext2(c, ops, E->access_group ? 4 : 3);
+    LLVMMetadataRef ops[6] = {self, LLVMMDNodeInContext2(c, on, 2),
+                              LLVMMDNodeInContext2(c, w, 2)};
+    unsigned n = 3;
+    if (pa_node)
+        ops[n++] = pa_node;
+    if (E->k->lanes <= UNROLL_ANALYZED_LANES) {
+        ops[n++] = LLVMMDNodeInContext2(c, &no_unroll, 1);
+        ops[n++] = LLVMMDNodeInContext2(c, after, pa_node ? 3 : 2);
+    }
+    LLVMMetadataRef id = LLVMMDNodeInContext2(c, ops, n);
     LLVMMetadataReplaceAllUsesWith(self, id);
     return LLVMMetadataAsValue(c, id);
 }
