@@ -177,12 +177,11 @@ int main(int argc, char **argv)
                                        "batched_marlin", "cpu", "moe_wna16",
                                        "flashinfer_trtllm"};
     /* variants: the runtime's kernels (staged tiles where the builder finds
-     * them), the plain gather of one word per lane (the kernels before the
-     * staged tiles, measured in the same run), and other workgroup sizes
-     * (other tile shapes) */
+     * them) and the plain gather of one word per lane (the kernels before
+     * the staged tiles, measured in the same run); 128 and 512 lanes (other
+     * tile shapes) measured no better on the H200 (bench/RESULTS.md) */
     static const struct { bool tiles; int lanes; const char *name; } var[] = {
-        {true, 0, "runtime"}, {false, 0, "gather"}, {true, 128, "lanes128"},
-        {true, 512, "lanes512"}};
+        {true, 0, "runtime"}, {false, 0, "gather"}};
     printf("\n  weight kernels alone (sources on the device), median of 15:\n");
     printf("  %-18s %-4s %-8s %9s %9s %10s %10s %9s  %s\n", "destination",
            "gemm", "variant", "MB", "kernel", "GB/s r+w", "d2d copy",
@@ -194,9 +193,6 @@ int main(int argc, char **argv)
         const wna16_spec_t *dst = wna16_spec_find(ctx, 0, dsts[d]);
         if (!dst || !dst->layouts[W16_ROLE_QWEIGHT])
             continue;
-        if (vi >= 2 && strcmp(dsts[d], "triton") && strcmp(dsts[d], "marlin") &&
-            strcmp(dsts[d], "flashinfer_trtllm"))
-            continue; /* the other sizes for a few layouts */
         for (int g = 0; g < 2; g++) {
             w16_repack_request_t req = {
                 .src = gptq, .dst = dst,

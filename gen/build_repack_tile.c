@@ -38,6 +38,9 @@
 /* Shared memory per workgroup at most (8 workgroups of 256 lanes fill an
  * SM's 2048 threads in 128 KiB), words per lane at most. */
 enum { TILE_MAX_BYTES = 16384, TILE_MAX_COPIES = 4 };
+/* A plain gather whose warp loads touch at most this many sectors is
+ * left alone (twice the 4 of 32 consecutive words). */
+enum { PLAIN_SECTORS_OK = 8, MEMO_SIZE = 32 };
 
 struct w16_rp_tile {
     w16_role_t role;
@@ -54,6 +57,13 @@ struct w16_rp_tile {
      * flat index are recorded instead of staged */
     bool capture;
     const kir_expr_t *cap_slot, *cap_row, *cap_col;
+    /* the source elements read so far, by block: the code slots of a word
+     * share one read (see w16_rp_source_load) */
+    struct {
+        const kir_block_t *blk;
+        const kir_expr_t *slot, *flat, *val;
+    } memo[MEMO_SIZE];
+    int n_memo;
 };
 
 typedef struct box {
@@ -107,6 +117,38 @@ static bool probe_box(builder_t *B, const int64_t *S, int n, int np,
     return true;
 }
 
+/* The 32-byte sectors one warp-wide load of the plain gather (32
+ * consecutive words from flat word index f0, one lane each) touches: the
+ * most over the code positions; 4 when the words come from consecutive
+ * 4-byte elements, 32 for a transpose's source rows. */
+static int plain_sectors(builder_t *B, const int64_t *S, int n, int np,
+                         int slots, int64_t esz, int64_t f0)
+{
+    int worst = 0;
+    for (int p = 0; p < np; p++) {
+        int64_t sec[32];
+        int ns = 0;
+        for (int64_t l = 0; l < 32; l++) {
+            int64_t w[W16_MAX_STORE_DIMS], f = f0 + l, t;
+            for (int d = n - 1; d >= 0; d--) {
+                w[d] = f % S[d];
+                f /= S[d];
+            }
+            int64_t e = w16_rp_probe(B, w, n, p / slots, p % slots, &t);
+            if (e < 0)
+                continue;
+            int64_t id = t * (INT64_C(1) << 40) + e * esz / 32;
+            bool seen = false;
+            for (int i = 0; i < ns && !seen; i++)
+                seen = sec[i] == id;
+            if (!seen)
+                sec[ns++] = id;
+        }
+        worst = ns > worst ? ns : worst;
+    }
+    return worst;
+}
+
 bool w16_rp_tile_plan(builder_t *B, const int64_t *S, int n, int np,
                       int slots, int lanes)
 {
@@ -123,18 +165,17 @@ bool w16_rp_tile_plan(builder_t *B, const int64_t *S, int n, int np,
     int64_t wbytes = (int64_t)wna16_dtype_size(req->dst_dtype) * B->wide;
     if (a <= 0 || elems >= (INT64_C(1) << 31))
         return false;
-    /* neighbouring words from neighbouring elements: coalesced already */
-    int64_t w[W16_MAX_STORE_DIMS] = {0}, t0, t1;
-    int64_t f0 = w16_rp_probe(B, w, n, 0, 0, &t0);
-    w[n - 1] = 1;
-    int64_t f1 = S[n - 1] > 1 ? w16_rp_probe(B, w, n, 0, 0, &t1) : -1;
-    if (f0 < 0 || f1 < 0 || (t0 == t1 && llabs(f1 - f0) * esz <= 8))
-        return false;
-    static const int copies[] = {4, 2, 1};
-    static const int64_t cols[] = {32, 64, 128, 16, 256, 8};
     int64_t best_score = 0, total = 1;
     for (int d = 0; d < n; d++)
         total *= S[d];
+    /* the plain gather's warp loads are coalesced enough (Marlin's tiles
+     * measured slower staged: bench/RESULTS.md) */
+    int64_t mid = total / 2 / 32 * 32;
+    if (plain_sectors(B, S, n, np, slots, esz, 0) <= PLAIN_SECTORS_OK ||
+        plain_sectors(B, S, n, np, slots, esz, mid) <= PLAIN_SECTORS_OK)
+        return false;
+    static const int copies[] = {4, 2, 1};
+    static const int64_t cols[] = {32, 64, 128, 16, 256, 8};
     struct w16_rp_tile best = {0};
     for (size_t ui = 0; ui < sizeof copies / sizeof copies[0]; ui++)
         for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
@@ -344,6 +385,38 @@ void w16_rp_tile_stage(builder_t *B, const int64_t *S, int n)
         w16_rp_fail(B, "out of memory");
 }
 
+/* e seen through let-bound variables (their noted definitions, which
+ * never change), so that a value and a variable bound to it compare
+ * equal. */
+static const kir_expr_t *through_lets(const builder_t *B, const kir_expr_t *e)
+{
+    for (int guard = 0; e && guard < 64; guard++) {
+        const kir_expr_t *v = e;
+        if ((v->op == KIR_OP_ZEXT || v->op == KIR_OP_SEXT) && v->type == KIR_I64 &&
+            v->a->op == KIR_OP_VAR && v->a->type == KIR_I32)
+            v = v->a;
+        if (v->op != KIR_OP_VAR || v->var->index >= B->L.n_vfacts ||
+            !B->L.vdef[v->var->index])
+            return e;
+        e = B->L.vdef[v->var->index];
+    }
+    return e;
+}
+
+static bool same_value(const builder_t *B, const kir_expr_t *a, const kir_expr_t *b)
+{
+    a = through_lets(B, a);
+    b = through_lets(B, b);
+    if (a == b)
+        return true;
+    if (!a || !b || a->op != b->op || a->type != b->type || a->ival != b->ival ||
+        memcmp(&a->fval, &b->fval, sizeof a->fval) || a->var != b->var ||
+        a->param != b->param || a->shared != b->shared || a->ctable != b->ctable)
+        return false;
+    return same_value(B, a->a, b->a) && same_value(B, a->b, b->b) &&
+           same_value(B, a->c, b->c);
+}
+
 const kir_expr_t *w16_rp_source_load(builder_t *B, w16_role_t role,
                                      const kir_expr_t *slot,
                                      const kir_expr_t *flat,
@@ -362,6 +435,14 @@ const kir_expr_t *w16_rp_source_load(builder_t *B, w16_role_t role,
         T->cap_col = col;
         return mem;
     }
+    /* One read per source element and block: the slots of a word reading
+     * the same element share it. The compiler does not merge the loads on
+     * its own (each sits behind its own select), and without this a word
+     * of eight codes made eight shared and eight fallback loads. */
+    for (int i = 0; i < T->n_memo && i < MEMO_SIZE; i++)
+        if (T->memo[i].blk == B->body && same_value(B, T->memo[i].slot, slot) &&
+            same_value(B, T->memo[i].flat, flat))
+            return T->memo[i].val;
     /* in 32 bits, as the corner */
     const kir_expr_t *du = kir_bin(k, KIR_OP_SUB, w16_ir_narrow32(&B->L, row), T->brow);
     const kir_expr_t *dv = kir_bin(k, KIR_OP_SUB, w16_ir_narrow32(&B->L, col), T->bcol);
@@ -375,5 +456,11 @@ const kir_expr_t *w16_rp_source_load(builder_t *B, w16_role_t role,
         kir_bin(k, KIR_OP_ADD, kir_bin(k, KIR_OP_MUL, ds, i32(B, T->nu)), du),
         i32(B, T->pitch)), dv);
     const kir_expr_t *cell = kir_shared_load(k, T->sh, kir_select(k, hit, at, i32(B, 0)));
-    return w16_ir_select(k, hit, cell, mem);
+    const kir_expr_t *val = w16_rp_let(B, "src_elem", w16_ir_select(k, hit, cell, mem));
+    int m = T->n_memo++ % MEMO_SIZE;
+    T->memo[m].blk = B->body;
+    T->memo[m].slot = slot;
+    T->memo[m].flat = flat;
+    T->memo[m].val = val;
+    return val;
 }
