@@ -176,11 +176,19 @@ int main(int argc, char **argv)
     static const char *const dsts[] = {"triton", "xpu", "humming", "marlin",
                                        "batched_marlin", "cpu", "moe_wna16",
                                        "flashinfer_trtllm"};
+    /* variants: the runtime's kernels (staged tiles where the builder finds
+     * them) and the plain gather of one word per lane (the kernels before
+     * the staged tiles, measured in the same run); 128 and 512 lanes (other
+     * tile shapes) measured no better on the H200 (bench/RESULTS.md) */
+    static const struct { bool tiles; int lanes; const char *name; } var[] = {
+        {true, 0, "runtime"}, {false, 0, "gather"}};
     printf("\n  weight kernels alone (sources on the device), median of 15:\n");
-    printf("  %-18s %-4s %9s %9s %10s %10s %9s\n", "destination", "gemm", "MB",
-           "kernel", "GB/s r+w", "d2d copy", "vs copy");
+    printf("  %-18s %-4s %-8s %9s %9s %10s %10s %9s  %s\n", "destination",
+           "gemm", "variant", "MB", "kernel", "GB/s r+w", "d2d copy",
+           "vs copy", "kernel name");
     double cold_ms[64];
     int n_cold = 0;
+    for (size_t vi = 0; vi < sizeof var / sizeof var[0]; vi++)
     for (size_t d = 0; d < sizeof dsts / sizeof dsts[0]; d++) {
         const wna16_spec_t *dst = wna16_spec_find(ctx, 0, dsts[d]);
         if (!dst || !dst->layouts[W16_ROLE_QWEIGHT])
@@ -191,19 +199,21 @@ int main(int argc, char **argv)
                 .problem = {E, H, I, 4, 128, false, false, false},
                 .gemm = g ? WNA16_GEMM_W2 : WNA16_GEMM_W13,
                 .role = W16_ROLE_QWEIGHT,
-                .dst_dtype = dst->layouts[W16_ROLE_QWEIGHT]->dtypes[0]};
+                .dst_dtype = dst->layouts[W16_ROLE_QWEIGHT]->dtypes[0],
+                .lanes = var[vi].lanes, .staged_tiles = var[vi].tiles};
             req.src_dtype[W16_ROLE_QWEIGHT] = WNA16_DTYPE_I32;
             w16_repack_kernel_t rk;
             if (w16_build_repack(ctx, &req, &rk, &err)) {
-                printf("  %-18s %-4s %s\n", dsts[d], g ? "w2" : "w13",
-                       err.message);
+                printf("  %-18s %-4s %-8s %s\n", dsts[d], g ? "w2" : "w13",
+                       var[vi].name, err.message);
                 continue;
             }
             /* cold NVRTC compile of this kernel's translation unit */
             char *text = NULL;
             w16_cuda_image_t img;
             double t0 = now();
-            if (!w16_cuda_kernel_source(ctx, rk.kernel, &text, &err) &&
+            if (vi == 0 && n_cold < 64 &&
+                !w16_cuda_kernel_source(ctx, rk.kernel, &text, &err) &&
                 !w16_nvrtc_compile(ctx, text, rk.kernel->name,
                                    w16_cuda_cc_major(cuda),
                                    w16_cuda_cc_minor(cuda), &img, &err)) {
@@ -231,9 +241,9 @@ int main(int argc, char **argv)
              * two whole-size buffers instead */
             copy_t c2 = {.dst = c.dst, .src = l.vals[0], .bytes = bytes};
             double ct = time_op(do_copy, &c2, 15);
-            printf("  %-18s %-4s %9.1f %7.3f ms %10.1f %7.3f ms %8.0f%%\n",
-                   dsts[d], g ? "w2" : "w13", bytes / 1e6, kt,
-                   2 * bytes / kt / 1e6, ct, 100 * ct / kt);
+            printf("  %-18s %-4s %-8s %9.1f %7.3f ms %10.1f %7.3f ms %8.0f%%  %s\n",
+                   dsts[d], g ? "w2" : "w13", var[vi].name, bytes / 1e6, kt,
+                   2 * bytes / kt / 1e6, ct, 100 * ct / kt, rk.kernel->name);
             w16_cuda_free(cuda, c.dst);
             for (int i = 0; i < nb; i++)
                 w16_cuda_free(cuda, bufs[i]);
@@ -301,7 +311,7 @@ int main(int argc, char **argv)
             .src = gptq, .dst = wna16_spec_find(ctx, 0, "marlin"),
             .problem = {E, H, I, 4, 128, false, false, false},
             .gemm = WNA16_GEMM_W13, .role = W16_ROLE_QWEIGHT,
-            .dst_dtype = WNA16_DTYPE_I32};
+            .dst_dtype = WNA16_DTYPE_I32, .staged_tiles = true};
         req.src_dtype[W16_ROLE_QWEIGHT] = WNA16_DTYPE_I32;
         w16_repack_kernel_t rk;
         CHECK(w16_build_repack(ctx, &req, &rk, &err));

@@ -20,42 +20,11 @@
  * of a word share their source words; the CPU emitter's LLVM pipeline
  * hoists the choice out of the loop over lanes.
  */
-#include "gen/build_repack.h"
-#include "gen/lower_expr.h"
+#include "gen/build_repack_priv.h"
 
 #include <stdio.h>
 #include <string.h>
 
-typedef struct builder {
-    wna16_context_t *ctx;
-    const w16_repack_request_t *req;
-    w16_repack_kernel_t *out;
-    kir_kernel_t *k;
-    kir_block_t *body;
-    int64_t dv[W16_VAR_COUNT]; /* destination dims (padded) */
-    int64_t sv[W16_VAR_COUNT]; /* source dims (unpadded; per projection) */
-    w16_layout_t dl;           /* destination layout, folded */
-    w16_layout_t sl[W16_ROLE_COUNT]; /* source layouts, folded */
-    int64_t sshape[W16_ROLE_COUNT][W16_MAX_STORE_DIMS];
-    const kir_param_t *dst;
-    const kir_param_t *table[W16_ROLE_COUNT];
-    const kir_param_t *perm; /* act-order permutation [E][K], or NULL */
-    /* scale transforms of the destination and the source (8-bit
-     * activations), and the operand's largest stored scale (int16 codes) */
-    w16_scale_xform_t dsx, ssx;
-    const kir_param_t *smax;
-    const kir_expr_t *idx[W16_MAX_STORE_DIMS]; /* storage index of the lane */
-    int wide; /* destination elements per word (one store of a lane) */
-    /* Word blocks (plan_blocks): a kernel lane writes `unroll` words, the
-     * copies of the body; the kernel's lane is bits [bp, bp + bv) of the
-     * word's index within its workgroup, copy the bits below and above */
-    bool blocked;
-    int bp, bv, unroll, copy;
-    int pos;  /* element * slots + slot within the word, for names */
-    w16_lower_t L;
-    wna16_error_t *err;
-    const char *fail;
-} builder_t;
 
 static const char *gemm_name(wna16_gemm_t g) { return g == WNA16_GEMM_W13 ? "w13" : "w2"; }
 
@@ -207,13 +176,6 @@ static const kir_expr_t *bind_let(builder_t *B, const char *name,
 
 /* ---- the source side ----------------------------------------------------- */
 
-/* A logical element of the layer, coordinates in role order (e first), each
- * a value in [0, ext). */
-typedef struct lcoord {
-    const kir_expr_t *c[W16_MAX_COORDS];
-    int64_t ext[W16_MAX_COORDS];
-    int n;
-} lcoord_t;
 
 /* Loads the raw storage element holding the source value of `role` at `at`
  * and extracts it: a code (after the source's decode transform) for codes,
@@ -320,16 +282,16 @@ static const kir_expr_t *src_value_raw(builder_t *B, w16_role_t role,
         }
         w16_lower_bind(&B->L, cv[i], c, 0, ext - 1);
     }
-    const kir_expr_t *flat = ik(B, 0);
+    /* rows: the index of every dimension but the last, flattened */
+    const kir_expr_t *flat = ik(B, 0), *rows = ik(B, 0), *ix = NULL;
     for (int d = 0; d < l->ndim; d++) {
         w16_range_t ri;
-        const kir_expr_t *ix = lower(B, l->index[d], &ri);
-        if (!ix)
+        rows = flat;
+        if (!(ix = lower(B, l->index[d], &ri)))
             return NULL;
         flat = w16_ir_add(k, w16_ir_mul(k, flat, ik(B, B->sshape[role][d])), ix);
     }
-    const kir_expr_t *elem = kir_tload(k, B->table[role], w16_ir_index32(&B->L, slot),
-                                       w16_ir_index32(&B->L, flat));
+    const kir_expr_t *elem = w16_rp_source_load(B, role, slot, flat, rows, ix);
     const kir_expr_t *v = kir_int_cast(k, KIR_I64, elem, false);
     if (role != W16_ROLE_QWEIGHT && role != W16_ROLE_QZEROS)
         return v;
@@ -1584,6 +1546,8 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
         bfail(&B, "more than 64 code slots in a destination word");
     int max_lanes = plan_blocks(&B, S, n, np, slots,
                                 req->lanes > 0 ? req->lanes : 256);
+    if (req->staged_tiles && !B.blocked && !B.fail)
+        w16_rp_tile_plan(&B, S, n, np, slots, max_lanes);
     int T = B.unroll;
     if (B.blocked) { /* one name, one kernel: blocks are another kernel */
         char name[240];
@@ -1604,9 +1568,12 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
     const kir_expr_t *(*sc)[3] = w16_arena_alloc(&k->arena, sizeof *sc * (size_t)(T + 1));
     if (!scond || !sc)
         bfail(&B, "out of memory");
+    if (B.tile && !B.fail)
+        w16_rp_tile_stage(&B, S, n);
     for (int t = 0; t < T && !B.fail; t++) {
         B.copy = t;
-        flat[t] = map_lanes(&B, S, n, max_lanes);
+        flat[t] = B.tile ? w16_rp_tile_map(&B, S, n, t)
+                         : map_lanes(&B, S, n, max_lanes);
         if (fuse) {
             scond[t] = sum_slot(&B, sc[t]);
             /* one branch per workgroup: the same condition for every copy,
@@ -1677,6 +1644,9 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
     B.body = top;
     k->comment = T > 1 ? "repack: a lane gathers a block of destination words"
                        : "repack: one lane per destination word (gather)";
+    if (B.tile)
+        k->comment = "repack: a workgroup stages its source tile in shared "
+                     "memory, then each lane gathers a few destination words";
     if ((st = finish(&B, err)) != WNA16_OK)
         w16_repack_kernel_free(out);
     return st;
@@ -1745,4 +1715,34 @@ void w16_repack_kernel_free(w16_repack_kernel_t *k)
         kir_kernel_free(k->kernel);
         k->kernel = NULL;
     }
+}
+
+/* ---- for build_repack_tile.c --------------------------------------------- */
+
+const kir_expr_t *w16_rp_fail(builder_t *B, const char *why) { return bfail(B, why); }
+
+const kir_expr_t *w16_rp_let(builder_t *B, const char *name, const kir_expr_t *e)
+{
+    return bind_let(B, name, e);
+}
+
+const kir_expr_t *w16_rp_dst_slot(builder_t *B, int slot, lcoord_t *at)
+{
+    return dst_slot(B, slot, at);
+}
+
+void w16_rp_clamp_slot(builder_t *B, const kir_expr_t *valid, lcoord_t *at)
+{
+    clamp_slot(B, valid, at);
+}
+
+const kir_expr_t *w16_rp_src_raw(builder_t *B, w16_role_t role, const lcoord_t *at)
+{
+    return src_value_raw(B, role, at, true);
+}
+
+int64_t w16_rp_probe(builder_t *B, const int64_t *w, int n, int elem, int slot,
+                     int64_t *tensor)
+{
+    return probe_slot(B, w, n, elem, slot, tensor);
 }

@@ -44,6 +44,10 @@ typedef struct w16_repack_request {
      * (build_repack.c: word blocks): for targets that vectorize the loop
      * over lanes (the CPU); GPUs want one word per lane. */
     bool word_blocks;
+    /* A workgroup may stage the source tile it reads in shared memory and
+     * read it from there (build_repack_tile.c: staged tiles): for targets
+     * with workgroup-shared memory and barriers (CUDA). */
+    bool staged_tiles;
 } w16_repack_request_t;
 
 typedef struct w16_repack_kernel {

@@ -483,7 +483,8 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
                                     .problem = J->p, .gemm = g,
                                     .role = (w16_role_t)r,
                                     .sort_k = J->perm[g] != NULL,
-                                    .word_blocks = J->target == WNA16_TARGET_CPU};
+                                    .word_blocks = J->target == WNA16_TARGET_CPU,
+                                    .staged_tiles = J->target == WNA16_TARGET_CUDA};
         w16_role_t need[W16_REPACK_MAX_SOURCES];
         int nn = w16_repack_source_roles((w16_role_t)r, &J->p, need);
         for (int i = 0; i < nn; i++) {

@@ -58,6 +58,7 @@ static w16_key_t request_key(wna16_target_t target,
     w16_keyer_u64(&kr, (uint64_t)r->lanes);
     w16_keyer_u64(&kr, r->sort_k);
     w16_keyer_u64(&kr, r->word_blocks);
+    w16_keyer_u64(&kr, r->staged_tiles);
     return w16_keyer_done(&kr);
 }
 

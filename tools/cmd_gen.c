@@ -305,7 +305,8 @@ int cmd_gen(int argc, char **argv)
                                         .sort_k = o.act_order &&
                                                   dst->act_order_sort,
                                         /* the CPU's kernels (ir, llvm) */
-                                        .word_blocks = strcmp(o.target, "cuda") != 0};
+                                        .word_blocks = strcmp(o.target, "cuda") != 0,
+                                        .staged_tiles = strcmp(o.target, "cuda") == 0};
             /* the roles the kernel reads, with checkpoint-like dtypes */
             req.src_dtype[W16_ROLE_QWEIGHT] = src->layouts[W16_ROLE_QWEIGHT]
                 ? src->layouts[W16_ROLE_QWEIGHT]->dtypes[0] : 0;

@@ -311,6 +311,7 @@ static void build_operand(run_t *R, const wna16_spec_t *src,
             w16_repack_kernel_t rk;
             bool blocks = pass == (l->sums_block_k ? 2 : 1);
             req.word_blocks = blocks;
+            req.staged_tiles = !blocks; /* what the CUDA target builds */
             st = pass && !blocks ? w16_build_repack_sums(R->ctx, &req, &rk, &err)
                                  : w16_build_repack(R->ctx, &req, &rk, &err);
             if (blocks && st == WNA16_OK && !strstr(rk.kernel->name, "_wb")) {
