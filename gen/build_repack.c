@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 static const char *gemm_name(wna16_gemm_t g) { return g == WNA16_GEMM_W13 ? "w13" : "w2"; }
 
 static kir_type_t int_type_bytes(size_t bytes)
@@ -175,7 +174,6 @@ static const kir_expr_t *bind_let(builder_t *B, const char *name,
 }
 
 /* ---- the source side ----------------------------------------------------- */
-
 
 /* Loads the raw storage element holding the source value of `role` at `at`
  * and extracts it: a code (after the source's decode transform) for codes,

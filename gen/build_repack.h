@@ -12,7 +12,9 @@
  * formats, dequantization for layouts that hold dequantized weights) and
  * writes the whole word once. For the CPU (request.word_blocks) a lane may
  * own a block of such words, chosen so that the vectorized lanes load
- * consecutive source words (build_repack.c, "word blocks"). Nothing here
+ * consecutive source words (build_repack.c, "word blocks"); on a GPU
+ * (request.staged_tiles) a workgroup may first stage the source tile its
+ * words read in shared memory (build_repack_tile.c). Nothing here
  * is specific to a format or a backend: the specs say everything, and
  * every dimension is a constant in the kernel.
  */

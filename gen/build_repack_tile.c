@@ -27,12 +27,13 @@
  * depends on the probes being right for every tile: an element outside
  * the placed box is read from memory, so a wrong guess costs speed, never
  * a byte. The tile is chosen among a few shapes by how much of the box
- * the tile uses and how long the box's rows are (coalesced loads).
+ * the tile uses and how long the box's rows (loads) and the tile's rows
+ * (stores) are. Nothing is staged where the plain gather's warp loads are
+ * coalesced enough already (Marlin int4) or the layout has block sums.
  */
 #include "gen/build_repack_priv.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* Shared memory per workgroup at most (8 workgroups of 256 lanes fill an
@@ -122,13 +123,13 @@ static bool probe_box(builder_t *B, const int64_t *S, int n, int np,
  * most over the code positions; 4 when the words come from consecutive
  * 4-byte elements, 32 for a transpose's source rows. */
 static int plain_sectors(builder_t *B, const int64_t *S, int n, int np,
-                         int slots, int64_t esz, int64_t f0)
+                         int slots, int64_t esz, int64_t f0, int64_t total)
 {
     int worst = 0;
     for (int p = 0; p < np; p++) {
         int64_t sec[32];
         int ns = 0;
-        for (int64_t l = 0; l < 32; l++) {
+        for (int64_t l = 0; l < 32 && f0 + l < total; l++) {
             int64_t w[W16_MAX_STORE_DIMS], f = f0 + l, t;
             for (int d = n - 1; d >= 0; d--) {
                 w[d] = f % S[d];
@@ -171,8 +172,8 @@ bool w16_rp_tile_plan(builder_t *B, const int64_t *S, int n, int np,
     /* the plain gather's warp loads are coalesced enough (Marlin's tiles
      * measured slower staged: bench/RESULTS.md) */
     int64_t mid = total / 2 / 32 * 32;
-    if (plain_sectors(B, S, n, np, slots, esz, 0) <= PLAIN_SECTORS_OK ||
-        plain_sectors(B, S, n, np, slots, esz, mid) <= PLAIN_SECTORS_OK)
+    if (plain_sectors(B, S, n, np, slots, esz, 0, total) <= PLAIN_SECTORS_OK ||
+        plain_sectors(B, S, n, np, slots, esz, mid, total) <= PLAIN_SECTORS_OK)
         return false;
     static const int copies[] = {4, 2, 1};
     static const int64_t cols[] = {32, 64, 128, 16, 256, 8};
