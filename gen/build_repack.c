@@ -736,8 +736,20 @@ static wna16_status_t setup(builder_t *B, wna16_context_t *ctx,
         return st;
     out->ndim = dl->ndim;
     out->elems = 1;
-    for (int d = 0; d < dl->ndim; d++)
+    for (int d = 0; d < dl->ndim; d++) {
+        /* a layout whose blocks are larger than the problem (flashinfer's
+         * 256-wide K blocks for K = 128) has no room for it: refuse here,
+         * where the message can say so, not with a division by zero */
+        if (out->shape[d] <= 0)
+            return w16_err(err, WNA16_EUNSUPPORTED, "%s: %s: dimension %d of "
+                           "the stored shape is %lld for this problem (N = "
+                           "%lld, K = %lld): the layout cannot hold it",
+                           req->dst->name, dl->json_path, d,
+                           (long long)out->shape[d],
+                           (long long)B->dv[W16_VAR_N],
+                           (long long)B->dv[W16_VAR_K]);
         out->elems *= out->shape[d];
+    }
     /* Sources: every role whose dtype the request names. */
     out->per_expert_source = !req->src->stacked;
     out->table_slots = out->per_expert_source
