@@ -613,7 +613,8 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     def_int(b, "WK", c->warps_k);
     def_int(b, "STAGES", c->stages);
     def_int(b, "MIN_CTAS", c->min_ctas > 1 ? c->min_ctas : 1);
-    def_bool(b, "SCALES_IN_B", c->scales_in_b);
+    if (!c->wgmma) /* the mma.sync template's choice only */
+        def_bool(b, "SCALES_IN_B", c->scales_in_b);
     def_int(b, "SMEM_BYTES", (long long)w16_moe_gemm_shared(c));
     w16_buf_puts(b, "} // namespace w16cfg\n");
     w16_buf_printf(b, "#define W16_KERNEL %s\n", name);
