@@ -1057,15 +1057,8 @@ static const kir_expr_t *map_lanes(builder_t *B, const int64_t *S, int n,
                                              w16_ir_floordiv(&B->L, lane, P, rl)));
     /* dimensions before j: from the group alone */
     const kir_expr_t *q = w16_ir_floordiv(&B->L, g, per_row, rg);
-    w16_range_t rq = {0, (B->out->num_groups - 1) / per_row};
-    stride = 1;
-    for (int d = j - 1; d >= 0; d--) {
-        snprintf(name, sizeof name, "i%d", d);
-        B->idx[d] = bind_let(B, name, w16_ir_floormod(&B->L,
-            w16_ir_floordiv(&B->L, q, stride, rq), S[d],
-            (w16_range_t){0, rq.hi / stride}));
-        stride *= S[d];
-    }
+    w16_rp_unflatten(B, q, (w16_range_t){0, (B->out->num_groups - 1) / per_row},
+                     S, j);
     return w16_ir_add(k, w16_ir_mul(k, g, ik(B, best_l)), lane);
 }
 
@@ -1734,6 +1727,20 @@ const kir_expr_t *w16_rp_fail(builder_t *B, const char *why) { return bfail(B, w
 const kir_expr_t *w16_rp_let(builder_t *B, const char *name, const kir_expr_t *e)
 {
     return bind_let(B, name, e);
+}
+
+void w16_rp_unflatten(builder_t *B, const kir_expr_t *q, w16_range_t rq,
+                      const int64_t *S, int j)
+{
+    int64_t stride = 1;
+    for (int d = j - 1; d >= 0; d--) {
+        char name[8];
+        snprintf(name, sizeof name, "i%d", d);
+        B->idx[d] = bind_let(B, name, w16_ir_floormod(&B->L,
+            w16_ir_floordiv(&B->L, q, stride, rq), S[d],
+            (w16_range_t){0, rq.hi / stride}));
+        stride *= S[d];
+    }
 }
 
 const kir_expr_t *w16_rp_dst_slot(builder_t *B, int slot, lcoord_t *at)

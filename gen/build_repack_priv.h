@@ -54,6 +54,10 @@ typedef struct lcoord {
 const kir_expr_t *w16_rp_fail(builder_t *B, const char *why);
 const kir_expr_t *w16_rp_let(builder_t *B, const char *name,
                              const kir_expr_t *e);
+/* B->idx[d] for d < j: the digits of q (range rq) in the shape S[0..j),
+ * the last fastest (named "i<d>"). */
+void w16_rp_unflatten(builder_t *B, const kir_expr_t *q, w16_range_t rq,
+                      const int64_t *S, int j);
 /* The coordinates and validity of code slot `slot` of the element at
  * B->idx (dst_slot), and the coordinates made safe to address (clamp). */
 const kir_expr_t *w16_rp_dst_slot(builder_t *B, int slot, lcoord_t *at);

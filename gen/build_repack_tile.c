@@ -268,14 +268,7 @@ static const kir_expr_t *tile_index(builder_t *B, const int64_t *S, int n,
     B->idx[n - 1] = w16_rp_let(B, name, w16_ir_add(k, col0, c));
     snprintf(name, sizeof name, "i%d", n - 2);
     B->idx[n - 2] = w16_rp_let(B, name, w16_ir_add(k, row0, r));
-    int64_t stride = 1;
-    for (int d = n - 3; d >= 0; d--) {
-        snprintf(name, sizeof name, "i%d", d);
-        B->idx[d] = w16_rp_let(B, name, w16_ir_floormod(&B->L,
-            w16_ir_floordiv(&B->L, q, stride, rq), S[d],
-            (w16_range_t){0, rq.hi / stride}));
-        stride *= S[d];
-    }
+    w16_rp_unflatten(B, q, rq, S, n - 2);
     /* (q * S[n-2] + row0) * S[n-1] + col0, then + r * S[n-1] + c */
     const kir_expr_t *gpart = w16_ir_add(k, w16_ir_mul(k, w16_ir_add(k,
         w16_ir_mul(k, q, ik(B, S[n - 2])), row0), ik(B, S[n - 1])), col0);
