@@ -103,26 +103,22 @@ __device__ __forceinline__ u64 smem_desc(u32 addr)
 #define W16_D32 \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
-#define W16_WGMMA_TYPES_BF16 ".f32.bf16.bf16"
-#define W16_WGMMA_TYPES_F16 ".f32.f16.f16"
+// One product; TYPES: the accumulator and operand types of the PTX name.
+#define W16_WGMMA_N64(TYPES)                                                 \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"               \
+                 "wgmma.mma_async.sync.aligned.m64n64k16" TYPES " " W16_D32   \
+                 ", {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"                 \
+                 : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24)               \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),    \
+                   "r"(scale_d))
 
 __device__ __forceinline__ void wgmma_n64(float (&d)[32], const u32 (&a)[4],
                                           u64 desc, int scale_d)
 {
     if constexpr (ACT_BF16)
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16" W16_WGMMA_TYPES_BF16 " "
-            W16_D32 ", {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-            : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+        W16_WGMMA_N64(".f32.bf16.bf16");
     else
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16" W16_WGMMA_TYPES_F16 " "
-            W16_D32 ", {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-            : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+        W16_WGMMA_N64(".f32.f16.f16");
 }
 
 #define W16_D64 \
@@ -131,25 +127,22 @@ __device__ __forceinline__ void wgmma_n64(float (&d)[32], const u32 (&a)[4],
     "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
 
+#define W16_WGMMA_N128(TYPES)                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"               \
+                 "wgmma.mma_async.sync.aligned.m64n128k16" TYPES " " W16_D64  \
+                 ", {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"                 \
+                 : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24), W16_R8(32),  \
+                   W16_R8(40), W16_R8(48), W16_R8(56)                         \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),    \
+                   "r"(scale_d))
+
 __device__ __forceinline__ void wgmma_n128(float (&d)[64], const u32 (&a)[4],
                                            u64 desc, int scale_d)
 {
     if constexpr (ACT_BF16)
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16" W16_WGMMA_TYPES_BF16 " "
-            W16_D64 ", {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-            : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24), W16_R8(32),
-              W16_R8(40), W16_R8(48), W16_R8(56)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+        W16_WGMMA_N128(".f32.bf16.bf16");
     else
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16" W16_WGMMA_TYPES_F16 " "
-            W16_D64 ", {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-            : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24), W16_R8(32),
-              W16_R8(40), W16_R8(48), W16_R8(56)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+        W16_WGMMA_N128(".f32.f16.f16");
 }
 
 // scale_d 0: D = A . B (the first product of a tile), else D += A . B.
