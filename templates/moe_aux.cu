@@ -103,6 +103,35 @@ w16_route_count(const int *__restrict__ ids, int P,
         hist[(size_t)blockIdx.x * E + e] = s_hist[e];
 }
 
+// The exclusive scan of the experts' sizes rounded up to BM, in expert
+// order, by one CTA of SCAN_THREADS threads: thread i owns experts
+// e0 .. e0 + per - 1 whose padded sizes add up to `mine`; an inclusive
+// scan of those sums (Hillis-Steele, in order) gives each its first slot.
+// start[e] for e < E, and start[E] = *num_post = the padded total.
+__device__ __forceinline__ void scan_padded(const int *size, int E, int BM,
+                                            int e0, int per, int mine,
+                                            int *start, int *num_post,
+                                            int *s_part)
+{
+    s_part[threadIdx.x] = mine;
+    __syncthreads();
+    for (int d = 1; d < SCAN_THREADS; d *= 2) {
+        int v = threadIdx.x >= d ? s_part[threadIdx.x - d] : 0;
+        __syncthreads();
+        s_part[threadIdx.x] += v;
+        __syncthreads();
+    }
+    int run = s_part[threadIdx.x] - mine;
+    for (int e = e0; e < e0 + per && e < E; e++) {
+        start[e] = run;
+        run += (size[e] + BM - 1) / BM * BM;
+    }
+    if (threadIdx.x == SCAN_THREADS - 1) {
+        start[E] = s_part[SCAN_THREADS - 1];
+        *num_post = s_part[SCAN_THREADS - 1];
+    }
+}
+
 // One CTA. Standard: hist [C][E] -> hist_off [C][E] (exclusive over c) and
 // total[e]. Batched (counts != NULL): total[e] = counts[e], checked.
 // Then start[e] = exclusive scan of round_up(total, BM); start[E] is the
@@ -136,24 +165,7 @@ w16_route_scan(const int *__restrict__ hist, int C,
         total[e] = n;
         mine += (n + BM - 1) / BM * BM;
     }
-    // inclusive scan of the per-thread sums (Hillis-Steele, in order)
-    s_part[threadIdx.x] = mine;
-    __syncthreads();
-    for (int d = 1; d < SCAN_THREADS; d *= 2) {
-        int v = threadIdx.x >= d ? s_part[threadIdx.x - d] : 0;
-        __syncthreads();
-        s_part[threadIdx.x] += v;
-        __syncthreads();
-    }
-    int run = s_part[threadIdx.x] - mine;
-    for (int e = e0; e < e0 + per && e < E; e++) {
-        start[e] = run;
-        run += (total[e] + BM - 1) / BM * BM;
-    }
-    if (threadIdx.x == SCAN_THREADS - 1) {
-        start[E] = s_part[SCAN_THREADS - 1];
-        *num_post = s_part[SCAN_THREADS - 1];
-    }
+    scan_padded(total, E, BM, e0, per, mine, start, num_post, s_part);
 }
 
 // One thread per position p < cap of the padded order.
@@ -256,23 +268,7 @@ w16_route_small(const int *__restrict__ ids, int P,
     int mine = 0;
     for (int e = e0; e < e0 + per && e < E; e++)
         mine += (s_cnt[e] + BM - 1) / BM * BM;
-    s_part[threadIdx.x] = mine;
-    __syncthreads();
-    for (int d = 1; d < SCAN_THREADS; d *= 2) {
-        int v = threadIdx.x >= d ? s_part[threadIdx.x - d] : 0;
-        __syncthreads();
-        s_part[threadIdx.x] += v;
-        __syncthreads();
-    }
-    int run = s_part[threadIdx.x] - mine;
-    for (int e = e0; e < e0 + per && e < E; e++) {
-        s_start[e] = run;
-        run += (s_cnt[e] + BM - 1) / BM * BM;
-    }
-    if (threadIdx.x == SCAN_THREADS - 1) {
-        s_start[E] = s_part[SCAN_THREADS - 1];
-        *num_post = s_part[SCAN_THREADS - 1];
-    }
+    scan_padded(s_cnt, E, BM, e0, per, mine, s_start, num_post, s_part);
     __syncthreads();
     // fill: block experts and padding (as route_fill, standard format)
     const int used = s_start[E];
