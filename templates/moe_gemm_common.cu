@@ -216,6 +216,85 @@ __device__ __forceinline__ int tile_col(int tt, int ncol, int N, int ip)
     }
 }
 
+// ---- the stage loads ------------------------------------------------------
+
+// Grouped scales (not act-order) travel with their stage (S_STAGE).
+constexpr bool SMEM_SCALES = GROUPED && !ACT_ORDER;
+// The thread's share of every stage's loads, computed once per CTA
+// (stage_plan), then one stage's cp.async copies (stage_copy). A: chunk
+// i = tid + q * NTHREADS of the BM x BK tile, its 16-byte chunks
+// XOR-swizzled by row % 8; rows of padding (no routed slot) are zeroed
+// once in every stage buffer and never loaded. B: vector i of the stage's
+// tiles, as an offset from the stage's first k16 row (-1: a tile past the
+// end of N or IP). Grouped scales (not act-order): the stage's rows.
+constexpr int A_PER = (BM * A_CHUNKS + NTHREADS - 1) / NTHREADS;
+constexpr int B_PER = B_STAGE / NTHREADS;
+static_assert(B_STAGE % NTHREADS == 0, "B vectors per thread");
+
+__device__ __forceinline__ void stage_plan(
+    const act_t *(&a_src)[A_PER], int (&a_dst)[A_PER], int (&b_off)[B_PER],
+    const act_t *a, int a_row_div, int K, const int *s_rows, act_t *sA,
+    int tid, int ncol, int N, int ip, size_t tiles_n)
+{
+#pragma unroll
+    for (int q = 0; q < A_PER; q++) {
+        int i = tid + q * NTHREADS, r = i / A_CHUNKS, c = i % A_CHUNKS;
+        int t = i < BM * A_CHUNKS ? s_rows[r] : -1;
+        a_src[q] = t >= 0 ? a + (size_t)(t / a_row_div) * K + c * 8 : nullptr;
+        a_dst[q] = r * BK + ((c ^ (r % 8)) * 8);
+    }
+#pragma unroll
+    for (int q = 0; q < B_PER; q++) {
+        int i = tid + q * NTHREADS;
+        int v = i % TILE_VECS, rest = i / TILE_VECS;
+        int tt = rest % TILES, ks = rest / TILES;
+        int col = tile_col(tt, ncol, N, ip);
+        b_off[q] = col >= 0 ? (int)((ks * tiles_n + col / 64) * TILE_VECS + v)
+                            : -1;
+    }
+    for (int i = tid; i < STAGES * BM * A_CHUNKS; i += NTHREADS) {
+        int r = (i / A_CHUNKS) % BM;
+        if (s_rows[r] < 0)
+            reinterpret_cast<int4 *>(sA)[i] = make_int4(0, 0, 0, 0);
+    }
+}
+
+// A rows, B tiles (and scales) for k in [it*BK, +BK) into stage `slot`.
+__device__ __forceinline__ void stage_copy(
+    int it, int slot, const act_t *const (&a_src)[A_PER],
+    const int (&a_dst)[A_PER], const int (&b_off)[B_PER], act_t *sA,
+    int4 *sB, int4 *sS, const int4 *qw_e, const int4 *qweight,
+    const scale_t *sc_e, const scale_t *scales, size_t tiles_n, int tid,
+    int ncol, int N, int ip, int group_size)
+{
+    const int k0 = it * BK;
+    act_t *dA = sA + slot * A_STAGE;
+#pragma unroll
+    for (int q = 0; q < A_PER; q++)
+        if (a_src[q])
+            cp_async16(dA + a_dst[q], a_src[q] + k0, true);
+    int4 *dB = sB + slot * B_STAGE;
+    const int4 *qs = qw_e + (size_t)(k0 / 16) * tiles_n * TILE_VECS;
+#pragma unroll
+    for (int q = 0; q < B_PER; q++)
+        cp_async16(dB + tid + q * NTHREADS,
+                   b_off[q] >= 0 ? qs + b_off[q] : qweight, b_off[q] >= 0);
+    if constexpr (SMEM_SCALES) { // row r = group k0/group_size + r
+        int4 *dS = sS + slot * S_STAGE;
+        const int g0 = k0 / group_size;
+        const int rows = (k0 + BK - 1) / group_size - g0 + 1;
+        for (int i = tid; i < rows * TILES * 8; i += NTHREADS) {
+            int v = i % 8, rest = i / 8, tt = rest % TILES, r = rest / TILES;
+            int col = tile_col(tt, ncol, N, ip);
+            const int4 *src =
+                col >= 0 ? reinterpret_cast<const int4 *>(
+                               sc_e + (size_t)(g0 + r) * N + col) + v
+                         : reinterpret_cast<const int4 *>(scales);
+            cp_async16(dS + i, src, col >= 0);
+        }
+    }
+}
+
 // ---- the epilogue -----------------------------------------------------------
 
 // The CTA's C tile (BM rows x BN columns of float32 in shared memory, row

@@ -75,8 +75,6 @@ namespace w16 {
 constexpr int MB = BM / 16;               // m16 blocks per CTA
 constexpr int NT = TILES / WN;            // tiles per warp
 constexpr int KS = KSTEPS / WK;           // k16 steps per warp and stage
-// Grouped scales (not act-order) travel with their stage (S_STAGE).
-constexpr bool SMEM_SCALES = GROUPED && !ACT_ORDER;
 constexpr int NEED_BYTES = PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES;
 // Rows of per-k-row scale caches: act-order gives each of a thread's four
 // k rows (2q, 2q+1, 2q+8, 2q+9) its own group; otherwise a k16 step lies
@@ -213,67 +211,14 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     int4 *sB = smem4 + STAGES * A_STAGE / 8;
     int4 *sS = sB + STAGES * B_STAGE;
 
-    // ---- the thread's share of every stage's loads, computed once -------
-    // A: chunk i = tid + q * NTHREADS of the BM x BK tile; rows of padding
-    // (no routed slot) are zeroed once in every stage buffer and never
-    // loaded. B: vector i of the stage's tiles, as an offset from the
-    // stage's first k16 row (-1: a tile past the end of N or IP).
-    constexpr int A_PER = (BM * A_CHUNKS + NTHREADS - 1) / NTHREADS;
-    constexpr int B_PER = B_STAGE / NTHREADS;
-    static_assert(B_STAGE % NTHREADS == 0, "B vectors per thread");
+    // ---- the stage loads (moe_gemm_common.cu), planned once ----------------
     const act_t *a_src[A_PER];
-    int a_dst[A_PER];
-#pragma unroll
-    for (int q = 0; q < A_PER; q++) {
-        int i = tid + q * NTHREADS, r = i / A_CHUNKS, c = i % A_CHUNKS;
-        int t = i < BM * A_CHUNKS ? s_rows[r] : -1;
-        a_src[q] = t >= 0 ? a + (size_t)(t / a_row_div) * K + c * 8 : nullptr;
-        a_dst[q] = r * BK + ((c ^ (r % 8)) * 8);
-    }
-    int b_off[B_PER];
-#pragma unroll
-    for (int q = 0; q < B_PER; q++) {
-        int i = tid + q * NTHREADS;
-        int v = i % TILE_VECS, rest = i / TILE_VECS;
-        int tt = rest % TILES, ks = rest / TILES;
-        int col = tile_col(tt, ncol, N, ip);
-        b_off[q] = col >= 0 ? (int)((ks * tiles_n + col / 64) * TILE_VECS + v)
-                            : -1;
-    }
-    for (int i = tid; i < STAGES * BM * A_CHUNKS; i += NTHREADS) {
-        int r = (i / A_CHUNKS) % BM;
-        if (s_rows[r] < 0)
-            reinterpret_cast<int4 *>(sA)[i] = make_int4(0, 0, 0, 0);
-    }
-
-    // ---- one stage of loads: A rows and B tiles for k in [it*BK, +BK) ----
+    int a_dst[A_PER], b_off[B_PER];
+    stage_plan(a_src, a_dst, b_off, a, a_row_div, K, s_rows, sA, tid, ncol, N,
+               ip, tiles_n);
     auto load_stage = [&](int it, int slot) {
-        const int k0 = it * BK;
-        act_t *dA = sA + slot * A_STAGE;
-#pragma unroll
-        for (int q = 0; q < A_PER; q++)
-            if (a_src[q])
-                cp_async16(dA + a_dst[q], a_src[q] + k0, true);
-        int4 *dB = sB + slot * B_STAGE;
-        const int4 *qs = qw_e + (size_t)(k0 / 16) * tiles_n * TILE_VECS;
-#pragma unroll
-        for (int q = 0; q < B_PER; q++)
-            cp_async16(dB + tid + q * NTHREADS,
-                       b_off[q] >= 0 ? qs + b_off[q] : qweight, b_off[q] >= 0);
-        if constexpr (SMEM_SCALES) { // row r = group k0/group_size + r
-            int4 *dS = sS + slot * S_STAGE;
-            const int g0 = k0 / group_size;
-            const int rows = (k0 + BK - 1) / group_size - g0 + 1;
-            for (int i = tid; i < rows * TILES * 8; i += NTHREADS) {
-                int v = i % 8, rest = i / 8, tt = rest % TILES, r = rest / TILES;
-                int col = tile_col(tt, ncol, N, ip);
-                const int4 *src =
-                    col >= 0 ? reinterpret_cast<const int4 *>(
-                                   sc_e + (size_t)(g0 + r) * N + col) + v
-                             : reinterpret_cast<const int4 *>(scales);
-                cp_async16(dS + i, src, col >= 0);
-            }
-        }
+        stage_copy(it, slot, a_src, a_dst, b_off, sA, sB, sS, qw_e, qweight,
+                   sc_e, scales, tiles_n, tid, ncol, N, ip, group_size);
     };
 
     // ---- per-thread scale and zero caches --------------------------------
