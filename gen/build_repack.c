@@ -1459,14 +1459,20 @@ static void store_at(builder_t *B, const kir_expr_t *acc, const kir_expr_t *flat
  * runtime runs the separate sums kernel. The sums are the separate
  * kernel's (block_sum), byte for byte. */
 
+bool w16_rp_same_node(const kir_expr_t *a, const kir_expr_t *b)
+{
+    return a->op == b->op && a->type == b->type && a->ival == b->ival &&
+           !memcmp(&a->fval, &b->fval, sizeof a->fval) && a->var == b->var &&
+           a->param == b->param && a->shared == b->shared &&
+           a->ctable == b->ctable;
+}
+
 /* Structural equality of two IR expressions. */
 static bool same_expr(const kir_expr_t *a, const kir_expr_t *b)
 {
     if (a == b)
         return true;
-    if (!a || !b || a->op != b->op || a->type != b->type || a->ival != b->ival ||
-        memcmp(&a->fval, &b->fval, sizeof a->fval) || a->var != b->var ||
-        a->param != b->param || a->shared != b->shared || a->ctable != b->ctable)
+    if (!a || !b || !w16_rp_same_node(a, b))
         return false;
     return same_expr(a->a, b->a) && same_expr(a->b, b->b) && same_expr(a->c, b->c);
 }

@@ -54,6 +54,8 @@ typedef struct lcoord {
 const kir_expr_t *w16_rp_fail(builder_t *B, const char *why);
 const kir_expr_t *w16_rp_let(builder_t *B, const char *name,
                              const kir_expr_t *e);
+/* Two IR nodes' own fields are equal (their operands are not compared). */
+bool w16_rp_same_node(const kir_expr_t *a, const kir_expr_t *b);
 /* B->idx[d] for d < j: the digits of q (range rq) in the shape S[0..j),
  * the last fastest (named "i<d>"). */
 void w16_rp_unflatten(builder_t *B, const kir_expr_t *q, w16_range_t rq,

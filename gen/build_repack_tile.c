@@ -403,9 +403,7 @@ static bool same_value(const builder_t *B, const kir_expr_t *a, const kir_expr_t
     b = through_lets(B, b);
     if (a == b)
         return true;
-    if (!a || !b || a->op != b->op || a->type != b->type || a->ival != b->ival ||
-        memcmp(&a->fval, &b->fval, sizeof a->fval) || a->var != b->var ||
-        a->param != b->param || a->shared != b->shared || a->ctable != b->ctable)
+    if (!a || !b || !w16_rp_same_node(a, b))
         return false;
     return same_value(B, a->a, b->a) && same_value(B, a->b, b->b) &&
            same_value(B, a->c, b->c);
