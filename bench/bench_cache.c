@@ -12,6 +12,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/base/base.h"
+#include "bench/bench_util.h"
 #include "runtime/cache.h"
 
 #include <fcntl.h>
@@ -29,22 +30,9 @@
 
 enum { BATCH = 1000, BLOB = 64 * 1024 };
 
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(double *v, size_t n)
 {
-    qsort(v, n, sizeof *v, cmp_double);
+    qsort(v, n, sizeof *v, bench_cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
@@ -77,10 +65,10 @@ static double time_hits(w16_cache_t *c, const w16_cache_loader_t *l,
 {
     void *h;
     for (size_t b = 0; b < batches; b++) {
-        double t0 = now_ns();
+        double t0 = (bench_seconds() * 1e9);
         for (int i = 0; i < BATCH; i++)
             w16_cache_get(c, key, l, &h, NULL);
-        samples[b] = (now_ns() - t0) / BATCH;
+        samples[b] = ((bench_seconds() * 1e9) - t0) / BATCH;
     }
     return median(samples, batches);
 }
@@ -90,12 +78,12 @@ static double time_mutex(size_t batches, double *samples)
     pthread_mutex_t m;
     pthread_mutex_init(&m, NULL);
     for (size_t b = 0; b < batches; b++) {
-        double t0 = now_ns();
+        double t0 = (bench_seconds() * 1e9);
         for (int i = 0; i < BATCH; i++) {
             pthread_mutex_lock(&m);
             pthread_mutex_unlock(&m);
         }
-        samples[b] = (now_ns() - t0) / BATCH;
+        samples[b] = ((bench_seconds() * 1e9) - t0) / BATCH;
     }
     pthread_mutex_destroy(&m);
     return median(samples, batches);
@@ -108,7 +96,7 @@ static double time_keyer(size_t batches, double *samples, bool bare)
     unsigned char buf[64] = {1, 2, 3};
     volatile uint64_t sink = 0;
     for (size_t b = 0; b < batches; b++) {
-        double t0 = now_ns();
+        double t0 = (bench_seconds() * 1e9);
         for (int i = 0; i < BATCH; i++) {
             buf[0] = (unsigned char)i;
 #if defined(WNA16_HAVE_XXHASH)
@@ -122,7 +110,7 @@ static double time_keyer(size_t batches, double *samples, bool bare)
             w16_keyer_bytes(&k, buf, sizeof buf);
             sink += w16_keyer_done(&k).lo;
         }
-        samples[b] = (now_ns() - t0) / BATCH;
+        samples[b] = ((bench_seconds() * 1e9) - t0) / BATCH;
     }
     (void)sink;
     return median(samples, batches);
@@ -136,9 +124,9 @@ static double time_disk_hits(wna16_context_t *ctx, const char *dir,
     for (int r = 0; r < reps; r++) {
         w16_cache_t *c = w16_cache_create(ctx, &o, NULL);
         void *h;
-        double t0 = now_ns();
+        double t0 = (bench_seconds() * 1e9);
         w16_cache_get(c, key, l, &h, NULL);
-        samples[r] = (now_ns() - t0) / 1e6;
+        samples[r] = ((bench_seconds() * 1e9) - t0) / 1e6;
         w16_cache_destroy(c);
     }
     return median(samples, (size_t)reps);
@@ -148,7 +136,7 @@ static double time_read(const char *path, int reps, double *samples)
 {
     unsigned char *buf = malloc(BLOB + 4096);
     for (int r = 0; r < reps; r++) {
-        double t0 = now_ns();
+        double t0 = (bench_seconds() * 1e9);
         int fd = open(path, O_RDONLY);
         struct stat st;
         if (fd >= 0 && fstat(fd, &st) == 0) {
@@ -160,7 +148,7 @@ static double time_read(const char *path, int reps, double *samples)
         }
         if (fd >= 0)
             close(fd);
-        samples[r] = (now_ns() - t0) / 1e6;
+        samples[r] = ((bench_seconds() * 1e9) - t0) / 1e6;
     }
     free(buf);
     return median(samples, (size_t)reps);

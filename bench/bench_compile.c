@@ -12,6 +12,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "wna16.h"
+#include "bench/bench_util.h"
 #include "gen/build_repack.h"
 #include "runtime/cpu/cpu.h"
 
@@ -26,19 +27,6 @@ typedef struct row {
     char what[96];
     double ms;
 } row_t;
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static int cmp_row(const void *a, const void *b)
 {
@@ -62,7 +50,7 @@ static double cold_ms(wna16_context_t *ctx, w16_cpu_t *cpu,
 {
     double t[MAX_REPS];
     for (int r = 0; r < reps; r++) {
-        double t0 = now_ms();
+        double t0 = (bench_seconds() * 1e3);
         w16_repack_kernel_t rk;
         w16_cpu_fn fn;
         if (w16_build_repack(ctx, req, &rk, err))
@@ -71,9 +59,9 @@ static double cold_ms(wna16_context_t *ctx, w16_cpu_t *cpu,
         w16_repack_kernel_free(&rk);
         if (st)
             return -1;
-        t[r] = now_ms() - t0;
+        t[r] = (bench_seconds() * 1e3) - t0;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+    qsort(t, (size_t)reps, sizeof t[0], bench_cmp_double);
     return t[reps / 2];
 }
 

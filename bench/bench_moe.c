@@ -18,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include "wna16.h"
+#include "bench/bench_util.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/pool.h"
 
@@ -28,22 +29,9 @@
 
 enum { E = 128, H = 2048, I = 768, TOPK = 8, GS = 128 };
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     return v[n / 2];
 }
 
@@ -104,9 +92,9 @@ static bandwidth_t read_bandwidth(w16_pool_t *pool, size_t chunk, int reps)
     reader_t r = {.base = buf};
     for (int i = 0; i < reps; i++) {
         r.base = buf + (size_t)((int64_t)i * pages % (span - pages)) * 512;
-        double t0 = now();
+        double t0 = bench_seconds();
         w16_pool_run(pool, pages, read_pages, &r);
-        t[i] = now() - t0;
+        t[i] = bench_seconds() - t0;
     }
     double med = median(t, reps);
     bw.best = (double)pages * 4096 / t[0];
@@ -253,12 +241,12 @@ int main(int argc, char **argv)
             int n_used = 0;
             for (int e = 0; e < E; e++)
                 n_used += used[e];
-            double t0 = now();
+            double t0 = bench_seconds();
             if (wna16_moe_layer_run(layer, &p, hidden, M, id, w, TOPK, out, &err)) {
                 fprintf(stderr, "%s\n", err.message);
                 return 1;
             }
-            double dt = now() - t0;
+            double dt = bench_seconds() - t0;
             if (c == 0) {
                 first = dt; /* builds and compiles (or loads) the kernels */
             } else {

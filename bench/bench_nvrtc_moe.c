@@ -23,6 +23,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "wna16.h"
+#include "bench/bench_util.h"
 #include "gen/moe_cuda.h"
 #include "runtime/cuda/cuda.h"
 
@@ -36,22 +37,9 @@ enum { E = 128, H = 2048, I = 768, TOPK = 8, MAX_REPS = 15 };
 
 static int arch = 90;
 
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
@@ -71,11 +59,11 @@ static void *compile_thread(void *arg)
 {
     unit_t *u = arg;
     w16_cuda_image_t img;
-    double t0 = now_ms();
+    double t0 = (bench_seconds() * 1e3);
     u->st = w16_nvrtc_compile_unit(ctx, u->src.data, u->name,
                                    u->split ? u->n_kernels : 1, arch / 10,
                                    arch % 10, &img, &u->err);
-    u->ms = now_ms() - t0;
+    u->ms = (bench_seconds() * 1e3) - t0;
     if (u->st == WNA16_OK)
         w16_cuda_image_free(&img);
     return NULL;
@@ -145,7 +133,7 @@ static double first_call(unit_t u[3], bool split, bool threads, double t[3])
 {
     for (int i = 0; i < 3; i++)
         u[i].split = split;
-    double t0 = now_ms();
+    double t0 = (bench_seconds() * 1e3);
     if (threads) {
         pthread_t th[3];
         for (int i = 0; i < 3; i++)
@@ -159,7 +147,7 @@ static double first_call(unit_t u[3], bool split, bool threads, double t[3])
         for (int i = 0; i < 3; i++)
             compile_thread(&u[i]);
     }
-    double wall = now_ms() - t0;
+    double wall = (bench_seconds() * 1e3) - t0;
     for (int i = 0; i < 3; i++) {
         if (u[i].st != WNA16_OK) {
             fprintf(stderr, "%s: %s\n", u[i].name, u[i].err.message);

@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "wna16.h"
+#include "bench/bench_util.h"
 #include "gen/build_repack.h"
 #include "runtime/cpu/cpu.h"
 
@@ -20,13 +21,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* CPU time of the process, all threads. */
 static double cpu_now(void)
@@ -37,17 +31,11 @@ static double cpu_now(void)
            (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 enum { ROUNDS = 7 };
 
 static double median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     return v[n / 2];
 }
 
@@ -177,16 +165,16 @@ int main(int argc, char **argv)
     memset(b, 2, src_bytes);
     double t[9];
     for (int r = 0; r < 9; r++) {
-        double t0 = now();
+        double t0 = bench_seconds();
         memcpy(b, a, src_bytes);
-        t[r] = now() - t0;
+        t[r] = bench_seconds() - t0;
     }
     double mc = median(t, 9);
     for (int r = 0; r < 5; r++) {
-        double t0 = now();
+        double t0 = bench_seconds();
         char *c = malloc(src_bytes);
         memcpy(c, a, src_bytes);
-        t[r] = now() - t0;
+        t[r] = bench_seconds() - t0;
         free(c);
     }
     double mcc = median(t, 5);
@@ -231,25 +219,25 @@ int main(int argc, char **argv)
             for (int r = -1; r < ROUNDS; r++) {
                 double mo = 0;
                 if (w && oa) {
-                    double o0 = now();
+                    double o0 = bench_seconds();
                     memcpy(ob, oa, out_bytes);
-                    mo = now() - o0;
+                    mo = bench_seconds() - o0;
                 }
                 /* the baseline, in the same conditions as the repack */
-                double t0 = now(), c0 = cpu_now();
+                double t0 = bench_seconds(), c0 = cpu_now();
                 char *cb = w ? b : malloc(src_bytes);
                 memcpy(cb, a, src_bytes);
-                double mt = now() - t0, mcpu = cpu_now() - c0;
+                double mt = bench_seconds() - t0, mcpu = cpu_now() - c0;
                 if (!w)
                     free(cb);
                 wna16_tensor_set_t *out;
                 wna16_tensor_set_create(c, &out, &err);
-                t0 = now();
+                t0 = bench_seconds();
                 c0 = cpu_now();
                 wna16_status_t st = wna16_repack_layer(c, w ? wgptq : gptq, src, "m",
                                                        E, H, I, &qd, dst,
                                                        WNA16_TARGET_CPU, out, &err);
-                double dt = now() - t0, dcpu = cpu_now() - c0;
+                double dt = bench_seconds() - t0, dcpu = cpu_now() - c0;
                 if (!st && !out_bytes) {
                     out_bytes = set_bytes(out);
                     oa = malloc(out_bytes);
@@ -306,10 +294,10 @@ int main(int argc, char **argv)
         double steady[5];
         for (int r = 0; r < 5; r++) {
             wna16_tensor_set_create(ctx, &out, &err);
-            double t0 = now();
+            double t0 = bench_seconds();
             wna16_repack_layer(ctx, gptq, src, "m", E, H, I, &qd, m,
                                WNA16_TARGET_CPU, out, &err);
-            steady[r] = now() - t0;
+            steady[r] = bench_seconds() - t0;
             wna16_tensor_set_destroy(out);
         }
         double st = median(steady, 5), cold[5];
@@ -320,10 +308,10 @@ int main(int argc, char **argv)
             wna16_tensor_set_create(c2, &out, &err);
             const wna16_spec_t *g2 = wna16_spec_find(c2, 0, "gptq");
             const wna16_spec_t *m2 = wna16_spec_find(c2, 0, "marlin");
-            double t0 = now();
+            double t0 = bench_seconds();
             wna16_repack_layer(c2, g2, src, "m", E, H, I, &qd, m2,
                                WNA16_TARGET_CPU, out, &err);
-            cold[r] = now() - t0;
+            cold[r] = bench_seconds() - t0;
             n_kernels = wna16_tensor_set_count(out);
             wna16_tensor_set_destroy(out);
             wna16_context_destroy(c2);
@@ -353,7 +341,7 @@ int main(int argc, char **argv)
         req.gemm = cc[c].g;
         int done = 0;
         for (int r = 0; r < 7; r++, done++) {
-            double t0 = now();
+            double t0 = bench_seconds();
             w16_repack_kernel_t rk;
             w16_cpu_fn fn;
             if (w16_build_repack(ctx, &req, &rk, &err) ||
@@ -361,7 +349,7 @@ int main(int argc, char **argv)
                 printf("compile: %s\n", err.message);
                 break;
             }
-            t[r] = now() - t0;
+            t[r] = bench_seconds() - t0;
             w16_repack_kernel_free(&rk);
         }
         if (done == 7)
@@ -434,13 +422,13 @@ int main(int argc, char **argv)
                         args[v][rk[v].src_param[r]] = (uint64_t)(uintptr_t)tables[r];
             }
             for (int r = 0; r < 9; r++) {
-                double t0 = now();
+                double t0 = bench_seconds();
                 memcpy(to[0], from, bytes);
-                tk[2][r] = now() - t0;
+                tk[2][r] = bench_seconds() - t0;
                 for (int v = 0; v < 2; v++) {
-                    t0 = now();
+                    t0 = bench_seconds();
                     w16_cpu_launch(cpu, fn[v], args[v], rk[v].num_groups);
-                    tk[v][r] = now() - t0;
+                    tk[v][r] = bench_seconds() - t0;
                 }
             }
             double m0 = median(tk[0], 9), m1 = median(tk[1], 9), mm = median(tk[2], 9);

@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "wna16.h"
+#include "bench/bench_util.h"
 #include "gen/build_repack.h"
 #include "gen/spec.h"
 #include "runtime/cuda/cuda_kernels.h"
@@ -22,22 +23,9 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     return v[n / 2];
 }
 
@@ -211,13 +199,13 @@ int main(int argc, char **argv)
             /* cold NVRTC compile of this kernel's translation unit */
             char *text = NULL;
             w16_cuda_image_t img;
-            double t0 = now();
+            double t0 = bench_seconds();
             if (vi == 0 && n_cold < 64 &&
                 !w16_cuda_kernel_source(ctx, rk.kernel, &text, &err) &&
                 !w16_nvrtc_compile(ctx, text, rk.kernel->name,
                                    w16_cuda_cc_major(cuda),
                                    w16_cuda_cc_minor(cuda), &img, &err)) {
-                cold_ms[n_cold++] = (now() - t0) * 1e3;
+                cold_ms[n_cold++] = (bench_seconds() - t0) * 1e3;
                 w16_cuda_image_free(&img);
             }
             free(text);
@@ -268,10 +256,10 @@ int main(int argc, char **argv)
         memset(h, 1, src_bytes);
         double t[5];
         for (int r = 0; r < 5; r++) {
-            double t0 = now();
+            double t0 = bench_seconds();
             w16_cuda_copy_h2d(cuda, d, h, src_bytes, &err);
             w16_cuda_copy_d2h(cuda, h, d, src_bytes, &err);
-            t[r] = now() - t0;
+            t[r] = bench_seconds() - t0;
         }
         double base = median(t, 5);
         printf("  %-18s %9.1f ms  (%.1f MB up, then down, pageable)\n",
@@ -283,12 +271,12 @@ int main(int argc, char **argv)
             for (int r = 0; r < 6; r++) {
                 wna16_tensor_set_t *out;
                 wna16_tensor_set_create(ctx, &out, &err);
-                double t0 = now();
+                double t0 = bench_seconds();
                 wna16_status_t st = wna16_repack_layer(ctx, gptq, src, "m", E,
                                                        H, I, &qd, dst,
                                                        WNA16_TARGET_CUDA, out,
                                                        &err);
-                double dt = now() - t0;
+                double dt = bench_seconds() - t0;
                 wna16_tensor_set_destroy(out);
                 if (st) {
                     printf("  %-18s %s\n", dsts[di], err.message);
@@ -318,9 +306,9 @@ int main(int argc, char **argv)
         w16_cuda_function_t *fn;
         double t[32];
         for (int r = 0; r < 31; r++) {
-            double t0 = now();
+            double t0 = bench_seconds();
             CHECK(w16_cuda_kernel_get(ctx, rk.kernel, &fn, NULL, &err));
-            t[r] = now() - t0;
+            t[r] = bench_seconds() - t0;
         }
         printf("\n  memory-cache hit (emit the CUDA C, hash it, look up): "
                "%.1f us median of 31\n", median(t, 31) * 1e6);
@@ -329,10 +317,10 @@ int main(int argc, char **argv)
             w16_cuda_t *c2cuda; /* starting the GPU is not the cache's cost */
             wna16_context_create(NULL, &c2, &err);
             CHECK(w16_cuda_get(c2, &c2cuda, &err));
-            double t0 = now(), ms = 0;
+            double t0 = bench_seconds(), ms = 0;
             wna16_status_t st = w16_cuda_kernel_get(c2, rk.kernel, &fn, &ms,
                                                     &err);
-            t[r] = now() - t0;
+            t[r] = bench_seconds() - t0;
             wna16_context_destroy(c2);
             if (st) {
                 printf("  disk load: %s\n", err.message);
