@@ -415,6 +415,7 @@ wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
     cfg->min_ctas = r->min_ctas;
     cfg->wgmma = r->wgmma;
     cfg->scales_in_b = r->scales_in_b;
+    cfg->ws = r->wgmma && r->warp_specialized;
     if (json_path)
         *json_path = r->json_path;
     return WNA16_OK;
@@ -436,7 +437,7 @@ void w16_moe_cuda_split(const wna16_spec_t *spec, int block_m, bool wgmma,
 
 unsigned w16_moe_gemm_threads(const w16_moe_gemm_cfg_t *c)
 {
-    return 32u * (unsigned)(c->warps_n * c->warps_k);
+    return 32u * (unsigned)(c->warps_n * c->warps_k) + (c->ws ? 128u : 0u);
 }
 
 size_t w16_moe_gemm_shared(const w16_moe_gemm_cfg_t *c)
@@ -473,6 +474,9 @@ void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size)
     len = strlen(out);
     if (c->wgmma && len < size)
         snprintf(out + len, size - len, "_wg");
+    len = strlen(out);
+    if (c->ws && len < size)
+        snprintf(out + len, size - len, "_ws");
 }
 
 static bool is_f16ish(wna16_dtype_t d)
@@ -498,8 +502,11 @@ static const char *check_wgmma(const w16_moe_gemm_cfg_t *c)
     if (c->stages < 3 || c->stages > 8)
         return "wgmma: stages are 3 to 8 (stages - 2 loads in flight)";
     if (c->min_ctas < 0 || c->min_ctas > 8 ||
-        32 * c->warps_n * c->min_ctas > 2048)
+        (32 * c->warps_n + (c->ws ? 128 : 0)) * c->min_ctas > 2048)
         return "min_ctas is 0 to 8, with at most 2048 threads an SM";
+    if (c->ws && (c->warps_n != 8 || c->min_ctas > 1))
+        return "wgmma warp-specialized: block_n 256 (two consumer "
+               "warpgroups), one CTA an SM";
     return NULL;
 }
 
@@ -615,6 +622,8 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     def_int(b, "MIN_CTAS", c->min_ctas > 1 ? c->min_ctas : 1);
     if (!c->wgmma) /* the mma.sync template's choice only */
         def_bool(b, "SCALES_IN_B", c->scales_in_b);
+    else /* and the wgmma template's */
+        def_bool(b, "WS", c->ws);
     def_int(b, "SMEM_BYTES", (long long)w16_moe_gemm_shared(c));
     w16_buf_puts(b, "} // namespace w16cfg\n");
     w16_buf_printf(b, "#define W16_KERNEL %s\n", name);

@@ -184,6 +184,9 @@ typedef struct w16_tile_rule {
     /* grouped scales multiplied into B in the inner loop instead of once
      * per group on float32 partial sums (the template's DEFER) */
     bool scales_in_b;
+    /* wgmma rows: a producer warpgroup issues the copies into a ring of
+     * stages guarded by mbarriers (templates/moe_wgmma_gemm.cu, WS) */
+    bool warp_specialized;
     const char *json_path;
 } w16_tile_rule_t;
 

@@ -236,7 +236,8 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
                                        "block_n", "block_k", "warps_n",
                                        "warps_k", "stages", "max_split_k",
                                        "ctas_per_sm", "min_ctas",
-                                       "scales_in_b", "mma", NULL};
+                                       "scales_in_b", "mma", "warp_specialized",
+                                       NULL};
     int n = cJSON_GetArraySize(arr);
     if (!cJSON_IsArray(arr) || n < 1 || n > 32)
         return tfail(L, base, "expected an array of 1 to 32 rows");
@@ -350,6 +351,20 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
             if (!cJSON_IsBool(sb))
                 return tfail(L, pk, "expected true or false");
             g->scales_in_b = cJSON_IsTrue(sb);
+        }
+        /* optional warp_specialized (wgmma rows, default false) */
+        g->warp_specialized = false;
+        const cJSON *ws = cJSON_GetObjectItemCaseSensitive(r,
+                                                           "warp_specialized");
+        if (ws) {
+            snprintf(pk, sizeof pk, "%s.warp_specialized", p);
+            if (!cJSON_IsBool(ws))
+                return tfail(L, pk, "expected true or false");
+            if (cJSON_IsTrue(ws) && (!g->wgmma || v[0] != 256 || sk[2] > 1))
+                return tfail(L, pk, "only a wgmma row with block_n 256 (two "
+                             "consumer warpgroups) and one CTA an SM is "
+                             "warp-specialized");
+            g->warp_specialized = cJSON_IsTrue(ws);
         }
         if (32 * v[2] * v[3] * sk[2] > 2048) {
             snprintf(pk, sizeof pk, "%s.min_ctas", p);

@@ -38,6 +38,20 @@
 // The cp.async writes reach wgmma's async proxy through
 // fence.proxy.async before the barrier that publishes a stage.
 //
+// Warp-specialized variant (WS, the tiling row's "warp_specialized"):
+// one more warpgroup, the producer, issues every stage's cp.async copies
+// (the same plan and copies, two plan threads per producer thread) into
+// a ring of STAGES buffers; each copy's completion arrives on the stage's
+// "full" mbarrier (cp.async.mbarrier.arrive.noinc), and each consumer
+// thread arrives on the stage's "empty" mbarrier once its products that
+// read the stage are done (after the next stage's first wgmma.wait_group
+// 1).
+// The consumers never meet at a CTA-wide barrier in the main loop and
+// never issue a copy; they wait for the stage's full barrier, then
+// fence.proxy.async (the copies are generic-proxy writes that wgmma reads
+// through the async proxy). setmaxnreg moves registers from the producer
+// (PRODUCER_REGS) to the consumers (CONSUMER_REGS).
+//
 // Not here: act-order (per-k-row groups would reload scales per row; the
 // tiling table sends those problems to the mma.sync kernel) and split
 // warps along K (the warpgroup's products accumulate in its registers).
@@ -50,6 +64,14 @@ namespace w16 {
 // ---- derived constants and the checks the specializer relies on ----------
 
 constexpr int WGS = WN / 4; // warpgroups: NTHREADS = 128 * WGS
+// WS: the producer warpgroup follows the consumers (tid >= NTHREADS), so
+// the consumers' thread ids are the ones the shared epilogue expects
+constexpr int CTA_THREADS = WS ? NTHREADS + 128 : NTHREADS;
+// 128 * PRODUCER_REGS + NTHREADS * CONSUMER_REGS stays within the
+// registers the launch gives the CTA (CTA_THREADS * 168 for 384 threads).
+// The consumers fit in about 160 registers; the producer keeps two plan
+// threads' addresses (40 or 72 registers spilled them: ptxas -v).
+constexpr int PRODUCER_REGS = 104, CONSUMER_REGS = 200;
 // + 1024: the dynamic shared memory is aligned up to the swizzle atom
 constexpr int NEED_BYTES = (PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES) + 1024;
 constexpr int ACC = BM / 2;               // accumulator floats per slice
@@ -64,6 +86,10 @@ static_assert(STAGES >= 3 && STAGES <= 8, "pipeline depth (STAGES - 2 "
               "loads in flight)");
 static_assert((A_STAGE * 2) % 1024 == 0, "stage buffers stay 1024-aligned");
 static_assert(SMEM_BYTES == NEED_BYTES, "shared memory size (prelude)");
+static_assert(!WS || NTHREADS == 256, "warp-specialized: two consumer "
+              "warpgroups (the producer's registers are sized for them)");
+static_assert(!WS || NTHREADS % 128 == 0, "plan threads per producer "
+              "thread");
 
 // ---- PTX wrappers ---------------------------------------------------------
 
@@ -84,6 +110,59 @@ __device__ __forceinline__ void wgmma_commit()
 template <int N> __device__ __forceinline__ void wgmma_wait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// mbarriers (the warp-specialized pipeline). A wait spins on try_wait,
+// which itself suspends the thread for a while.
+__device__ __forceinline__ void mbar_init(u64 *bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(
+                     smem_addr(bar)),
+                 "r"(count)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u64 *bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(
+                     smem_addr(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u64 *bar, int parity)
+{
+    u32 done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(smem_addr(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+// The barrier's pending count drops by one when every cp.async this
+// thread issued so far has completed (noinc: counted in the init count).
+__device__ __forceinline__ void cp_async_arrive(u64 *bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::
+                     "r"(smem_addr(bar))
+                 : "memory");
+}
+// named barriers: 1 the consumers (epilogue), 2 the whole CTA (start)
+template <int ID, int COUNT> __device__ __forceinline__ void bar_sync()
+{
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(COUNT) : "memory");
+}
+template <int ID, int COUNT> __device__ __forceinline__ void bar_arrive()
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(COUNT) : "memory");
+}
+template <int R> __device__ __forceinline__ void setmaxnreg_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R> __device__ __forceinline__ void setmaxnreg_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
 }
 
 // The descriptor of a K-major operand in 128-byte swizzled atoms of 8 rows
@@ -161,7 +240,7 @@ __device__ __forceinline__ void wgmma_step(float (&d)[M], const u32 (&a)[4],
 
 using namespace w16;
 
-extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_CTAS)
+extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_CTAS)
 W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
            const int *__restrict__ sorted_ids,
            const int *__restrict__ expert_ids,
@@ -176,6 +255,9 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     (void)g_idx; // act-order is the mma.sync kernel's
     extern __shared__ int4 smem_raw[];
     __shared__ int s_rows[BM];
+    // WS: stage s is loaded (full) / consumed (empty)
+    __shared__ alignas(8) u64 s_full[WS ? STAGES : 1];
+    __shared__ alignas(8) u64 s_empty[WS ? STAGES : 1];
     // wgmma's swizzle is a function of the address: align to the atom
     int4 *smem4 = reinterpret_cast<int4 *>(
         reinterpret_cast<char *>(smem_raw) +
@@ -213,6 +295,13 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         int t = sorted_ids[mblk * BM + r];
         s_rows[r] = (t >= 0 && t < n_slots) ? t : -1;
     }
+    if constexpr (WS) {
+        if (tid == 0)
+            for (int s = 0; s < STAGES; s++) {
+                mbar_init(&s_full[s], 128);  // the producer's threads
+                mbar_init(&s_empty[s], NTHREADS); // the consumers
+            }
+    }
     __syncthreads();
 
     const size_t tiles_n = (size_t)(N / 64);
@@ -224,11 +313,55 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     int4 *sB = smem4 + STAGES * A_STAGE / 8;
     int4 *sS = sB + STAGES * B_STAGE;
 
+    const int iters_all = K / BK;
+    const int it0 = (int)((long long)split * iters_all / splits);
+    const int iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
+
+    // ---- WS: the producer warpgroup ------------------------------------------
+    // Plan threads ptid and ptid + 128 (the consumers' thread count), so
+    // the shared plan and copies cover the stage; the padding rows the
+    // plan zeroes reach the consumers through the named barrier 2.
+    if constexpr (WS) {
+        if (warp >= WN) {
+            constexpr int V = NTHREADS / 128;
+            const int ptid = tid - NTHREADS;
+            const act_t *p_src[V][A_PER];
+            int p_dst[V][A_PER], p_off[V][B_PER];
+#pragma unroll
+            for (int v = 0; v < V; v++)
+                stage_plan(p_src[v], p_dst[v], p_off[v], a, a_row_div, K,
+                           s_rows, reinterpret_cast<act_t *>(smem4),
+                           ptid + 128 * v, ncol, N, ip, tiles_n);
+            fence_proxy_async();
+            bar_arrive<2, CTA_THREADS>();
+            setmaxnreg_dec<PRODUCER_REGS>();
+            act_t *pA = reinterpret_cast<act_t *>(smem4);
+            int4 *pB = smem4 + STAGES * A_STAGE / 8;
+            int4 *pS = pB + STAGES * B_STAGE;
+            for (int it = 0; it < iters; it++) {
+                const int slot = it % STAGES;
+                if (it >= STAGES) // consumed STAGES stages ago
+                    mbar_wait(&s_empty[slot], (it / STAGES - 1) & 1);
+#pragma unroll
+                for (int v = 0; v < V; v++)
+                    stage_copy(it0 + it, slot, p_src[v], p_dst[v], p_off[v],
+                               pA, pB, pS, qw_e, qweight, sc_e, scales,
+                               tiles_n, ptid + 128 * v, ncol, N, ip,
+                               group_size);
+                cp_async_arrive(&s_full[slot]);
+            }
+            cp_async_wait<0>();
+            return;
+        }
+        setmaxnreg_inc<CONSUMER_REGS>();
+    }
+
     // ---- the stage loads (moe_gemm_common.cu), planned once ----------------
     const act_t *a_src[A_PER];
     int a_dst[A_PER], b_off[B_PER];
-    stage_plan(a_src, a_dst, b_off, a, a_row_div, K, s_rows, sA, tid, ncol, N,
-               ip, tiles_n);
+    if constexpr (!WS)
+        stage_plan(a_src, a_dst, b_off, a, a_row_div, K, s_rows, sA, tid,
+                   ncol, N, ip, tiles_n);
     auto load_stage = [&](int it, int slot) {
         stage_copy(it, slot, a_src, a_dst, b_off, sA, sB, sS, qw_e, qweight,
                    sc_e, scales, tiles_n, tid, ncol, N, ip, group_size);
@@ -241,9 +374,6 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     reg_scale_t s_reg[2][2]; // [slice][lo, hi]
     act_t z_reg[2][2];       // MAGIC + z (or z)
     int cur_g = -1;
-    const int iters_all = K / BK;
-    const int it0 = (int)((long long)split * iters_all / splits);
-    const int iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
     const int it0_group = GROUPED ? it0 * BK / group_size : 0;
 
     auto set_zero = [&](int g) {
@@ -347,7 +477,9 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     // ptxas serializes the wgmmas when more sets rotate: measured)
     u32 af[2][2][4];
     const bool stage_groups = GROUPED && group_size % BK == 0;
-    auto compute_stage = [&](int it, int slot) {
+    // release (WS): the ring slot of the previous stage, whose products
+    // are done after this stage's first wgmma.wait_group 1 (-1: none)
+    auto compute_stage = [&](int it, int slot, int release) {
         const int4 *cB = sB + slot * B_STAGE;
         const u32 a_base = smem_addr(sA + slot * A_STAGE);
         if constexpr (GROUPED) {
@@ -374,6 +506,13 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
             wgmma_step(acc[1], af[kk % 2][1], desc, scale_d);
             wgmma_commit();
             wgmma_wait<1>(); // step kk - 1 done: its registers are free
+            if constexpr (WS) {
+                // every consumer thread arrives for its own reads (a
+                // __syncwarp and one lane's arrive made ptxas serialize
+                // the wgmmas of channelwise layers: C7513)
+                if (kk == 0 && release >= 0)
+                    mbar_arrive(&s_empty[release]);
+            }
         }
         // the stage's last products stay in flight into the next stage
     };
@@ -383,22 +522,33 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     // by then every warpgroup has waited for all but its latest products
     // (wgmma.wait_group 1), which read the stage in between, so the
     // tensor cores never drain at a stage boundary.
-    constexpr int LOOKAHEAD = STAGES - 2;
+    if constexpr (WS) {
+        // WS: the producer's ring; the padding rows are zero (barrier 2)
+        bar_sync<2, CTA_THREADS>();
+        for (int it = 0; it < iters; it++) {
+            const int slot = it % STAGES;
+            mbar_wait(&s_full[slot], (it / STAGES) & 1);
+            fence_proxy_async(); // the copies, to wgmma's async proxy
+            compute_stage(it0 + it, slot, it > 0 ? (it - 1) % STAGES : -1);
+        }
+    } else {
+        constexpr int LOOKAHEAD = STAGES - 2;
 #pragma unroll
-    for (int s = 0; s < LOOKAHEAD; s++) {
-        if (s < iters)
-            load_stage(it0 + s, s);
-        cp_async_commit();
-    }
-    for (int it = 0; it < iters; it++) {
-        cp_async_wait<LOOKAHEAD - 1>();
-        fence_proxy_async();
-        __syncthreads(); // stage `it` visible; stage it-2 fully consumed
-        int next = it + LOOKAHEAD;
-        if (next < iters)
-            load_stage(it0 + next, next % STAGES);
-        cp_async_commit();
-        compute_stage(it0 + it, it % STAGES);
+        for (int s = 0; s < LOOKAHEAD; s++) {
+            if (s < iters)
+                load_stage(it0 + s, s);
+            cp_async_commit();
+        }
+        for (int it = 0; it < iters; it++) {
+            cp_async_wait<LOOKAHEAD - 1>();
+            fence_proxy_async();
+            __syncthreads(); // stage `it` visible; stage it-2 fully consumed
+            int next = it + LOOKAHEAD;
+            if (next < iters)
+                load_stage(it0 + next, next % STAGES);
+            cp_async_commit();
+            compute_stage(it0 + it, it % STAGES, -1);
+        }
     }
     wgmma_wait<0>();
     if (iters == 0) // a split without K stages (not chosen by the runtime)
@@ -407,8 +557,13 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
 #pragma unroll
             for (int i = 0; i < ACC; i++)
                 acc[s][i] = 0.0f;
-    cp_async_wait<0>();
-    __syncthreads();
+    // every stage consumed (WS: the producer has no copy left in flight)
+    if constexpr (WS) {
+        bar_sync<1, NTHREADS>();
+    } else {
+        cp_async_wait<0>();
+        __syncthreads();
+    }
 
     // ---- the accumulators to the C tile (rows: routed rows) -------------
     // d[4i + 0..3] of slice s: (m row gid, rows 8i + 2 tig, +1), then
@@ -426,7 +581,10 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
             cs[(r0 + 1) * C_LD + c + 8] = acc[s][4 * i + 3];
         }
     }
-    __syncthreads();
+    if constexpr (WS)
+        bar_sync<1, NTHREADS>();
+    else
+        __syncthreads();
 
     store_c_tile(cs, s_rows, tid, e, ncol, split, splits, N, ip, n_slots, sc_e,
                  bias, out, round_out, limit, alpha, beta);

@@ -178,6 +178,7 @@ static void test_tiling_rows(wna16_context_t *ctx)
                         c.stages = row->stages;
                         c.min_ctas = row->min_ctas;
                         c.wgmma = row->wgmma;
+                        c.ws = row->wgmma && row->warp_specialized;
                         /* act-order never reaches a wgmma row */
                         while (row->wgmma &&
                                VARIANTS[vi % W16_ARRAY_LEN(VARIANTS)].act_order)
@@ -219,7 +220,8 @@ static void test_tables_agree(wna16_context_t *ctx)
                  x->warps_k == y->warps_k && x->stages == y->stages &&
                  x->max_split_k == y->max_split_k &&
                  x->ctas_per_sm == y->ctas_per_sm &&
-                 x->min_ctas == y->min_ctas && x->wgmma == y->wgmma);
+                 x->min_ctas == y->min_ctas && x->wgmma == y->wgmma &&
+                 x->warp_specialized == y->warp_specialized);
     }
 }
 
@@ -242,27 +244,32 @@ static void test_variants(wna16_context_t *ctx)
         }
 }
 
-/* The same variants (but act order) on the wgmma template, sm_90a. */
+/* The same variants (but act order) on the wgmma template, sm_90a: the
+ * plain pipeline (one warpgroup), then the warp-specialized one (two
+ * consumer warpgroups and the producer). */
 static void test_variants_wgmma(wna16_context_t *ctx)
 {
-    for (size_t v = 0; v < W16_ARRAY_LEN(VARIANTS); v++) {
-        if (VARIANTS[v].act_order)
-            continue;
-        for (int g = 0; g < 2; g++) {
-            w16_moe_gemm_cfg_t c;
-            memset(&c, 0, sizeof c);
-            c.gemm = (wna16_gemm_t)g;
-            c.block_m = v % 2 ? 64 : 128;
-            c.block_n = 128;
-            c.block_k = 64;
-            c.warps_n = 4;
-            c.warps_k = 1;
-            c.stages = 3;
-            c.wgmma = true;
-            apply(&c, &VARIANTS[v]);
-            compile_gemm(ctx, &c, "variant (wgmma)");
+    for (int ws = 0; ws < 2; ws++)
+        for (size_t v = 0; v < W16_ARRAY_LEN(VARIANTS); v++) {
+            if (VARIANTS[v].act_order)
+                continue;
+            for (int g = 0; g < 2; g++) {
+                w16_moe_gemm_cfg_t c;
+                memset(&c, 0, sizeof c);
+                c.gemm = (wna16_gemm_t)g;
+                c.block_m = v % 2 ? 64 : 128;
+                c.block_n = ws ? 256 : 128;
+                c.block_k = 64;
+                c.warps_n = ws ? 8 : 4;
+                c.warps_k = 1;
+                c.stages = ws ? 5 : 3;
+                c.wgmma = true;
+                c.ws = ws;
+                apply(&c, &VARIANTS[v]);
+                compile_gemm(ctx, &c, ws ? "variant (wgmma, warp-specialized)"
+                                         : "variant (wgmma)");
+            }
         }
-    }
 }
 
 static void test_aux(wna16_context_t *ctx)
