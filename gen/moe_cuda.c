@@ -491,12 +491,14 @@ static const char *check_wgmma(const w16_moe_gemm_cfg_t *c)
 {
     if (c->act_order)
         return "wgmma: act-order runs on the mma.sync template";
-    if (c->block_m != 64 && c->block_m != 128)
-        return "wgmma: block_m is 64 or 128";
-    if ((c->block_n != 128 && c->block_n != 256) ||
-        c->warps_n != c->block_n / 32 || c->warps_k != 1)
-        return "wgmma: block_n 128 or 256, one warpgroup (4 warps_n) per "
-               "128 columns, warps_k 1";
+    if (c->block_m != 64 && c->block_m != 128 && c->block_m != 256)
+        return "wgmma: block_m is 64, 128 or 256";
+    /* a warpgroup's columns: 128 (two m64 slices), 64 at block_m 256 */
+    int wg_cols = c->block_m == 256 ? 64 : 128;
+    if ((c->block_n != wg_cols && c->block_n != 2 * wg_cols) ||
+        c->warps_n != 4 * c->block_n / wg_cols || c->warps_k != 1)
+        return "wgmma: one warpgroup (4 warps_n) per 128 columns (64 at "
+               "block_m 256), one or two warpgroups, warps_k 1";
     if (c->block_k != 64)
         return "wgmma: block_k is 64";
     if (c->stages < 3 || c->stages > 8)

@@ -173,10 +173,10 @@ static bool load_bm(tload_t *L, const cJSON *arr, const char *base,
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, "block_m");
         if (!v)
             return tfail(L, p, "\"block_m\" is required");
-        if (!int_at(L, v, pk, 16, 128, &bm))
+        if (!int_at(L, v, pk, 16, 256, &bm))
             return false;
-        if (b->wgmma && bm != 64 && bm != 128)
-            return tfail(L, pk, "expected 64 or 128 (wgmma's N)");
+        if (b->wgmma && bm != 64 && bm != 128 && bm != 256)
+            return tfail(L, pk, "expected 64, 128 or 256 (wgmma's N)");
         if (!b->wgmma && (bm % 16 != 0 || bm > 64))
             return tfail(L, pk, "expected 16, 32, 48 or 64");
         if (i == n - 1 && b->wgmma)
@@ -199,9 +199,26 @@ static bool load_bm(tload_t *L, const cJSON *arr, const char *base,
     return true;
 }
 
-/* Checks one GEMM row against the template for every block_m it serves. */
+/* Whether one of the first `upto` GEMM rows, of the same mma kind and
+ * conditioned on block_m alone, takes every problem of block_m bm (then a
+ * later row never sees them: first match). */
+static bool caught_before(const w16_tiling_t *t, int upto, bool wgmma,
+                          int bm)
+{
+    for (int i = 0; i < upto; i++) {
+        const w16_tile_rule_t *r = &t->gemm[i];
+        if (r->wgmma == wgmma && r->gemm < 0 && bm >= r->bm_lo &&
+            bm <= r->bm_hi && r->n_lo == 0 && r->n_hi == INT64_MAX &&
+            r->k_lo == 0 && r->k_hi == INT64_MAX)
+            return true;
+    }
+    return false;
+}
+
+/* Checks GEMM row `idx` against the template for every block_m it
+ * serves. */
 static bool check_rule(tload_t *L, const char *p, const w16_tile_rule_t *g,
-                       const w16_tiling_t *t)
+                       const w16_tiling_t *t, int idx)
 {
     int tiles = g->block_n / 64, nt = g->wgmma ? 2 : tiles / g->warps_n;
     if (!g->wgmma && g->gemm != WNA16_GEMM_W2 &&
@@ -212,8 +229,15 @@ static bool check_rule(tload_t *L, const char *p, const w16_tile_rule_t *g,
                      "(set \"gemm\": \"w2\" to keep this shape for w2)", nt);
     for (int i = 0; i < t->n_bm; i++) {
         int bm = t->bm[i].block_m;
-        if (bm < g->bm_lo || bm > g->bm_hi || t->bm[i].wgmma != g->wgmma)
+        if (bm < g->bm_lo || bm > g->bm_hi || t->bm[i].wgmma != g->wgmma ||
+            caught_before(t, idx, g->wgmma, bm))
             continue;
+        if (g->wgmma && g->warps_n != 4 * g->block_n / (bm == 256 ? 64 : 128))
+            return tfail(L, p, "with block_m %d (from %s) a wgmma warpgroup "
+                         "(4 warps_n) computes %d columns: block_n %d needs "
+                         "warps_n %d", bm, t->bm[i].json_path,
+                         bm == 256 ? 64 : 128, g->block_n,
+                         4 * g->block_n / (bm == 256 ? 64 : 128));
         if (!g->wgmma && (bm / 16) * nt > 4)
             return tfail(L, p, "with block_m %d (from %s) a warp would hold "
                          "%d x %d m16 x 64 accumulator tiles: at most 4 (128 "
@@ -297,12 +321,14 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
             snprintf(pk, sizeof pk, "%s.block_k", p);
             return tfail(L, pk, "expected 64, 128 or 256");
         }
+        /* (block_m 256: 64 columns a warpgroup, checked in check_rule) */
         if (g->wgmma && (v[1] != 64 || v[3] != 1 ||
-                         (v[0] != 128 && v[0] != 256) || v[2] != v[0] / 32 ||
-                         v[4] < 3))
+                         (v[2] != v[0] / 32 && v[2] != v[0] / 16) ||
+                         (v[2] != 4 && v[2] != 8) || v[4] < 3))
             return tfail(L, p, "a wgmma row has block_k 64, warps_k 1, "
-                         "block_n 128 or 256, one warpgroup (4 warps_n) "
-                         "per 128 columns and at least 3 stages");
+                         "one or two warpgroups (4 warps_n each), one per "
+                         "128 columns (64 at block_m 256), and at least 3 "
+                         "stages");
         if (!g->wgmma && (!is_pow2(v[2]) || (v[0] / 64) % v[2] != 0)) {
             snprintf(pk, sizeof pk, "%s.warps_n", p);
             return tfail(L, pk, "expected a power of two dividing block_n / "
@@ -360,9 +386,9 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
             snprintf(pk, sizeof pk, "%s.warp_specialized", p);
             if (!cJSON_IsBool(ws))
                 return tfail(L, pk, "expected true or false");
-            if (cJSON_IsTrue(ws) && (!g->wgmma || v[0] != 256 || sk[2] > 1))
-                return tfail(L, pk, "only a wgmma row with block_n 256 (two "
-                             "consumer warpgroups) and one CTA an SM is "
+            if (cJSON_IsTrue(ws) && (!g->wgmma || v[2] != 8 || sk[2] > 1))
+                return tfail(L, pk, "only a wgmma row with two consumer "
+                             "warpgroups (warps_n 8) and one CTA an SM is "
                              "warp-specialized");
             g->warp_specialized = cJSON_IsTrue(ws);
         }
@@ -372,7 +398,7 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
                          "2048 threads", (long long)sk[2],
                          (long long)(32 * v[2] * v[3]));
         }
-        if (!check_rule(L, p, g, t))
+        if (!check_rule(L, p, g, t, i))
             return false;
         g->json_path = w16_arena_strdup(&L->spec->arena, p);
         if (!g->json_path)

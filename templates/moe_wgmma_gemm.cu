@@ -75,12 +75,17 @@ constexpr int PRODUCER_REGS = 104, CONSUMER_REGS = 200;
 // + 1024: the dynamic shared memory is aligned up to the swizzle atom
 constexpr int NEED_BYTES = (PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES) + 1024;
 constexpr int ACC = BM / 2;               // accumulator floats per slice
+// m64 slices a warpgroup computes: two (128 columns, two Marlin tiles)
+// for BM 64 and 128; one (64 columns, one tile) for BM 256, whose
+// m64n256k16 products reuse each dequantized fragment for twice the rows
+constexpr int SLICES = BM == 256 ? 1 : 2;
 
 static_assert(!ACT_ORDER, "act-order runs on the mma.sync kernel");
-static_assert(BM == 64 || BM == 128, "block_m (wgmma N) is 64 or 128");
+static_assert(BM == 64 || BM == 128 || BM == 256,
+              "block_m (wgmma N) is 64, 128 or 256");
 static_assert(WN == 4 || WN == 8, "one or two warpgroups");
 static_assert(WK == 1, "no K split between warps");
-static_assert(BN == 128 * WGS, "two Marlin tiles a warpgroup");
+static_assert(BN == 64 * SLICES * WGS, "SLICES Marlin tiles a warpgroup");
 static_assert(BK == 64, "a stage's A rows are one 128-byte swizzle row");
 static_assert(STAGES >= 3 && STAGES <= 8, "pipeline depth (STAGES - 2 "
               "loads in flight)");
@@ -224,6 +229,37 @@ __device__ __forceinline__ void wgmma_n128(float (&d)[64], const u32 (&a)[4],
         W16_WGMMA_N128(".f32.f16.f16");
 }
 
+#define W16_D128                                                             \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"       \
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"       \
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"       \
+    "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"       \
+    "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"       \
+    "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,"     \
+    "%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,"      \
+    "%123,%124,%125,%126,%127}"
+
+#define W16_WGMMA_N256(TYPES)                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"            \
+                 "wgmma.mma_async.sync.aligned.m64n256k16" TYPES " " W16_D128 \
+                 ", {%128,%129,%130,%131}, %132, p, 1, 1, 0;\n}\n"           \
+                 : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24), W16_R8(32),  \
+                   W16_R8(40), W16_R8(48), W16_R8(56), W16_R8(64),            \
+                   W16_R8(72), W16_R8(80), W16_R8(88), W16_R8(96),            \
+                   W16_R8(104), W16_R8(112), W16_R8(120)                      \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),    \
+                   "r"(scale_d))
+
+__device__ __forceinline__ void wgmma_n256(float (&d)[128], const u32 (&a)[4],
+                                           u64 desc, int scale_d)
+{
+    if constexpr (ACT_BF16)
+        W16_WGMMA_N256(".f32.bf16.bf16");
+    else
+        W16_WGMMA_N256(".f32.f16.f16");
+}
+
 // scale_d 0: D = A . B (the first product of a tile), else D += A . B.
 template <int M>
 __device__ __forceinline__ void wgmma_step(float (&d)[M], const u32 (&a)[4],
@@ -231,8 +267,10 @@ __device__ __forceinline__ void wgmma_step(float (&d)[M], const u32 (&a)[4],
 {
     if constexpr (M == 32)
         wgmma_n64(d, a, desc, scale_d);
-    else
+    else if constexpr (M == 64)
         wgmma_n128(d, a, desc, scale_d);
+    else
+        wgmma_n256(d, a, desc, scale_d);
 }
 
 
@@ -289,7 +327,10 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wg = warp / 4, w = warp % 4, h = w % 2;
     const int gid = lane / 4, tig = lane % 4;
-    const int my_tile = 2 * wg + w / 2; // CTA-local tile this warp reads
+    // CTA-local tile this warp reads, and its 16-column group of slice s
+    // (q: also the word of the lane's codes that holds those columns)
+    const int my_tile = SLICES == 2 ? 2 * wg + w / 2 : wg;
+    auto colq = [&](int s) { return SLICES == 2 ? 2 * h + s : w; };
 
     for (int r = tid; r < BM; r += NTHREADS) {
         int t = sorted_ids[mblk * BM + r];
@@ -378,14 +419,14 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
 
     auto set_zero = [&](int g) {
 #pragma unroll
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < SLICES; s++)
 #pragma unroll
             for (int x = 0; x < 2; x++) {
                 float z = ZP ? 0.0f : (float)(1 << (BITS - 1));
                 if constexpr (ZP)
                     if (colbase >= 0)
                         z = (float)zero_at(zp_e + (size_t)g * (N / 8),
-                                           colbase + 16 * (2 * h + s) + 8 * x +
+                                           colbase + 16 * colq(s) + 8 * x +
                                                gid);
                 z_reg[s][x] = act::from_f(USE_MAGIC ? MAGIC + z : z);
             }
@@ -396,11 +437,11 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
             reinterpret_cast<const scale_t *>(sS + slot * S_STAGE) +
             row * TILES * 64;
 #pragma unroll
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < SLICES; s++)
 #pragma unroll
             for (int x = 0; x < 2; x++) {
                 scale_t sv = ss[my_tile * 64 +
-                                scale_pos(16 * (2 * h + s) + 8 * x + gid)];
+                                scale_pos(16 * colq(s) + 8 * x + gid)];
                 if constexpr (SCALE_SAME)
                     s_reg[s][x] = sv;
                 else
@@ -421,9 +462,9 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     // pipeline (products stay in flight across stages), and ptxas would
     // then serialize every wgmma. The empty asm only tells the compiler
     // the registers have a value; it emits nothing.
-    float acc[2][ACC];
+    float acc[SLICES][ACC];
 #pragma unroll
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < SLICES; s++)
 #pragma unroll
         for (int i = 0; i < ACC; i++)
             asm volatile("" : "=f"(acc[s][i]));
@@ -432,23 +473,34 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     // the lane's vector (2h + s) gives the four code pairs at shifts 0
     // (b0 j0), 8 (b0 j1), 4 (b1 j0), 12 (b1 j1); 8-bit, words j0 and j1 of
     // vector h, low bytes b0, high bytes b1.
-    auto dequant = [&](const int4 *cB, int kk, u32 (&af)[2][4]) {
+    // wd: [slice][j0, j1] (4-bit: the same word twice)
+    auto fetch_codes = [&](const int4 *cB, int kk, u32 (&wd)[SLICES][2]) {
         const int4 *bp = cB + (kk * TILES + my_tile) * TILE_VECS +
                          lane * LANE_VECS;
-        u32 wd[2][2]; // [slice][j0, j1] (4-bit: the same word twice)
-        if constexpr (BITS == 4) {
+        if constexpr (SLICES == 1) { // word w (4-bit), words 2w, 2w+1 (8)
+            if constexpr (BITS == 4) {
+                wd[0][0] = wd[0][1] = reinterpret_cast<const u32 *>(bp)[w];
+            } else {
+                int2 x = reinterpret_cast<const int2 *>(bp)[w];
+                wd[0][0] = (u32)x.x;
+                wd[0][1] = (u32)x.y;
+            }
+        } else if constexpr (BITS == 4) {
             int2 x = reinterpret_cast<const int2 *>(bp)[h];
             wd[0][0] = wd[0][1] = (u32)x.x;
-            wd[1][0] = wd[1][1] = (u32)x.y;
+            wd[SLICES - 1][0] = wd[SLICES - 1][1] = (u32)x.y;
         } else {
             int4 x = bp[h];
             wd[0][0] = (u32)x.x;
             wd[0][1] = (u32)x.y;
-            wd[1][0] = (u32)x.z;
-            wd[1][1] = (u32)x.w;
+            wd[SLICES - 1][0] = (u32)x.z;
+            wd[SLICES - 1][1] = (u32)x.w;
         }
+    };
+    auto convert_codes = [&](const u32 (&wd)[SLICES][2],
+                             u32 (&af)[SLICES][4]) {
 #pragma unroll
-        for (int s = 0; s < 2; s++) {
+        for (int s = 0; s < SLICES; s++) {
 #pragma unroll
             for (int x = 0; x < 2; x++) { // x = 0: column j0 (lo), 1: j1 (hi)
                 u32 v0, v1; // b0 (k 2q, 2q+1), b1 (+8)
@@ -471,11 +523,16 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
             }
         }
     };
+    auto dequant = [&](const int4 *cB, int kk, u32 (&af)[SLICES][4]) {
+        u32 wd[SLICES][2];
+        fetch_codes(cB, kk, wd);
+        convert_codes(wd, af);
+    };
 
     // A fragments, two register sets: step kk fills set kk % 2, which
     // wgmma.wait_group 1 after step kk - 1 freed (one group in flight;
     // ptxas serializes the wgmmas when more sets rotate: measured)
-    u32 af[2][2][4];
+    u32 af[2][SLICES][4];
     const bool stage_groups = GROUPED && group_size % BK == 0;
     // release (WS): the ring slot of the previous stage, whose products
     // are done after this stage's first wgmma.wait_group 1 (-1: none)
@@ -502,8 +559,9 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
             const u64 desc = smem_desc(a_base + 32u * (u32)kk);
             const int scale_d = it > it0 || kk > 0;
             wgmma_fence();
-            wgmma_step(acc[0], af[kk % 2][0], desc, scale_d);
-            wgmma_step(acc[1], af[kk % 2][1], desc, scale_d);
+#pragma unroll
+            for (int s = 0; s < SLICES; s++)
+                wgmma_step(acc[s], af[kk % 2][s], desc, scale_d);
             wgmma_commit();
             wgmma_wait<1>(); // step kk - 1 done: its registers are free
             if constexpr (WS) {
@@ -553,7 +611,7 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     wgmma_wait<0>();
     if (iters == 0) // a split without K stages (not chosen by the runtime)
 #pragma unroll
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < SLICES; s++)
 #pragma unroll
             for (int i = 0; i < ACC; i++)
                 acc[s][i] = 0.0f;
@@ -570,8 +628,8 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     // (m row gid + 8, the same two rows)
     float *cs = reinterpret_cast<float *>(smem4);
 #pragma unroll
-    for (int s = 0; s < 2; s++) {
-        const int c = my_tile * 64 + 16 * (2 * h + s) + gid;
+    for (int s = 0; s < SLICES; s++) {
+        const int c = my_tile * 64 + 16 * colq(s) + gid;
 #pragma unroll
         for (int i = 0; i < BM / 8; i++) {
             const int r0 = 8 * i + 2 * tig;

@@ -240,6 +240,15 @@ static void build_cases(void)
     }
     c = base_case(); c.batched = true; c.max_tokens = 130; c.weights = true;
     c.why = "wgmma rows, batched"; add(c);
+    /* 512 routed slots an expert and more (a table's block_m 256 rows:
+     * one m64 slice a warpgroup, m64n256k16 products; the built-in table
+     * has none, measured slower): zero points and a ragged w2 N (320 =
+     * 2.5 tiles of 128), then 8-bit channelwise F16 with bias */
+    c = base_case(); c.M = 1100; c.topk = 1; c.E = 2; c.H = 320; c.I = 192;
+    c.gs = 64; c.zp = true; c.why = "wgmma rows, block_m 256"; add(c);
+    c = base_case(); c.M = 600; c.topk = 2; c.E = 2; c.I = 256; c.bits = 8;
+    c.gs = -1; c.act = WNA16_DTYPE_F16; c.scale = WNA16_DTYPE_F16;
+    c.bias = true; c.why = "wgmma rows, block_m 256, 8-bit"; add(c);
     /* the batched format */
     static const int32_t bt[] = {1, 5, 37, 64, 100};
     for (size_t i = 0; i < W16_ARRAY_LEN(bt); i++) {

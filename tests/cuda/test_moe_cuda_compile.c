@@ -157,6 +157,14 @@ static void test_tiling_rows(wna16_context_t *ctx)
                 for (int b2 = 0; b2 < b; b2++)
                     dup |= t->bm[b2].block_m == bm &&
                            t->bm[b2].wgmma == t->bm[b].wgmma;
+                /* an earlier row on block_m alone takes all of them */
+                for (int r2 = 0; r2 < r; r2++) {
+                    const w16_tile_rule_t *e = &t->gemm[r2];
+                    dup |= e->wgmma == row->wgmma && e->gemm < 0 &&
+                           bm >= e->bm_lo && bm <= e->bm_hi &&
+                           e->n_lo == 0 && e->n_hi == INT64_MAX &&
+                           e->k_lo == 0 && e->k_hi == INT64_MAX;
+                }
                 if (dup || bm < row->bm_lo || bm > row->bm_hi ||
                     t->bm[b].wgmma != row->wgmma)
                     continue;
@@ -246,10 +254,11 @@ static void test_variants(wna16_context_t *ctx)
 
 /* The same variants (but act order) on the wgmma template, sm_90a: the
  * plain pipeline (one warpgroup), then the warp-specialized one (two
- * consumer warpgroups and the producer). */
+ * consumer warpgroups and the producer), then that at block_m 256 (one
+ * m64 slice a warpgroup). */
 static void test_variants_wgmma(wna16_context_t *ctx)
 {
-    for (int ws = 0; ws < 2; ws++)
+    for (int ws = 0; ws < 3; ws++)
         for (size_t v = 0; v < W16_ARRAY_LEN(VARIANTS); v++) {
             if (VARIANTS[v].act_order)
                 continue;
@@ -257,14 +266,14 @@ static void test_variants_wgmma(wna16_context_t *ctx)
                 w16_moe_gemm_cfg_t c;
                 memset(&c, 0, sizeof c);
                 c.gemm = (wna16_gemm_t)g;
-                c.block_m = v % 2 ? 64 : 128;
-                c.block_n = ws ? 256 : 128;
+                c.block_m = ws == 2 ? 256 : v % 2 ? 64 : 128;
+                c.block_n = ws == 1 ? 256 : 128;
                 c.block_k = 64;
                 c.warps_n = ws ? 8 : 4;
                 c.warps_k = 1;
                 c.stages = ws ? 5 : 3;
                 c.wgmma = true;
-                c.ws = ws;
+                c.ws = ws > 0;
                 apply(&c, &VARIANTS[v]);
                 compile_gemm(ctx, &c, ws ? "variant (wgmma, warp-specialized)"
                                          : "variant (wgmma)");
