@@ -546,6 +546,11 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                     load_group_smem(slot, 0, g);
             }
         }
+        // WS: the codes of step kk + 1 are read from shared memory before
+        // step kk's products and wait, so their latency hides behind them
+        u32 wd_next[SLICES][2];
+        if constexpr (WS)
+            fetch_codes(cB, 0, wd_next);
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; kk++) {
             if constexpr (GROUPED) {
@@ -555,7 +560,17 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                         load_group_smem(slot, g - it * BK / group_size, g);
                 }
             }
-            dequant(cB, kk, af[kk % 2]);
+            if constexpr (WS) {
+                u32 wd[SLICES][2];
+#pragma unroll
+                for (int s = 0; s < SLICES; s++)
+                    wd[s][0] = wd_next[s][0], wd[s][1] = wd_next[s][1];
+                if (kk + 1 < KSTEPS)
+                    fetch_codes(cB, kk + 1, wd_next);
+                convert_codes(wd, af[kk % 2]);
+            } else {
+                dequant(cB, kk, af[kk % 2]);
+            }
             const u64 desc = smem_desc(a_base + 32u * (u32)kk);
             const int scale_d = it > it0 || kk > 0;
             wgmma_fence();
