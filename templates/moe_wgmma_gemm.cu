@@ -9,7 +9,8 @@
 // from registers; that is what lets the dequantization stay in the
 // registers, as in the mma.sync kernel), and the activation tile is B,
 // read by the tensor cores from shared memory through a descriptor. The
-// routed rows are wgmma's N (BM = 64 or 128), the weight columns its M.
+// routed rows are wgmma's N (BM = 64, 128 or 256), the weight columns its
+// M.
 //
 // Warpgroups. WN = 4 * WGS warps form WGS warpgroups; warpgroup wg owns
 // the CTA's Marlin tiles 2wg and 2wg+1 (128 columns; for w13 that is one
@@ -24,6 +25,9 @@
 // and g + 8 are columns 8 j0 + g and 8 j1 + g). So an m64 row r of warp w,
 // slice s, is the column 16 (4h + 2s) / 2 + r = 16 (2h + s) + r of tile
 // 2wg + w/2: the slices cover each tile's 64 columns in order.
+// At BM 256 (SLICES = 1) warpgroup wg owns tile wg alone (64 columns, BN =
+// 64 * WGS) with one m64n256k16 product a step: warp w takes n8 blocks
+// 2w and 2w + 1, the lane's word w (4-bit; words 2w, 2w + 1 for 8-bit).
 //
 // Activations. BK is 64: a row of a stage's A tile is 128 bytes, its
 // 16-byte chunks XOR-swizzled by row % 8, which is exactly wgmma's 128-byte

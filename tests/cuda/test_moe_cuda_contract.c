@@ -117,6 +117,11 @@ static void e_wg_bm(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 3), "b
 static void e_wg_shape(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "warps_n", 4); }
 static void e_wg_catch(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 5), "n", 1, 4096); }
 static void e_wg_mma(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 5), "mma", cJSON_CreateString("tcgen05")); }
+/* warp_specialized: a wgmma row with two consumer warpgroups only, a
+ * boolean; block_m 256 needs 64 columns a warpgroup */
+static void e_ws_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", 4), "warp_specialized", 1); }
+static void e_ws_bool(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 5), "warp_specialized", cJSON_CreateString("yes")); }
+static void e_wg_256(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 3), "block_m", 256); }
 static void e_wg_last(cJSON *r, int a)
 {
     (void)a; /* the catch-all block_m row marked wgmma */
@@ -161,7 +166,7 @@ static void test_tiling_refusals(wna16_context_t *ctx)
                    "halves"},
         {e_range, "$.tiling.gemm[4].n: empty range [9, 3]"},
         {e_last, "$.tiling.gemm[6]: the last row must have no condition"},
-        {e_wg_bm, "$.tiling.block_m[3].block_m: expected 64 or 128 (wgmma"},
+        {e_wg_bm, "$.tiling.block_m[3].block_m: expected 64, 128 or 256 (wgmma"},
         {e_wg_shape, "$.tiling.gemm[5]: a wgmma row has block_k 64, "
                      "warps_k 1"},
         {e_wg_catch, "block_m has wgmma rows, but no wgmma GEMM row without "
@@ -170,6 +175,13 @@ static void test_tiling_refusals(wna16_context_t *ctx)
                    "\"wgmma\""},
         {e_wg_last, "$.tiling.block_m[4]: the last row is the one every "
                     "device can run"},
+        {e_ws_plain, "$.tiling.gemm[4].warp_specialized: only a wgmma row "
+                     "with two consumer warpgroups"},
+        {e_ws_bool, "$.tiling.gemm[5].warp_specialized: expected true or "
+                    "false"},
+        {e_wg_256, "$.tiling.gemm[5]: with block_m 256 (from "
+                   "$.tiling.block_m[3]) a wgmma warpgroup (4 warps_n) "
+                   "computes 64 columns: block_n 256 needs warps_n 16"},
         {e_missing, "$.tiling: \"block_m\" and \"gemm\" are required"},
         {e_stages, "$.tiling.gemm[1].stages: 1 is out of range [2, 8]"},
         {e_split, "$.tiling.gemm[0].max_split_k: expected a power of two"},
