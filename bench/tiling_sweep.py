@@ -34,10 +34,7 @@ CANDIDATES = {
     # the deferred-scale inner loop (templates/moe_marlin_gemm.cu, DEFER)
     # needs 64 * MB * NT + 64 registers under the launch bounds (128 threads
     # at min_ctas 5 leave 102 and keep the scales in B); a ninth value True
-    # sets the row's scales_in_b (the same tile with the scales in B); a
-    # string of flags joined by "+" instead: "sb" (scales_in_b), "pf"
-    # (prefetch: the next k16 step's fragments in registers, a tile's B
-    # operands before its mmas)
+    # sets the row's scales_in_b (the same tile with the scales in B)
     16: {
         "w13": {
             "n256k128w4x2p4s16c2o2": (256, 128, 4, 2, 4, 16, 2, 2),
@@ -46,10 +43,6 @@ CANDIDATES = {
             "n256k128w4x1p4s16c4o2sb": (256, 128, 4, 1, 4, 16, 4, 2, True),
             "n256k128w4x1p4s8c4o2": (256, 128, 4, 1, 4, 8, 4, 2),
             "n256k128w4x1p4s4c4o2": (256, 128, 4, 1, 4, 4, 4, 2),
-            "n256k128w4x2p4s16c2o2pf": (256, 128, 4, 2, 4, 16, 2, 2, "pf"),
-            "n256k128w4x2p4s16c2o2sbpf": (256, 128, 4, 2, 4, 16, 2, 2,
-                                          "sb+pf"),
-            "n256k128w4x2p4s16c4o2pf": (256, 128, 4, 2, 4, 16, 4, 2, "pf"),
         },
         "w2": {
             "n128k128w2x2p3s8c4o5": (128, 128, 2, 2, 3, 8, 4, 5),
@@ -57,21 +50,16 @@ CANDIDATES = {
             "n128k128w2x2p4s16c4o3": (128, 128, 2, 2, 4, 16, 4, 3),
             "n128k128w2x2p4s16c4o3sb": (128, 128, 2, 2, 4, 16, 4, 3, True),
             "n128k128w2x2p3s4c4o5": (128, 128, 2, 2, 3, 4, 4, 5),
-            "n128k128w2x2p3s8c4o4": (128, 128, 2, 2, 3, 8, 4, 4),
-            "n128k128w2x2p3s8c4o4pf": (128, 128, 2, 2, 3, 8, 4, 4, "pf"),
-            "n128k128w2x2p4s8c4o4pf": (128, 128, 2, 2, 4, 8, 4, 4, "pf"),
         },
     },
     32: {
         "w13": {
             "n256k128w4x1p4s16c2o2": (256, 128, 4, 1, 4, 16, 2, 2),
             "n256k128w4x1p4s16c2o2sb": (256, 128, 4, 1, 4, 16, 2, 2, True),
-            "n256k128w4x1p4s16c2o2pf": (256, 128, 4, 1, 4, 16, 2, 2, "pf"),
         },
         "w2": {
             "n128k128w2x2p4s16c2o1": (128, 128, 2, 2, 4, 16, 2, 1),
             "n128k128w2x2p4s16c2o1sb": (128, 128, 2, 2, 4, 16, 2, 1, True),
-            "n128k128w2x2p4s16c2o1pf": (128, 128, 2, 2, 4, 16, 2, 1, "pf"),
         },
     },
     64: {
@@ -98,12 +86,8 @@ def row(gemm, v, bm):
     r = {"gemm": gemm, "block_m": [bm, bm], "block_n": bn, "block_k": bk,
          "warps_n": wn, "warps_k": wk, "stages": st, "max_split_k": sk,
          "ctas_per_sm": cps, "min_ctas": occ}
-    flags = v[8] if len(v) > 8 else ""
-    flags = {"sb"} if flags is True else set(flags.split("+")) - {""}
-    if "sb" in flags:
+    if len(v) > 8 and v[8]:
         r["scales_in_b"] = True
-    if "pf" in flags:
-        r["prefetch"] = True
     return r
 
 

@@ -415,7 +415,6 @@ wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
     cfg->min_ctas = r->min_ctas;
     cfg->wgmma = r->wgmma;
     cfg->scales_in_b = r->scales_in_b;
-    cfg->prefetch = r->prefetch && !r->wgmma;
     if (json_path)
         *json_path = r->json_path;
     return WNA16_OK;
@@ -471,9 +470,6 @@ void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size)
     len = strlen(out);
     if (c->scales_in_b && len < size)
         snprintf(out + len, size - len, "_sb");
-    len = strlen(out);
-    if (c->prefetch && !c->wgmma && len < size)
-        snprintf(out + len, size - len, "_pf");
     len = strlen(out);
     if (c->wgmma && len < size)
         snprintf(out + len, size - len, "_wg");
@@ -617,10 +613,8 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     def_int(b, "WK", c->warps_k);
     def_int(b, "STAGES", c->stages);
     def_int(b, "MIN_CTAS", c->min_ctas > 1 ? c->min_ctas : 1);
-    if (!c->wgmma) /* the mma.sync template's choices only */
+    if (!c->wgmma) /* the mma.sync template's choice only */
         def_bool(b, "SCALES_IN_B", c->scales_in_b);
-    if (!c->wgmma)
-        def_bool(b, "PREFETCH", c->prefetch);
     def_int(b, "SMEM_BYTES", (long long)w16_moe_gemm_shared(c));
     w16_buf_puts(b, "} // namespace w16cfg\n");
     w16_buf_printf(b, "#define W16_KERNEL %s\n", name);

@@ -63,7 +63,6 @@ typedef struct w16_moe_gemm_cfg {
     bool wgmma;              /* templates/moe_wgmma_gemm.cu (sm_90a): warp
                                 groups of 4 warps_n, block_m 64 or 128 */
     bool scales_in_b;        /* no deferred group scales (the row's key) */
-    bool prefetch;           /* register double-buffering (the row's key) */
 } w16_moe_gemm_cfg_t;
 
 /* The routing block (block_m) for a number of routed slots per expert;

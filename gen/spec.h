@@ -184,10 +184,6 @@ typedef struct w16_tile_rule {
     /* grouped scales multiplied into B in the inner loop instead of once
      * per group on float32 partial sums (the template's DEFER) */
     bool scales_in_b;
-    /* the next k16 step's fragments loaded into registers before this
-     * step's products, a tile's B operands before its mmas (ILP for the
-     * latency-bound small-M kernels; mma.sync template only) */
-    bool prefetch;
     const char *json_path;
 } w16_tile_rule_t;
 

@@ -236,8 +236,7 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
                                        "block_n", "block_k", "warps_n",
                                        "warps_k", "stages", "max_split_k",
                                        "ctas_per_sm", "min_ctas",
-                                       "scales_in_b", "prefetch", "mma",
-                                       NULL};
+                                       "scales_in_b", "mma", NULL};
     int n = cJSON_GetArraySize(arr);
     if (!cJSON_IsArray(arr) || n < 1 || n > 32)
         return tfail(L, base, "expected an array of 1 to 32 rows");
@@ -351,15 +350,6 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
             if (!cJSON_IsBool(sb))
                 return tfail(L, pk, "expected true or false");
             g->scales_in_b = cJSON_IsTrue(sb);
-        }
-        /* optional prefetch (default false): register double-buffering */
-        g->prefetch = false;
-        const cJSON *pf = cJSON_GetObjectItemCaseSensitive(r, "prefetch");
-        if (pf) {
-            snprintf(pk, sizeof pk, "%s.prefetch", p);
-            if (!cJSON_IsBool(pf))
-                return tfail(L, pk, "expected true or false");
-            g->prefetch = cJSON_IsTrue(pf);
         }
         if (32 * v[2] * v[3] * sk[2] > 2048) {
             snprintf(pk, sizeof pk, "%s.min_ctas", p);

@@ -374,129 +374,6 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         cur_g[0] = g;
     };
 
-    // The B words of the warp's tiles at k16 step kk and the step's A
-    // fragments (ldmatrix), from the stage in shared memory.
-    auto load_words = [&](const int4 *cB, int kk, int t,
-                          u32 (&w)[LANE_VECS * 4]) {
-        const int4 *bp =
-            cB + (kk * TILES + wn * NT + t) * TILE_VECS + lane * LANE_VECS;
-#pragma unroll
-        for (int v = 0; v < LANE_VECS; v++) {
-            int4 x = bp[v];
-            w[4 * v + 0] = (u32)x.x;
-            w[4 * v + 1] = (u32)x.y;
-            w[4 * v + 2] = (u32)x.z;
-            w[4 * v + 3] = (u32)x.w;
-        }
-    };
-    auto load_a = [&](const act_t *cA, int kk, u32 (&af)[MB][4]) {
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++) {
-            int row = mb * 16 + lane % 16;
-            int chunk = (2 * kk + lane / 16) ^ (row % 8);
-            ldmatrix_x4(af[mb], cA + row * BK + chunk * 8);
-        }
-    };
-    // the mmas of n8 block j of tile t
-    auto products = [&](int t, int j, const u32 (&af)[MB][4], u32 b0,
-                        u32 b1) {
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++) {
-            if constexpr (DEFER)
-                mma16816(pacc[DEFER ? mb : 0][DEFER ? t : 0][j], af[mb], b0,
-                         b1);
-            else
-                mma16816(acc[mb][t][j], af[mb], b0, b1);
-        }
-    };
-    // One k16 step of tile t from its words: the eight n8 blocks' B
-    // operands, each block's mmas right after it, or (PREFETCH) all eight
-    // B operands first, then the eight blocks' mmas, so that the dequantize
-    // chains of different blocks overlap instead of each waiting for the
-    // one before (the small-M kernels are latency-bound: bench/RESULTS.md).
-    auto tile_products = [&](int t, const u32 (&w)[LANE_VECS * 4],
-                             const u32 (&af)[MB][4]) {
-        u32 bq[8][2];
-        if constexpr (DEFER) {
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const u32 zb = z2[ZP && DEFER ? t : 0][j];
-                u32 x0, x1; // MAGIC + q of b0 (k 2q, 2q+1), b1 (+8)
-                act2_t d0, d1;
-                if constexpr (FP16_HI) { // pairs 0, 1 of w, 2, 3 of w>>8
-                    u32 src = (j % 2) ? (w[j / 2] >> 8) : w[j / 2];
-                    x0 = lop3_and_or<0x000f000fu, MAGIC2>(src);
-                    x1 = lop3_and_or<0x00f000f0u, MAGIC2>(src);
-                    d0 = __hsub2(from_u32<act2_t>(x0),
-                                 from_u32<act2_t>(zb));
-                    // (1024 + 16 q) / 16 - (64 + 8)
-                    d1 = __hfma2(from_u32<act2_t>(x1),
-                                 from_u32<act2_t>(0x2c002c00u),
-                                 from_u32<act2_t>(0xd480d480u));
-                } else {
-                    if constexpr (BITS == 4) {
-                        u32 word = w[j / 2];
-                        int p = 2 * (j % 2);
-                        x0 = lop3_and_or<0x000f000fu, MAGIC2>(
-                            word >> (4 * p));
-                        x1 = lop3_and_or<0x000f000fu, MAGIC2>(
-                            word >> (4 * p + 4));
-                    } else {
-                        u32 word = w[j];
-                        x0 = lop3_and_or<0x00ff00ffu, MAGIC2>(word);
-                        x1 = lop3_and_or<0x00ff00ffu, MAGIC2>(word >> 8);
-                    }
-                    d0 = __hsub2(from_u32<act2_t>(x0),
-                                 from_u32<act2_t>(zb));
-                    d1 = __hsub2(from_u32<act2_t>(x1),
-                                 from_u32<act2_t>(zb));
-                }
-                bq[j][0] = as_u32(d0);
-                bq[j][1] = as_u32(d1);
-                if constexpr (!PREFETCH)
-                    products(t, j, af, bq[j][0], bq[j][1]);
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                u32 v0, v1; // code pairs of b0 (k 2q, 2q+1), b1 (+8)
-                if constexpr (BITS == 4) {
-                    u32 word = w[j / 2];
-                    int p = 2 * (j % 2);
-                    v0 = (word >> (4 * p)) & 0x000f000fu;
-                    v1 = (word >> (4 * p + 4)) & 0x000f000fu;
-                } else {
-                    u32 word = w[j];
-                    v0 = word & 0x00ff00ffu;
-                    v1 = (word >> 8) & 0x00ff00ffu;
-                }
-                // rows: b0 = (k0, k0+1) -> cache rows 0, 1; b1 = 2, 3
-                constexpr int R1 = SROWS > 1 ? 1 : 0;
-                constexpr int R2 = SROWS > 1 ? 2 : 0;
-                constexpr int R3 = SROWS > 1 ? 3 : 0;
-                act2_t d0 = codes_minus_zero(
-                    v0, act::pair(z_reg[0][t][j], z_reg[R1][t][j]));
-                act2_t d1 = codes_minus_zero(
-                    v1, act::pair(z_reg[R2][t][j], z_reg[R3][t][j]));
-                if constexpr (GROUPED) {
-                    d0 = apply_scale(d0, s_reg[0][t][j],
-                                     s_reg[R1][t][j]);
-                    d1 = apply_scale(d1, s_reg[R2][t][j],
-                                     s_reg[R3][t][j]);
-                }
-                bq[j][0] = as_u32(d0);
-                bq[j][1] = as_u32(d1);
-                if constexpr (!PREFETCH)
-                    products(t, j, af, bq[j][0], bq[j][1]);
-            }
-        }
-        if constexpr (PREFETCH) {
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                products(t, j, af, bq[j][0], bq[j][1]);
-        }
-    };
-
     // ---- compute one stage ---------------------------------------------
     // groups that are whole stages (group_size a multiple of BK): one
     // scale check per stage instead of one per k16 step
@@ -519,41 +396,16 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         }
         // Act-order reloads scales for four k rows per step: unrolling the
         // steps too would multiply that code (compile time) for nothing.
-        // PREFETCH: the next step's A fragments and B words are read from
-        // shared memory before this step's products (register double
-        // buffering inside the stage).
-        u32 af_n[MB][4], w_n[NT][LANE_VECS * 4];
-        if constexpr (PREFETCH) {
-            load_a(cA, wk * KS, af_n);
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                load_words(cB, wk * KS, t, w_n[t]);
-        }
 #pragma unroll(ACT_ORDER ? 1 : KS)
         for (int s = 0; s < KS; s++) {
             const int kk = wk * KS + s;
             const int kg = it * BK + kk * 16; // first k of this step
             u32 af[MB][4];
-            u32 wc[NT][LANE_VECS * 4];
-            if constexpr (PREFETCH) {
 #pragma unroll
-                for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-                    for (int r = 0; r < 4; r++)
-                        af[mb][r] = af_n[mb][r];
-#pragma unroll
-                for (int t = 0; t < NT; t++)
-#pragma unroll
-                    for (int r = 0; r < LANE_VECS * 4; r++)
-                        wc[t][r] = w_n[t][r];
-                if (s + 1 < KS) {
-                    load_a(cA, kk + 1, af_n);
-#pragma unroll
-                    for (int t = 0; t < NT; t++)
-                        load_words(cB, kk + 1, t, w_n[t]);
-                }
-            } else {
-                load_a(cA, kk, af);
+            for (int mb = 0; mb < MB; mb++) {
+                int row = mb * 16 + lane % 16;
+                int chunk = (2 * kk + lane / 16) ^ (row % 8);
+                ldmatrix_x4(af[mb], cA + row * BK + chunk * 8);
             }
             if constexpr (GROUPED) {
                 if constexpr (ACT_ORDER) {
@@ -577,12 +429,90 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
             }
 #pragma unroll
             for (int t = 0; t < NT; t++) {
-                if constexpr (PREFETCH) {
-                    tile_products(t, wc[t], af);
+                const int4 *bp = cB + (kk * TILES + wn * NT + t) * TILE_VECS +
+                                 lane * LANE_VECS;
+                u32 w[LANE_VECS * 4];
+#pragma unroll
+                for (int v = 0; v < LANE_VECS; v++) {
+                    int4 x = bp[v];
+                    w[4 * v + 0] = (u32)x.x;
+                    w[4 * v + 1] = (u32)x.y;
+                    w[4 * v + 2] = (u32)x.z;
+                    w[4 * v + 3] = (u32)x.w;
+                }
+                if constexpr (DEFER) {
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const u32 zb = z2[ZP && DEFER ? t : 0][j];
+                        u32 x0, x1; // MAGIC + q of b0 (k 2q, 2q+1), b1 (+8)
+                        act2_t d0, d1;
+                        if constexpr (FP16_HI) { // pairs 0, 1 of w, 2, 3 of w>>8
+                            u32 src = (j % 2) ? (w[j / 2] >> 8) : w[j / 2];
+                            x0 = lop3_and_or<0x000f000fu, MAGIC2>(src);
+                            x1 = lop3_and_or<0x00f000f0u, MAGIC2>(src);
+                            d0 = __hsub2(from_u32<act2_t>(x0),
+                                         from_u32<act2_t>(zb));
+                            // (1024 + 16 q) / 16 - (64 + 8)
+                            d1 = __hfma2(from_u32<act2_t>(x1),
+                                         from_u32<act2_t>(0x2c002c00u),
+                                         from_u32<act2_t>(0xd480d480u));
+                        } else {
+                            if constexpr (BITS == 4) {
+                                u32 word = w[j / 2];
+                                int p = 2 * (j % 2);
+                                x0 = lop3_and_or<0x000f000fu, MAGIC2>(
+                                    word >> (4 * p));
+                                x1 = lop3_and_or<0x000f000fu, MAGIC2>(
+                                    word >> (4 * p + 4));
+                            } else {
+                                u32 word = w[j];
+                                x0 = lop3_and_or<0x00ff00ffu, MAGIC2>(word);
+                                x1 = lop3_and_or<0x00ff00ffu, MAGIC2>(word >> 8);
+                            }
+                            d0 = __hsub2(from_u32<act2_t>(x0),
+                                         from_u32<act2_t>(zb));
+                            d1 = __hsub2(from_u32<act2_t>(x1),
+                                         from_u32<act2_t>(zb));
+                        }
+                        u32 b0 = as_u32(d0), b1 = as_u32(d1);
+#pragma unroll
+                        for (int mb = 0; mb < MB; mb++)
+                            mma16816(pacc[DEFER ? mb : 0][DEFER ? t : 0][j],
+                                     af[mb], b0, b1);
+                    }
                 } else {
-                    u32 w[LANE_VECS * 4];
-                    load_words(cB, kk, t, w);
-                    tile_products(t, w, af);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        u32 v0, v1; // code pairs of b0 (k 2q, 2q+1), b1 (+8)
+                        if constexpr (BITS == 4) {
+                            u32 word = w[j / 2];
+                            int p = 2 * (j % 2);
+                            v0 = (word >> (4 * p)) & 0x000f000fu;
+                            v1 = (word >> (4 * p + 4)) & 0x000f000fu;
+                        } else {
+                            u32 word = w[j];
+                            v0 = word & 0x00ff00ffu;
+                            v1 = (word >> 8) & 0x00ff00ffu;
+                        }
+                        // rows: b0 = (k0, k0+1) -> cache rows 0, 1; b1 = 2, 3
+                        constexpr int R1 = SROWS > 1 ? 1 : 0;
+                        constexpr int R2 = SROWS > 1 ? 2 : 0;
+                        constexpr int R3 = SROWS > 1 ? 3 : 0;
+                        act2_t d0 = codes_minus_zero(
+                            v0, act::pair(z_reg[0][t][j], z_reg[R1][t][j]));
+                        act2_t d1 = codes_minus_zero(
+                            v1, act::pair(z_reg[R2][t][j], z_reg[R3][t][j]));
+                        if constexpr (GROUPED) {
+                            d0 = apply_scale(d0, s_reg[0][t][j],
+                                             s_reg[R1][t][j]);
+                            d1 = apply_scale(d1, s_reg[R2][t][j],
+                                             s_reg[R3][t][j]);
+                        }
+                        u32 b0 = as_u32(d0), b1 = as_u32(d1);
+#pragma unroll
+                        for (int mb = 0; mb < MB; mb++)
+                            mma16816(acc[mb][t][j], af[mb], b0, b1);
+                    }
                 }
             }
             if constexpr (DEFER) {
