@@ -287,13 +287,13 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     // ---- the stage loads, planned once ----------------------------------
     // The plan of moe_gemm_common.cu (stage_plan), then what stage_copy
     // would compute again for every stage, once: which B vectors exist (a
-    // bit each; a missing one reads the expert's first vector with size 0),
-    // the K stride of a stage, each scale vector's row and column, and the
-    // groups by multiply-high (udiv). A stage is then, per 16-byte copy, an
-    // address add and the cp.async: the stage loop executed about 200
-    // instructions per warp and stage in these copies' address arithmetic
-    // and three run-time divisions (SASS, bench/RESULTS.md), as many as the
-    // products of the stage's four k16 steps.
+    // bit each; a missing one points at the stage's first vector, copied
+    // with size 0), the K stride of a stage, each scale vector's row and
+    // column, and the groups by multiply-high (udiv). A stage is then, per
+    // 16-byte copy, an address add and the cp.async: the stage loop executed
+    // about 230 instructions per warp and stage in these copies' address
+    // arithmetic and three run-time divisions (SASS, bench/RESULTS.md),
+    // about as many as the products of the stage's four k16 steps.
     const act_t *a_src[A_PER];
     int a_dst[A_PER], b_off[B_PER];
     stage_plan(a_src, a_dst, b_off, a, a_row_div, K, s_rows, sA, tid, ncol, N,
