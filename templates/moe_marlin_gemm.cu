@@ -157,6 +157,79 @@ constexpr u32 ZSYM2 = MAGIC2 | ((1u << (BITS - 1)) * 0x00010001u);
 // 16 q and shifts each pair down.
 constexpr bool FP16_HI = DEFER && !ACT_BF16 && BITS == 4 && !ZP;
 
+// n / d for a divisor fixed for the CTA (the group size) and 0 <= n < 2^31,
+// by a multiply-high and a shift (the round-up method: l = ceil(log2 d),
+// m = floor(2^32 (2^l - d) / d) + 1, n / d = (umulhi(n, m) + n) >> l; the
+// sum stays below 2^32 for n < 2^31). The compiler's division by a run-time
+// value is a chain of about 20 dependent instructions through MUFU.RCP, and
+// the stage loop had three of them per stage in every warp, right after the
+// barrier, where all warps of the CTA wait on them at once.
+struct udiv {
+    u32 m;
+    int l;
+    __device__ __forceinline__ void init(u32 d)
+    {
+        l = 0;
+        while (l < 31 && (1u << l) < d)
+            l++;
+        m = (u32)((((u64)1 << 32) * (((u64)1 << l) - d)) / d + 1);
+    }
+    __device__ __forceinline__ int div(int n) const
+    {
+        return (int)((__umulhi((u32)n, m) + (u32)n) >> l);
+    }
+};
+
+// The 16 scales of a thread's accumulator columns in one 64-column tile
+// (`tile`: the tile's 64 scales of one group in shared memory, in the
+// spec's order): out[j][c] is the scale of column 8j + 2*tig + c, c = 0, 1,
+// read as two 16-byte vectors (the order puts them in 8-element runs)
+// instead of 16 two-byte loads.
+__device__ __forceinline__ void acc_scales(const scale_t *tile, int tig,
+                                           float (&out)[8][2])
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        // SCALE_LAYOUT 0: scale_pos(8j + 2tig + c) = 8 (2tig + c) + j;
+        // 1: 32 (j / 4) + 8 tig + 2 (j % 4) + c
+        const int off = SCALE_LAYOUT == 0 ? 8 * (2 * tig + h) : 32 * h + 8 * tig;
+        int4 x = *reinterpret_cast<const int4 *>(tile + off);
+        const scale_t *v = reinterpret_cast<const scale_t *>(&x);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            if (SCALE_LAYOUT == 0)
+                out[e][h] = sca::to_f(v[e]);
+            else
+                out[4 * h + e / 2][e % 2] = sca::to_f(v[e]);
+        }
+    }
+}
+
+// The 8 scales of a thread's B columns 8j + gid in one tile (the scales
+// multiplied into B): scale_pos(8j + gid) = 8 gid + j (layout 0), or
+// 32 (j / 4) + 8 (gid / 2) + 2 (j % 4) + gid % 2 (layout 1).
+__device__ __forceinline__ void b_scales(const scale_t *tile, int gid,
+                                         scale_t (&out)[8])
+{
+    if constexpr (SCALE_LAYOUT == 0) {
+        int4 x = *reinterpret_cast<const int4 *>(tile + 8 * gid);
+        const scale_t *v = reinterpret_cast<const scale_t *>(&x);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            out[j] = v[j];
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int4 x = *reinterpret_cast<const int4 *>(tile + 32 * h +
+                                                      8 * (gid / 2));
+            const scale_t *v = reinterpret_cast<const scale_t *>(&x);
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++)
+                out[4 * h + jj] = v[2 * jj + gid % 2];
+        }
+    }
+}
+
 } // namespace w16
 
 using namespace w16;
@@ -211,14 +284,67 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     int4 *sB = smem4 + STAGES * A_STAGE / 8;
     int4 *sS = sB + STAGES * B_STAGE;
 
-    // ---- the stage loads (moe_gemm_common.cu), planned once ----------------
+    // ---- the stage loads, planned once ----------------------------------
+    // The plan of moe_gemm_common.cu (stage_plan), then what stage_copy
+    // would compute again for every stage, once: which B vectors exist (a
+    // bit each; a missing one points at the stage's first vector, copied
+    // with size 0), the K stride of a stage, each scale vector's row and
+    // column, and the groups by multiply-high (udiv). A stage is then, per
+    // 16-byte copy, an address add and the cp.async: the stage loop executed
+    // about 230 instructions per warp and stage in these copies' address
+    // arithmetic and three run-time divisions (SASS, bench/RESULTS.md),
+    // about as many as the products of the stage's four k16 steps.
     const act_t *a_src[A_PER];
     int a_dst[A_PER], b_off[B_PER];
     stage_plan(a_src, a_dst, b_off, a, a_row_div, K, s_rows, sA, tid, ncol, N,
                ip, tiles_n);
+    u32 b_ok = 0;
+#pragma unroll
+    for (int q = 0; q < B_PER; q++) {
+        if (b_off[q] >= 0)
+            b_ok |= 1u << q;
+        else
+            b_off[q] = 0;
+    }
+    const size_t b_kstride = (size_t)(BK / 16) * tiles_n * TILE_VECS;
+    udiv gdiv;
+    gdiv.init(SMEM_SCALES ? (u32)group_size : 1u);
+    constexpr int S_PER = SMEM_SCALES ? (S_STAGE + NTHREADS - 1) / NTHREADS : 1;
+    int s_row[S_PER], s_col[S_PER]; // scale vector i = tid + q * NTHREADS
+#pragma unroll
+    for (int q = 0; q < S_PER; q++) {
+        int i = tid + q * NTHREADS, v = i % 8, rest = i / 8;
+        int col = i < S_STAGE ? tile_col(rest % TILES, ncol, N, ip) : -1;
+        s_row[q] = i < S_STAGE ? rest / TILES : BK; // BK: never a row
+        s_col[q] = col >= 0 ? col + 8 * v : -1;
+    }
     auto load_stage = [&](int it, int slot) {
-        stage_copy(it, slot, a_src, a_dst, b_off, sA, sB, sS, qw_e, qweight,
-                   sc_e, scales, tiles_n, tid, ncol, N, ip, group_size);
+        const int k0 = it * BK;
+        act_t *dA = sA + slot * A_STAGE;
+#pragma unroll
+        for (int q = 0; q < A_PER; q++)
+            if (a_src[q])
+                cp_async16(dA + a_dst[q], a_src[q] + k0, true);
+        int4 *dB = sB + slot * B_STAGE;
+        const int4 *qs = qw_e + (size_t)it * b_kstride;
+#pragma unroll
+        for (int q = 0; q < B_PER; q++)
+            cp_async16(dB + tid + q * NTHREADS, qs + b_off[q],
+                       (b_ok >> q) & 1u);
+        if constexpr (SMEM_SCALES) { // row r = group k0/group_size + r
+            int4 *dS = sS + slot * S_STAGE;
+            const int g0 = gdiv.div(k0);
+            const int rows = gdiv.div(k0 + BK - 1) - g0 + 1;
+#pragma unroll
+            for (int q = 0; q < S_PER; q++) {
+                if (s_row[q] < rows) {
+                    const bool ok = s_col[q] >= 0;
+                    const scale_t *src =
+                        sc_e + (ok ? (size_t)(g0 + s_row[q]) * N + s_col[q] : 0);
+                    cp_async16(dS + tid + q * NTHREADS, src, ok);
+                }
+            }
+        }
     };
 
     // ---- per-thread scale and zero caches --------------------------------
@@ -279,10 +405,12 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
             row * TILES * 64;
 #pragma unroll
         for (int t = 0; t < NT; t++) {
+            // a tile is 64-aligned: its scales' order stays inside it
+            scale_t sv8[8];
+            b_scales(ss + (wn * NT + t) * 64, gid, sv8);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                // a tile is 64-aligned: its scales' order stays inside it
-                scale_t sv = ss[(wn * NT + t) * 64 + scale_pos(8 * j + gid)];
+                scale_t sv = sv8[j];
                 if constexpr (SCALE_SAME)
                     s_reg[0][t][j] = sv;
                 else
@@ -339,23 +467,21 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
             reinterpret_cast<const scale_t *>(sS + slot * S_STAGE) +
             row * TILES * 64;
 #pragma unroll
-        for (int t = 0; t < DN; t++)
+        for (int t = 0; t < DN; t++) {
+            float sc[8][2];
+            acc_scales(ss + (wn * NT + t) * 64, tig, sc);
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                float sc[2];
-#pragma unroll
-                for (int c = 0; c < 2; c++)
-                    sc[c] = sca::to_f(
-                        ss[(wn * NT + t) * 64 + scale_pos(8 * j + 2 * tig + c)]);
+            for (int j = 0; j < 8; j++)
 #pragma unroll
                 for (int mb = 0; mb < DM; mb++)
 #pragma unroll
                     for (int c = 0; c < 4; c++) {
-                        acc[mb][t][j][c] = fmaf(sc[c & 1], pacc[mb][t][j][c],
+                        acc[mb][t][j][c] = fmaf(sc[j][c & 1],
+                                                pacc[mb][t][j][c],
                                                 acc[mb][t][j][c]);
                         pacc[mb][t][j][c] = 0.0f;
                     }
-            }
+        }
     };
     // group g begins: its zero points, if any, from global memory
     auto enter_group = [&](int g) {
@@ -384,7 +510,7 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         const int4 *cB = sB + slot * B_STAGE;
         if constexpr (SMEM_SCALES) {
             if (stage_groups) {
-                int g = it * BK / group_size;
+                int g = gdiv.div(it * BK);
                 if (g != cur_g[0]) {
                     if constexpr (DEFER)
                         enter_group(g);
@@ -418,12 +544,12 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                             load_group(r, g);
                     }
                 } else if (!stage_groups) {
-                    int g = kg / group_size;
+                    int g = gdiv.div(kg);
                     if (g != cur_g[0]) {
                         if constexpr (DEFER)
                             enter_group(g);
                         else
-                            load_group_smem(slot, g - it * BK / group_size, g);
+                            load_group_smem(slot, g - gdiv.div(it * BK), g);
                     }
                 }
             }
@@ -524,11 +650,11 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                     if (s + 1 == KS && (last || (it + 1) * BK == group_end))
                         flush_group(slot, 0);
                 } else {
-                    const int g = kg / group_size;
+                    const int g = gdiv.div(kg);
                     const int next = s + 1 < KS ? kg + 16
                                                 : (it + 1) * BK + wk * KS * 16;
-                    if (last && s + 1 == KS ? true : next / group_size != g)
-                        flush_group(slot, g - it * BK / group_size);
+                    if (last && s + 1 == KS ? true : gdiv.div(next) != g)
+                        flush_group(slot, g - gdiv.div(it * BK));
                 }
             }
         }
