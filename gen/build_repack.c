@@ -1586,8 +1586,10 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
         if (fuse) {
             scond[t] = sum_slot(&B, sc[t]);
             /* one branch per workgroup: the same condition for every copy,
-             * free of the lane, and not always false */
-            fuse = scond[t] && !w16_ir_uses_lane(&B.L, scond[t]) &&
+             * free of the lane (a GPU's rows branch by lane), and not
+             * always false */
+            fuse = scond[t] &&
+                   (!w16_ir_uses_lane(&B.L, scond[t]) || w16_rp_tile_lane_branches(&B)) &&
                    !(scond[t]->op == KIR_OP_CONST && !scond[t]->ival) &&
                    (t == 0 || same_expr(scond[t], scond[0]));
         }
@@ -1624,7 +1626,7 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
         }
     }
     if (!B.fail && !(all->op == KIR_OP_CONST && all->ival) &&
-        !w16_ir_uses_lane(&B.L, all)) {
+        (!w16_ir_uses_lane(&B.L, all) || w16_rp_tile_lane_branches(&B))) {
         /* Padding that is the same for every lane of a workgroup (a tail
          * of whole workgroups): a branch the CPU emitter moves out of the
          * loop over lanes, and a body for the words without padding that
@@ -1654,8 +1656,7 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
     k->comment = T > 1 ? "repack: a lane gathers a block of destination words"
                        : "repack: one lane per destination word (gather)";
     if (B.tile)
-        k->comment = "repack: a workgroup stages its source tile in shared "
-                     "memory, then each lane gathers a few destination words";
+        k->comment = w16_rp_tile_comment(&B);
     if ((st = finish(&B, err)) != WNA16_OK)
         w16_repack_kernel_free(out);
     return st;

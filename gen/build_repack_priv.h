@@ -87,6 +87,13 @@ void w16_rp_tile_stage(builder_t *B, const int64_t *S, int n);
  * its flat word index. */
 const kir_expr_t *w16_rp_tile_map(builder_t *B, const int64_t *S, int n,
                                   int copy);
+/* Whether the plan lets the block sums and the words without padding
+ * branch by lane (the GPU's rows: their branches split whole warps),
+ * rather than once per workgroup (which a loop vectorized over the lanes
+ * needs). */
+bool w16_rp_tile_lane_branches(const builder_t *B);
+/* The kernel's comment for the plan in B->tile. */
+const char *w16_rp_tile_comment(const builder_t *B);
 /* The source element of `role` at table slot `slot`, flat index `flat`
  * within its tensor (= row * the last dimension + col): from the staged
  * tile where it holds it, else from memory. */
