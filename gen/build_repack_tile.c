@@ -52,6 +52,9 @@ enum { PLAIN_SECTORS_OK = 8, MEMO_SIZE = 32 };
 /* Rows of a layout with sums: lanes per workgroup at most (CUDA's limit)
  * and, where rows are short, at least (rows are added up to it). */
 enum { ROWS_MAX_LANES = 1024, ROWS_MIN_LANES = 256 };
+/* Rows of a layout with sums: words a lane at most (one per row; 4
+ * compiled in over 300 ms from GPTQ). */
+enum { ROWS_COPIES = 2 };
 
 struct w16_rp_tile {
     w16_role_t role;
@@ -264,15 +267,23 @@ static bool plan_shared_reads(builder_t *B, const int64_t *S, int n, int np,
 }
 
 /* Rows, for a layout with block sums (the cpu layout: rows of 17 x 32
- * words, 16 of codes and one of sums): a workgroup is R whole rows of the
- * word grid, one word per lane, so the sums (a branch by lane, whole
- * warps where the sums are whole warps) and the codes share workgroups
- * of hundreds of lanes; workgroups of sums alone or codes alone would be
- * one warp each (32 lanes), and the H200 ran 1.7 million of those at 11%
- * of a copy. (Two words a lane, as shared reads, came to as many PTX
- * instructions a row: the codes' savings went into sums lanes that each
- * add two blocks, half a warp of them.) */
-static bool plan_rows(builder_t *B, const int64_t *S, int n, w16_role_t role)
+ * words, 16 of codes and one of sums): a workgroup is whole rows of the
+ * word grid, so the sums (a branch by lane, whole warps where the sums
+ * are whole warps) and the codes share workgroups of hundreds of lanes;
+ * workgroups of sums alone or codes alone would be one warp each (32
+ * lanes), and the H200 ran 1.7 million of those at 11% of a copy. With
+ * one word a lane it ran them at 40-45%: too few bytes in flight a
+ * multiprocessor (three workgroups of 544 lanes, two loads a lane). So a
+ * lane writes its word of U rows (the copies: the same place in each row,
+ * so a lane's words are all sums or all codes and a warp of sums adds 32
+ * blocks a row), where a word's codes come from at most two source
+ * elements (GPTQ's and compressed-tensors' words: the block sums go a
+ * word at a time); elsewhere (AWQ, whose sums go code by code) each copy
+ * is several times the text, and the cold NVRTC compile would pass
+ * 300 ms. (Two words a lane within a row, as shared reads, would pair
+ * sums in half-empty warps.) */
+static bool plan_rows(builder_t *B, const int64_t *S, int n, int np,
+                      int slots, w16_role_t role)
 {
     int64_t cap = B->req->lanes > 0 ? B->req->lanes : ROWS_MAX_LANES;
     int64_t C = S[n - 1], R = 1;
@@ -280,11 +291,33 @@ static bool plan_rows(builder_t *B, const int64_t *S, int n, w16_role_t role)
         return false;
     while (2 * R * C <= cap && S[n - 2] % (2 * R) == 0 && R * C < ROWS_MIN_LANES)
         R *= 2;
+    /* the source elements of the first word's codes */
+    int64_t w[W16_MAX_STORE_DIMS] = {0}, seen[2], t;
+    int ns = 0;
+    for (int p = 0; p < np && ns <= 2; p++) {
+        int64_t e = w16_rp_probe(B, w, n, p / slots, p % slots, &t);
+        e = e < 0 ? e : e * 64 + t; /* apart by tensor too */
+        bool old = false;
+        for (int i = 0; i < ns && i < 2; i++)
+            old = old || seen[i] == e;
+        if (e < 0 || !old)
+            ns = e < 0 ? 3 : ns + 1;
+        if (ns <= 2 && !old)
+            seen[ns - 1] = e;
+    }
+    int U = ns <= 2 ? ROWS_COPIES : 1;
+    while (U > 1 && S[n - 2] % (R * U))
+        U /= 2;
     char tag[24];
-    snprintf(tag, sizeof tag, "rows%lld", (long long)R);
+    snprintf(tag, sizeof tag, "rows%lldx%d", (long long)R, U);
     return plan_direct(B, (struct w16_rp_tile){
-        .role = role, .lanes = (int)(R * C), .copies = 1, .rows = true,
-        .cbit = -1, .R = R, .C = C}, tag);
+        .role = role, .lanes = (int)(R * C), .copies = U, .rows = true,
+        .cbit = -1, .R = R * U, .C = C}, tag);
+}
+
+bool w16_rp_tile_loads_first(const builder_t *B)
+{
+    return B->tile && !B->tile->stage;
 }
 
 bool w16_rp_tile_lane_branches(const builder_t *B)
@@ -312,7 +345,7 @@ bool w16_rp_tile_plan(builder_t *B, const int64_t *S, int n, int np,
         lanes < 32 || (lanes & (lanes - 1)))
         return false;
     if (B->dl.sums_block_k)
-        return plan_rows(B, S, n, role);
+        return plan_rows(B, S, n, np, slots, role);
     int64_t total = 1;
     for (int d = 0; d < n; d++)
         total *= S[d];
@@ -401,19 +434,20 @@ bool w16_rp_tile_plan(builder_t *B, const int64_t *S, int n, int np,
 static const kir_expr_t *ik(builder_t *B, int64_t v) { return w16_ir_const(B->k, v); }
 static const kir_expr_t *i32(builder_t *B, int64_t v) { return kir_const(B->k, KIR_I32, v); }
 
-/* Sets B->idx to word (r, c) of the workgroup's tile, where the tile-local
- * word index is wl (NULL: the first word), and returns its flat index as
- * (the group's part) + (the lane's part). */
-static const kir_expr_t *tile_index(builder_t *B, const int64_t *S, int n,
-                                    const kir_expr_t *wl)
+/* Sets B->idx to the word at row r, column c (NULL: the first word) of
+ * the workgroup's tile and returns its flat index as (the group's part) +
+ * (the lane's part). */
+static const kir_expr_t *tile_index_rc(builder_t *B, const int64_t *S, int n,
+                                       const kir_expr_t *r, const kir_expr_t *c)
 {
     kir_kernel_t *k = B->k;
     const struct w16_rp_tile *T = B->tile;
     int64_t TC = S[n - 1] / T->C, TR = S[n - 2] / T->R, G = B->out->num_groups;
-    w16_range_t rg = {0, G - 1}, rw = {0, T->R * T->C - 1};
+    w16_range_t rg = {0, G - 1};
     const kir_expr_t *g = kir_builtin(k, KIR_OP_GROUP_ID);
-    const kir_expr_t *r = wl ? w16_ir_floordiv(&B->L, wl, T->C, rw) : ik(B, 0);
-    const kir_expr_t *c = wl ? w16_ir_floormod(&B->L, wl, T->C, rw) : ik(B, 0);
+    bool first = !r;
+    r = r ? r : ik(B, 0);
+    c = c ? c : ik(B, 0);
     const kir_expr_t *col0 = w16_ir_mul(k, w16_ir_floormod(&B->L, g, TC, rg), ik(B, T->C));
     const kir_expr_t *gr = w16_ir_floordiv(&B->L, g, TC, rg);
     w16_range_t rr = {0, (G - 1) / TC};
@@ -424,15 +458,32 @@ static const kir_expr_t *tile_index(builder_t *B, const int64_t *S, int n,
     snprintf(name, sizeof name, "i%d", n - 1);
     B->idx[n - 1] = w16_rp_let(B, name, w16_ir_add(k, col0, c));
     snprintf(name, sizeof name, "i%d", n - 2);
-    B->idx[n - 2] = w16_rp_let(B, name, w16_ir_add(k, row0, r));
+    /* rows: the row as an or of the group's rows and the lane's (disjoint
+     * bits; R a power of two), which the lowering does not take apart into
+     * the group id's terms: a sum would be, and then the codes of one
+     * block read through different forms of one address, which the block
+     * sums' word-at-a-time check (build_repack.c) does not see as one */
+    bool disjoint = T->rows && !(T->R & (T->R - 1));
+    B->idx[n - 2] = w16_rp_let(B, name, disjoint ? kir_bin(k, KIR_OP_OR, row0, r)
+                                                 : w16_ir_add(k, row0, r));
     w16_rp_unflatten(B, q, rq, S, n - 2);
     /* (q * S[n-2] + row0) * S[n-1] + col0, then + r * S[n-1] + c */
     const kir_expr_t *gpart = w16_ir_add(k, w16_ir_mul(k, w16_ir_add(k,
         w16_ir_mul(k, q, ik(B, S[n - 2])), row0), ik(B, S[n - 1])), col0);
-    if (!wl)
+    if (first)
         return gpart;
     return kir_bin(k, KIR_OP_ADD, gpart,
                    w16_ir_add(k, w16_ir_mul(k, r, ik(B, S[n - 1])), c));
+}
+
+/* The same from the tile-local word index wl (NULL: the first word). */
+static const kir_expr_t *tile_index(builder_t *B, const int64_t *S, int n,
+                                    const kir_expr_t *wl)
+{
+    const struct w16_rp_tile *T = B->tile;
+    w16_range_t rw = {0, T->R * T->C - 1};
+    return tile_index_rc(B, S, n, wl ? w16_ir_floordiv(&B->L, wl, T->C, rw) : NULL,
+                         wl ? w16_ir_floormod(&B->L, wl, T->C, rw) : NULL);
 }
 
 const kir_expr_t *w16_rp_tile_map(builder_t *B, const int64_t *S, int n,
@@ -442,6 +493,13 @@ const kir_expr_t *w16_rp_tile_map(builder_t *B, const int64_t *S, int n,
     const struct w16_rp_tile *T = B->tile;
     const kir_expr_t *lane = kir_int_cast(k, KIR_I64, kir_builtin(k, KIR_OP_LANE_ID),
                                           false);
+    if (T->rows) { /* the lane's word in row copy * (lanes / C) on */
+        w16_range_t rl = {0, T->lanes - 1};
+        return tile_index_rc(B, S, n,
+            w16_ir_add(k, w16_ir_floordiv(&B->L, lane, T->C, rl),
+                       ik(B, (int64_t)copy * (T->lanes / T->C))),
+            w16_ir_floormod(&B->L, lane, T->C, rl));
+    }
     if (T->cbit < 0)
         return tile_index(B, S, n, w16_ir_add(k, lane, ik(B, (int64_t)copy * T->lanes)));
     /* shared reads: the lane's bits around the copy's, as a sum of a
@@ -567,7 +625,7 @@ static const kir_expr_t *through_lets(const builder_t *B, const kir_expr_t *e)
     return e;
 }
 
-static bool same_value(const builder_t *B, const kir_expr_t *a, const kir_expr_t *b)
+bool w16_rp_same_value(const builder_t *B, const kir_expr_t *a, const kir_expr_t *b)
 {
     a = through_lets(B, a);
     b = through_lets(B, b);
@@ -575,8 +633,8 @@ static bool same_value(const builder_t *B, const kir_expr_t *a, const kir_expr_t
         return true;
     if (!a || !b || !w16_rp_same_node(a, b))
         return false;
-    return same_value(B, a->a, b->a) && same_value(B, a->b, b->b) &&
-           same_value(B, a->c, b->c);
+    return w16_rp_same_value(B, a->a, b->a) && w16_rp_same_value(B, a->b, b->b) &&
+           w16_rp_same_value(B, a->c, b->c);
 }
 
 /* The value read for (slot, flat) in the current block, or NULL. */
@@ -585,8 +643,8 @@ static const kir_expr_t *memo_find(const builder_t *B, const kir_expr_t *slot,
 {
     const struct w16_rp_tile *T = B->tile;
     for (int i = 0; i < T->n_memo && i < MEMO_SIZE; i++)
-        if (T->memo[i].blk == B->body && same_value(B, T->memo[i].slot, slot) &&
-            same_value(B, T->memo[i].flat, flat))
+        if (T->memo[i].blk == B->body && w16_rp_same_value(B, T->memo[i].slot, slot) &&
+            w16_rp_same_value(B, T->memo[i].flat, flat))
             return T->memo[i].val;
     return NULL;
 }
