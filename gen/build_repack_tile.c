@@ -291,19 +291,20 @@ static bool plan_rows(builder_t *B, const int64_t *S, int n, int np,
         return false;
     while (2 * R * C <= cap && S[n - 2] % (2 * R) == 0 && R * C < ROWS_MIN_LANES)
         R *= 2;
-    /* the source elements of the first word's codes */
-    int64_t w[W16_MAX_STORE_DIMS] = {0}, seen[2], t;
+    /* the source elements (tensor, element) of the first word's codes */
+    int64_t w[W16_MAX_STORE_DIMS] = {0}, se[3] = {0}, st[3] = {0};
     int ns = 0;
     for (int p = 0; p < np && ns <= 2; p++) {
-        int64_t e = w16_rp_probe(B, w, n, p / slots, p % slots, &t);
-        e = e < 0 ? e : e * 64 + t; /* apart by tensor too */
+        int64_t t = 0, e = w16_rp_probe(B, w, n, p / slots, p % slots, &t);
         bool old = false;
-        for (int i = 0; i < ns && i < 2; i++)
-            old = old || seen[i] == e;
-        if (e < 0 || !old)
-            ns = e < 0 ? 3 : ns + 1;
-        if (ns <= 2 && !old)
-            seen[ns - 1] = e;
+        for (int i = 0; i < ns; i++)
+            old = old || (se[i] == e && st[i] == t);
+        if (e < 0)
+            ns = 3; /* unknown: one word a lane */
+        else if (!old) {
+            se[ns] = e;
+            st[ns++] = t;
+        }
     }
     int U = ns <= 2 ? ROWS_COPIES : 1;
     while (U > 1 && S[n - 2] % (R * U))
