@@ -52,8 +52,9 @@ enum { PLAIN_SECTORS_OK = 8, MEMO_SIZE = 32 };
 /* Rows of a layout with sums: lanes per workgroup at most (CUDA's limit)
  * and, where rows are short, at least (rows are added up to it). */
 enum { ROWS_MAX_LANES = 1024, ROWS_MIN_LANES = 256 };
-/* Rows of a layout with sums: words a lane at most (one per row; 4
- * compiled in over 300 ms from GPTQ). */
+/* Rows of a layout with sums: words a lane at most (one per row; 4 made
+ * the CUDA text 4x, about a quarter second of cold NVRTC compile from
+ * GPTQ and seconds from AWQ). */
 enum { ROWS_COPIES = 2 };
 
 struct w16_rp_tile {
@@ -332,7 +333,7 @@ const char *w16_rp_tile_comment(const builder_t *B)
     return T->stage ? "repack: a workgroup stages its source tile in shared "
                       "memory, then each lane gathers a few destination words"
          : T->rows ? "repack: a workgroup writes whole rows, codes and block "
-                     "sums, one word per lane"
+                     "sums, a lane its word of each of a few rows"
                    : "repack: a lane gathers the words that read the same "
                      "source elements, one load for all of them";
 }
