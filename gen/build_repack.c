@@ -1397,11 +1397,12 @@ static const kir_expr_t *block_sum(builder_t *B, const kir_expr_t *e,
     return B->fail ? NULL : kir_ref(k, acc);
 }
 
-/* Gathers every slot of the lane's word and stores it. valid: each slot's
- * validity, or NULL when every slot is known to hold a value. */
-static void store_word(builder_t *B, const lcoord_t *at,
-                       const kir_expr_t *const *valid, int np, int slots,
-                       int cb, const kir_expr_t *flat)
+/* Gathers every slot of the lane's word and stores it (flat NULL: only
+ * returns it, let-bound). valid: each slot's validity, or NULL when every
+ * slot is known to hold a value. */
+static const kir_expr_t *store_word(builder_t *B, const lcoord_t *at,
+                                    const kir_expr_t *const *valid, int np,
+                                    int slots, int cb, const kir_expr_t *flat)
 {
     kir_kernel_t *k = B->k;
     int eb = (int)wna16_dtype_size(B->req->dst_dtype) * 8;
@@ -1423,6 +1424,28 @@ static void store_word(builder_t *B, const lcoord_t *at,
     }
     if (flat)
         store_at(B, acc, flat);
+    return acc;
+}
+
+/* The words of a lane's T copies; on a GPU's direct plans every copy's
+ * loads come before the first store (`late`: the compiler keeps a load
+ * after a store it cannot prove apart, and a lane's words are there to
+ * have their loads in flight together). */
+static void store_words(builder_t *B, const lcoord_t *at,
+                        const kir_expr_t *const *valid, int np, int slots,
+                        int cb, const kir_expr_t *const *flat, int T)
+{
+    bool late = w16_rp_tile_loads_first(B);
+    const kir_expr_t **acc = w16_arena_alloc(&B->k->arena, sizeof *acc * (size_t)T);
+    if (!acc) {
+        bfail(B, "out of memory");
+        return;
+    }
+    for (int t = 0; t < T && !B->fail; t++)
+        acc[t] = store_word(B, at + t * np, valid ? valid + t * np : NULL, np,
+                            slots, cb, late ? NULL : flat[t]);
+    for (int t = 0; t < T && late && !B->fail; t++)
+        store_at(B, acc[t], flat[t]);
 }
 
 /* Stores the word acc (i64) at the flat word index of the lane. */
@@ -1586,10 +1609,13 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
         if (fuse) {
             scond[t] = sum_slot(&B, sc[t]);
             /* one branch per workgroup: the same condition for every copy,
-             * free of the lane, and not always false */
-            fuse = scond[t] && !w16_ir_uses_lane(&B.L, scond[t]) &&
+             * free of the lane, and not always false (a GPU's rows branch
+             * by lane, and their copies bind the lane's index afresh) */
+            bool gpu = w16_rp_tile_lane_branches(&B);
+            fuse = scond[t] && (!w16_ir_uses_lane(&B.L, scond[t]) || gpu) &&
                    !(scond[t]->op == KIR_OP_CONST && !scond[t]->ival) &&
-                   (t == 0 || same_expr(scond[t], scond[0]));
+                   (t == 0 || same_expr(scond[t], scond[0]) ||
+                    (gpu && w16_rp_same_value(&B, scond[t], scond[0])));
         }
         const kir_expr_t *word = B.idx[n - 1];
         for (int p = 0; p < np && !B.fail; p++) {
@@ -1613,18 +1639,26 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
             bfail(&B, "out of memory");
         } else {
             B.body = &br->body;
+            bool late = w16_rp_tile_loads_first(&B); /* see store_words */
+            const kir_expr_t **sum = w16_arena_alloc(&k->arena, sizeof *sum * (size_t)T);
+            if (!sum)
+                bfail(&B, "out of memory");
             for (int t = 0; t < T && !B.fail; t++) {
-                const kir_expr_t *sum = block_sum(&B, sc[t][0], sc[t][1],
-                                                  sc[t][2], bk, t);
-                if (sum)
-                    store_at(&B, sum, flat[t]);
+                sum[t] = block_sum(&B, sc[t][0], sc[t][1], sc[t][2], bk, t);
+                if (sum[t] && late)
+                    sum[t] = bind_let(&B, "block_sum", sum[t]);
+                else if (sum[t])
+                    store_at(&B, sum[t], flat[t]);
             }
+            for (int t = 0; t < T && late && !B.fail; t++)
+                if (sum[t])
+                    store_at(&B, sum[t], flat[t]);
             B.body = &br->else_body;
             out->sums_fused = true;
         }
     }
     if (!B.fail && !(all->op == KIR_OP_CONST && all->ival) &&
-        !w16_ir_uses_lane(&B.L, all)) {
+        (!w16_ir_uses_lane(&B.L, all) || w16_rp_tile_lane_branches(&B))) {
         /* Padding that is the same for every lane of a workgroup (a tail
          * of whole workgroups): a branch the CPU emitter moves out of the
          * loop over lanes, and a body for the words without padding that
@@ -1636,26 +1670,20 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
         } else {
             kir_block_t *outer = B.body;
             B.body = &br->body;
-            for (int t = 0; t < T; t++)
-                store_word(&B, at + t * np, NULL, np, slots, cb, flat[t]);
+            store_words(&B, at, NULL, np, slots, cb, flat, T);
             B.body = &br->else_body;
-            for (int t = 0; t < T; t++)
-                store_word(&B, at + t * np, valid + t * np, np, slots, cb,
-                           flat[t]);
+            store_words(&B, at, valid, np, slots, cb, flat, T);
             B.body = outer;
         }
     } else if (!B.fail) {
-        for (int t = 0; t < T; t++)
-            store_word(&B, at + t * np,
-                       all->op == KIR_OP_CONST ? NULL : valid + t * np, np,
-                       slots, cb, flat[t]);
+        store_words(&B, at, all->op == KIR_OP_CONST ? NULL : valid, np, slots,
+                    cb, flat, T);
     }
     B.body = top;
     k->comment = T > 1 ? "repack: a lane gathers a block of destination words"
                        : "repack: one lane per destination word (gather)";
     if (B.tile)
-        k->comment = "repack: a workgroup stages its source tile in shared "
-                     "memory, then each lane gathers a few destination words";
+        k->comment = w16_rp_tile_comment(&B);
     if ((st = finish(&B, err)) != WNA16_OK)
         w16_repack_kernel_free(out);
     return st;

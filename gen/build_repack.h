@@ -14,7 +14,9 @@
  * own a block of such words, chosen so that the vectorized lanes load
  * consecutive source words (build_repack.c, "word blocks"); on a GPU
  * (request.staged_tiles) a workgroup may first stage the source tile its
- * words read in shared memory (build_repack_tile.c). Nothing here
+ * words read in shared memory, a lane may write the few words that read
+ * the same source elements, or a workgroup whole rows of a layout with
+ * block sums (build_repack_tile.c). Nothing here
  * is specific to a format or a backend: the specs say everything, and
  * every dimension is a constant in the kernel.
  */
@@ -47,8 +49,9 @@ typedef struct w16_repack_request {
      * over lanes (the CPU); GPUs want one word per lane. */
     bool word_blocks;
     /* A workgroup may stage the source tile it reads in shared memory and
-     * read it from there (build_repack_tile.c: staged tiles): for targets
-     * with workgroup-shared memory and barriers (CUDA). */
+     * read it from there, or use the plans without staging (shared reads,
+     * rows) (build_repack_tile.c): for targets with workgroup-shared
+     * memory and barriers, whose branches by lane are cheap (CUDA). */
     bool staged_tiles;
 } w16_repack_request_t;
 

@@ -87,6 +87,20 @@ void w16_rp_tile_stage(builder_t *B, const int64_t *S, int n);
  * its flat word index. */
 const kir_expr_t *w16_rp_tile_map(builder_t *B, const int64_t *S, int n,
                                   int copy);
+/* Whether the plan lets the block sums and the words without padding
+ * branch by lane (the GPU's rows: their branches split whole warps),
+ * rather than once per workgroup (which a loop vectorized over the lanes
+ * needs). */
+bool w16_rp_tile_lane_branches(const builder_t *B);
+/* Whether a lane's copies load everything before their first store (the
+ * GPU's plans without staging). */
+bool w16_rp_tile_loads_first(const builder_t *B);
+/* Structural equality of two IR expressions seen through let-bound
+ * variables (their noted definitions). */
+bool w16_rp_same_value(const builder_t *B, const kir_expr_t *a,
+                       const kir_expr_t *b);
+/* The kernel's comment for the plan in B->tile. */
+const char *w16_rp_tile_comment(const builder_t *B);
 /* The source element of `role` at table slot `slot`, flat index `flat`
  * within its tensor (= row * the last dimension + col): from the staged
  * tile where it holds it, else from memory. */

@@ -30,6 +30,13 @@
  * the tile uses and how long the box's rows (loads) and the tile's rows
  * (stores) are. Nothing is staged where the plain gather's warp loads are
  * coalesced enough already (Marlin int4) or the layout has block sums.
+ *
+ * The same file holds the GPU's two plans without staging, which use the
+ * same tile map: shared reads (a lane writes the few words that read the
+ * same source elements, one load for all of them: Marlin int4, where the
+ * plain gather is bound by instructions, not by its loads) and rows (a
+ * layout with block sums: whole rows a workgroup, codes and sums branch
+ * by lane). See plan_shared_reads and plan_rows.
  */
 #include "gen/build_repack_priv.h"
 
@@ -42,10 +49,25 @@ enum { TILE_MAX_BYTES = 16384, TILE_MAX_COPIES = 4 };
 /* A plain gather whose warp loads touch at most this many sectors is
  * left alone (twice the 4 of 32 consecutive words). */
 enum { PLAIN_SECTORS_OK = 8, MEMO_SIZE = 32 };
+/* Rows of a layout with sums: lanes per workgroup at most (CUDA's limit)
+ * and, where rows are short, at least (rows are added up to it). */
+enum { ROWS_MAX_LANES = 1024, ROWS_MIN_LANES = 256 };
+/* Rows of a layout with sums: words a lane at most (one per row; 4 made
+ * the CUDA text 4x, about a quarter second of cold NVRTC compile from
+ * GPTQ and seconds from AWQ). */
+enum { ROWS_COPIES = 2 };
 
 struct w16_rp_tile {
     w16_role_t role;
     int lanes, copies;
+    /* stage: the source box goes through shared memory (else the kernel
+     * reads memory directly: shared reads or rows); shared reads: the
+     * copies of a lane are bits [cbit, cbit + log2(copies)) of the
+     * tile-local word index (-1: copy c is lanes * c words on); rows: a
+     * workgroup is R whole rows of a layout with block sums, which it
+     * writes in the same pass, lane by lane */
+    bool stage, rows;
+    int cbit;
     int64_t R, C;            /* destination words: rows x columns */
     int64_t a, nrows, elems; /* source tensor: row length, rows, elements */
     int64_t ns, nu, nv;      /* box: tensors x rows x columns */
@@ -150,14 +172,185 @@ static int plain_sectors(builder_t *B, const int64_t *S, int n, int np,
     return worst;
 }
 
+/* Whether setting bit b of the flat word index f (clear in f) leaves the
+ * source element and tensor of every code position where they are. */
+static bool bit_stays(builder_t *B, const int64_t *S, int n, int np,
+                      int slots, int64_t f, int b)
+{
+    for (int p = 0; p < np; p++) {
+        int64_t w0[W16_MAX_STORE_DIMS], w1[W16_MAX_STORE_DIMS], t0, t1;
+        int64_t f0 = f, f1 = f | (INT64_C(1) << b);
+        for (int d = n - 1; d >= 0; d--) {
+            w0[d] = f0 % S[d];
+            f0 /= S[d];
+            w1[d] = f1 % S[d];
+            f1 /= S[d];
+        }
+        int64_t e0 = w16_rp_probe(B, w0, n, p / slots, p % slots, &t0);
+        int64_t e1 = w16_rp_probe(B, w1, n, p / slots, p % slots, &t1);
+        if (e0 < 0 || e0 != e1 || t0 != t1)
+            return false;
+    }
+    return true;
+}
+
+/* The lowest run of ub bits below 2^top of a workgroup's word index that
+ * move no source element, probed at the words f[0] and f[1] (multiples
+ * of 2^top); -1 where there is none. */
+static int copy_bits(builder_t *B, const int64_t *S, int n, int np, int slots,
+                     const int64_t f[2], int top, int ub)
+{
+    int run = 0;
+    for (int b = 0; b < top; b++) {
+        bool stays = bit_stays(B, S, n, np, slots, f[0], b) &&
+                     bit_stays(B, S, n, np, slots, f[1], b);
+        run = stays ? run + 1 : 0;
+        if (run == ub)
+            return b - ub + 1;
+    }
+    return -1;
+}
+
+/* Sets B->tile to a plan without staging (shared reads or rows) and names
+ * the kernel with `tag`. */
+static bool plan_direct(builder_t *B, struct w16_rp_tile plan, const char *tag)
+{
+    kir_kernel_t *k = B->k;
+    struct w16_rp_tile *T = w16_arena_alloc(&k->arena, sizeof *T);
+    char name[240];
+    snprintf(name, sizeof name, "%s_%s", k->name, tag);
+    const char *nm = w16_arena_strdup(&k->arena, name);
+    if (!T || !nm) {
+        w16_rp_fail(B, "out of memory");
+        return false;
+    }
+    *T = plan;
+    k->name = nm;
+    B->tile = T;
+    B->unroll = T->copies;
+    return true;
+}
+
+/* Shared reads, for a plain gather that reads well already: where the
+ * words whose index differs in a few bits read the same source elements
+ * (Marlin int4: the four words of a thread's k pairs take their nibbles
+ * from the same four checkpoint words), a lane writes those words (the
+ * copies, bits [cbit, cbit + log2 U) of the word index) and each source
+ * element is loaded once for all of them (w16_rp_source_load), instead of
+ * once per word. The bits come from probes through the specs' maps; each
+ * copy is still the plain gather of its own word, so they decide speed,
+ * never bytes. A workgroup is one run of lanes * U words of a row of the
+ * word grid. */
+static bool plan_shared_reads(builder_t *B, const int64_t *S, int n, int np,
+                              int slots, int lanes, w16_role_t role,
+                              int64_t total)
+{
+    static const int copies[] = {4, 2};
+    for (size_t ui = 0; ui < sizeof copies / sizeof copies[0]; ui++)
+        for (int L = lanes; L >= 32; L /= 2) {
+            int U = copies[ui], ub = ui == 0 ? 2 : 1, top = 0;
+            int64_t C = (int64_t)L * U;
+            if (S[n - 1] % C)
+                continue;
+            while ((INT64_C(2) << top) <= C)
+                top++; /* C = 2^top */
+            int64_t f[2] = {0, total / 2 / C * C};
+            int cbit = copy_bits(B, S, n, np, slots, f, top, ub);
+            if (cbit < 0)
+                break; /* fewer lanes move the same bits */
+            char tag[16];
+            snprintf(tag, sizeof tag, "sr%d", U);
+            return plan_direct(B, (struct w16_rp_tile){
+                .role = role, .lanes = L, .copies = U, .cbit = cbit, .R = 1,
+                .C = C}, tag);
+        }
+    return false;
+}
+
+/* Rows, for a layout with block sums (the cpu layout: rows of 17 x 32
+ * words, 16 of codes and one of sums): a workgroup is whole rows of the
+ * word grid, so the sums (a branch by lane, whole warps where the sums
+ * are whole warps) and the codes share workgroups of hundreds of lanes;
+ * workgroups of sums alone or codes alone would be one warp each (32
+ * lanes), and the H200 ran 1.7 million of those at 11% of a copy. With
+ * one word a lane it ran them at 40-45%: too few bytes in flight a
+ * multiprocessor (three workgroups of 544 lanes, two loads a lane). So a
+ * lane writes its word of U rows (the copies: the same place in each row,
+ * so a lane's words are all sums or all codes and a warp of sums adds 32
+ * blocks a row), where a word's codes come from at most two source
+ * elements (GPTQ's and compressed-tensors' words: the block sums go a
+ * word at a time); elsewhere (AWQ, whose sums go code by code) each copy
+ * is several times the text, and the cold NVRTC compile would pass
+ * 300 ms. (Two words a lane within a row, as shared reads, would pair
+ * sums in half-empty warps.) */
+static bool plan_rows(builder_t *B, const int64_t *S, int n, int np,
+                      int slots, w16_role_t role)
+{
+    int64_t cap = B->req->lanes > 0 ? B->req->lanes : ROWS_MAX_LANES;
+    int64_t C = S[n - 1], R = 1;
+    if (C % 32 || C > cap)
+        return false;
+    while (2 * R * C <= cap && S[n - 2] % (2 * R) == 0 && R * C < ROWS_MIN_LANES)
+        R *= 2;
+    /* the source elements (tensor, element) of the first word's codes */
+    int64_t w[W16_MAX_STORE_DIMS] = {0}, se[3] = {0}, st[3] = {0};
+    int ns = 0;
+    for (int p = 0; p < np && ns <= 2; p++) {
+        int64_t t = 0, e = w16_rp_probe(B, w, n, p / slots, p % slots, &t);
+        bool old = false;
+        for (int i = 0; i < ns; i++)
+            old = old || (se[i] == e && st[i] == t);
+        if (e < 0)
+            ns = 3; /* unknown: one word a lane */
+        else if (!old) {
+            se[ns] = e;
+            st[ns++] = t;
+        }
+    }
+    int U = ns <= 2 ? ROWS_COPIES : 1;
+    while (U > 1 && S[n - 2] % (R * U))
+        U /= 2;
+    char tag[24];
+    snprintf(tag, sizeof tag, "rows%lldx%d", (long long)R, U);
+    return plan_direct(B, (struct w16_rp_tile){
+        .role = role, .lanes = (int)(R * C), .copies = U, .rows = true,
+        .cbit = -1, .R = R * U, .C = C}, tag);
+}
+
+bool w16_rp_tile_loads_first(const builder_t *B)
+{
+    return B->tile && !B->tile->stage;
+}
+
+bool w16_rp_tile_lane_branches(const builder_t *B)
+{
+    return B->tile && B->tile->rows;
+}
+
+const char *w16_rp_tile_comment(const builder_t *B)
+{
+    const struct w16_rp_tile *T = B->tile;
+    return T->stage ? "repack: a workgroup stages its source tile in shared "
+                      "memory, then each lane gathers a few destination words"
+         : T->rows ? "repack: a workgroup writes whole rows, codes and block "
+                     "sums, a lane its word of each of a few rows"
+                   : "repack: a lane gathers the words that read the same "
+                     "source elements, one load for all of them";
+}
+
 bool w16_rp_tile_plan(builder_t *B, const int64_t *S, int n, int np,
                       int slots, int lanes)
 {
     const w16_repack_request_t *req = B->req;
     w16_role_t role = B->dl.role == W16_ROLE_WEIGHT ? W16_ROLE_QWEIGHT : B->dl.role;
-    if (n < 2 || B->blocked || B->perm || B->dl.sums_block_k || !B->table[role] ||
+    if (n < 2 || B->blocked || B->perm || !B->table[role] ||
         lanes < 32 || (lanes & (lanes - 1)))
         return false;
+    if (B->dl.sums_block_k)
+        return plan_rows(B, S, n, np, slots, role);
+    int64_t total = 1;
+    for (int d = 0; d < n; d++)
+        total *= S[d];
     const w16_layout_t *sl = &B->sl[role];
     int64_t a = B->sshape[role][sl->ndim - 1], elems = 1;
     for (int d = 0; d < sl->ndim; d++)
@@ -166,15 +359,13 @@ bool w16_rp_tile_plan(builder_t *B, const int64_t *S, int n, int np,
     int64_t wbytes = (int64_t)wna16_dtype_size(req->dst_dtype) * B->wide;
     if (a <= 0 || elems >= (INT64_C(1) << 31))
         return false;
-    int64_t best_score = 0, total = 1;
-    for (int d = 0; d < n; d++)
-        total *= S[d];
+    int64_t best_score = 0;
     /* the plain gather's warp loads are coalesced enough (Marlin's tiles
      * measured slower staged: bench/RESULTS.md) */
     int64_t mid = total / 2 / 32 * 32;
     if (plain_sectors(B, S, n, np, slots, esz, 0, total) <= PLAIN_SECTORS_OK ||
         plain_sectors(B, S, n, np, slots, esz, mid, total) <= PLAIN_SECTORS_OK)
-        return false;
+        return plan_shared_reads(B, S, n, np, slots, lanes, role, total);
     static const int copies[] = {4, 2, 1};
     static const int64_t cols[] = {32, 64, 128, 16, 256, 8};
     struct w16_rp_tile best = {0};
@@ -212,7 +403,8 @@ bool w16_rp_tile_plan(builder_t *B, const int64_t *S, int n, int np,
                 continue;
             best_score = score;
             best = (struct w16_rp_tile){
-                .role = role, .lanes = lanes, .copies = U, .R = R, .C = C,
+                .role = role, .lanes = lanes, .copies = U, .stage = true, .cbit = -1,
+                .R = R, .C = C,
                 .a = a, .nrows = elems / a, .elems = elems, .ns = ns,
                 .nu = nu, .nv = nv, .pitch = pitch, .ds = bx[0].lo[0],
                 .dr = bx[0].lo[1], .dc = bx[0].lo[2]};
@@ -244,19 +436,20 @@ bool w16_rp_tile_plan(builder_t *B, const int64_t *S, int n, int np,
 static const kir_expr_t *ik(builder_t *B, int64_t v) { return w16_ir_const(B->k, v); }
 static const kir_expr_t *i32(builder_t *B, int64_t v) { return kir_const(B->k, KIR_I32, v); }
 
-/* Sets B->idx to word (r, c) of the workgroup's tile, where the tile-local
- * word index is wl (NULL: the first word), and returns its flat index as
- * (the group's part) + (the lane's part). */
-static const kir_expr_t *tile_index(builder_t *B, const int64_t *S, int n,
-                                    const kir_expr_t *wl)
+/* Sets B->idx to the word at row r, column c (NULL: the first word) of
+ * the workgroup's tile and returns its flat index as (the group's part) +
+ * (the lane's part). */
+static const kir_expr_t *tile_index_rc(builder_t *B, const int64_t *S, int n,
+                                       const kir_expr_t *r, const kir_expr_t *c)
 {
     kir_kernel_t *k = B->k;
     const struct w16_rp_tile *T = B->tile;
     int64_t TC = S[n - 1] / T->C, TR = S[n - 2] / T->R, G = B->out->num_groups;
-    w16_range_t rg = {0, G - 1}, rw = {0, T->R * T->C - 1};
+    w16_range_t rg = {0, G - 1};
     const kir_expr_t *g = kir_builtin(k, KIR_OP_GROUP_ID);
-    const kir_expr_t *r = wl ? w16_ir_floordiv(&B->L, wl, T->C, rw) : ik(B, 0);
-    const kir_expr_t *c = wl ? w16_ir_floormod(&B->L, wl, T->C, rw) : ik(B, 0);
+    bool first = !r;
+    r = r ? r : ik(B, 0);
+    c = c ? c : ik(B, 0);
     const kir_expr_t *col0 = w16_ir_mul(k, w16_ir_floormod(&B->L, g, TC, rg), ik(B, T->C));
     const kir_expr_t *gr = w16_ir_floordiv(&B->L, g, TC, rg);
     w16_range_t rr = {0, (G - 1) / TC};
@@ -267,15 +460,32 @@ static const kir_expr_t *tile_index(builder_t *B, const int64_t *S, int n,
     snprintf(name, sizeof name, "i%d", n - 1);
     B->idx[n - 1] = w16_rp_let(B, name, w16_ir_add(k, col0, c));
     snprintf(name, sizeof name, "i%d", n - 2);
-    B->idx[n - 2] = w16_rp_let(B, name, w16_ir_add(k, row0, r));
+    /* rows: the row as an or of the group's rows and the lane's (disjoint
+     * bits; R a power of two), which the lowering does not take apart into
+     * the group id's terms: a sum would be, and then the codes of one
+     * block read through different forms of one address, which the block
+     * sums' word-at-a-time check (build_repack.c) does not see as one */
+    bool disjoint = T->rows && !(T->R & (T->R - 1));
+    B->idx[n - 2] = w16_rp_let(B, name, disjoint ? kir_bin(k, KIR_OP_OR, row0, r)
+                                                 : w16_ir_add(k, row0, r));
     w16_rp_unflatten(B, q, rq, S, n - 2);
     /* (q * S[n-2] + row0) * S[n-1] + col0, then + r * S[n-1] + c */
     const kir_expr_t *gpart = w16_ir_add(k, w16_ir_mul(k, w16_ir_add(k,
         w16_ir_mul(k, q, ik(B, S[n - 2])), row0), ik(B, S[n - 1])), col0);
-    if (!wl)
+    if (first)
         return gpart;
     return kir_bin(k, KIR_OP_ADD, gpart,
                    w16_ir_add(k, w16_ir_mul(k, r, ik(B, S[n - 1])), c));
+}
+
+/* The same from the tile-local word index wl (NULL: the first word). */
+static const kir_expr_t *tile_index(builder_t *B, const int64_t *S, int n,
+                                    const kir_expr_t *wl)
+{
+    const struct w16_rp_tile *T = B->tile;
+    w16_range_t rw = {0, T->R * T->C - 1};
+    return tile_index_rc(B, S, n, wl ? w16_ir_floordiv(&B->L, wl, T->C, rw) : NULL,
+                         wl ? w16_ir_floormod(&B->L, wl, T->C, rw) : NULL);
 }
 
 const kir_expr_t *w16_rp_tile_map(builder_t *B, const int64_t *S, int n,
@@ -285,7 +495,25 @@ const kir_expr_t *w16_rp_tile_map(builder_t *B, const int64_t *S, int n,
     const struct w16_rp_tile *T = B->tile;
     const kir_expr_t *lane = kir_int_cast(k, KIR_I64, kir_builtin(k, KIR_OP_LANE_ID),
                                           false);
-    return tile_index(B, S, n, w16_ir_add(k, lane, ik(B, (int64_t)copy * T->lanes)));
+    if (T->rows) { /* the lane's word in row copy * (lanes / C) on */
+        w16_range_t rl = {0, T->lanes - 1};
+        return tile_index_rc(B, S, n,
+            w16_ir_add(k, w16_ir_floordiv(&B->L, lane, T->C, rl),
+                       ik(B, (int64_t)copy * (T->lanes / T->C))),
+            w16_ir_floormod(&B->L, lane, T->C, rl));
+    }
+    if (T->cbit < 0)
+        return tile_index(B, S, n, w16_ir_add(k, lane, ik(B, (int64_t)copy * T->lanes)));
+    /* shared reads: the lane's bits around the copy's, as a sum of a
+     * multiple of 2^(cbit + ub) and a part below it (the lowering then
+     * sees the copy's bits as the constant they are) */
+    int64_t lo = INT64_C(1) << T->cbit, hi = lo * T->copies;
+    w16_range_t rl = {0, T->lanes - 1};
+    const kir_expr_t *below = w16_ir_add(k, ik(B, copy * lo),
+                                         w16_ir_floormod(&B->L, lane, lo, rl));
+    const kir_expr_t *above = w16_ir_mul(k, w16_ir_floordiv(&B->L, lane, lo, rl),
+                                         ik(B, hi));
+    return tile_index(B, S, n, w16_ir_add(k, above, below));
 }
 
 void w16_rp_tile_stage(builder_t *B, const int64_t *S, int n)
@@ -298,6 +526,8 @@ void w16_rp_tile_stage(builder_t *B, const int64_t *S, int n)
     k->lanes = T->lanes;
     B->out->num_groups = total / (T->R * T->C);
     B->L.num_groups = B->out->num_groups;
+    if (!T->stage)
+        return; /* shared reads, rows: nothing is staged */
     /* the source element of code 0 of the tile's first word (coordinates
      * of padding are clamped, which only misplaces that tile's box) */
     tile_index(B, S, n, NULL);
@@ -397,7 +627,7 @@ static const kir_expr_t *through_lets(const builder_t *B, const kir_expr_t *e)
     return e;
 }
 
-static bool same_value(const builder_t *B, const kir_expr_t *a, const kir_expr_t *b)
+bool w16_rp_same_value(const builder_t *B, const kir_expr_t *a, const kir_expr_t *b)
 {
     a = through_lets(B, a);
     b = through_lets(B, b);
@@ -405,8 +635,32 @@ static bool same_value(const builder_t *B, const kir_expr_t *a, const kir_expr_t
         return true;
     if (!a || !b || !w16_rp_same_node(a, b))
         return false;
-    return same_value(B, a->a, b->a) && same_value(B, a->b, b->b) &&
-           same_value(B, a->c, b->c);
+    return w16_rp_same_value(B, a->a, b->a) && w16_rp_same_value(B, a->b, b->b) &&
+           w16_rp_same_value(B, a->c, b->c);
+}
+
+/* The value read for (slot, flat) in the current block, or NULL. */
+static const kir_expr_t *memo_find(const builder_t *B, const kir_expr_t *slot,
+                                   const kir_expr_t *flat)
+{
+    const struct w16_rp_tile *T = B->tile;
+    for (int i = 0; i < T->n_memo && i < MEMO_SIZE; i++)
+        if (T->memo[i].blk == B->body && w16_rp_same_value(B, T->memo[i].slot, slot) &&
+            w16_rp_same_value(B, T->memo[i].flat, flat))
+            return T->memo[i].val;
+    return NULL;
+}
+
+static const kir_expr_t *memo_add(builder_t *B, const kir_expr_t *slot,
+                                  const kir_expr_t *flat, const kir_expr_t *val)
+{
+    struct w16_rp_tile *T = B->tile;
+    int m = T->n_memo++ % MEMO_SIZE;
+    T->memo[m].blk = B->body;
+    T->memo[m].slot = slot;
+    T->memo[m].flat = flat;
+    T->memo[m].val = val;
+    return val;
 }
 
 const kir_expr_t *w16_rp_source_load(builder_t *B, w16_role_t role,
@@ -421,6 +675,13 @@ const kir_expr_t *w16_rp_source_load(builder_t *B, w16_role_t role,
                                       w16_ir_index32(&B->L, flat));
     if (!T || role != T->role)
         return mem;
+    if (T->rows) /* one word per lane: its slots share loads as in the
+                  * plain gather (and the block sums see the loads) */
+        return mem;
+    if (!T->stage) { /* shared reads: one load per element and block */
+        const kir_expr_t *val = memo_find(B, slot, flat);
+        return val ? val : memo_add(B, slot, flat, w16_rp_let(B, "src_elem", mem));
+    }
     if (T->capture) {
         T->cap_slot = slot;
         T->cap_row = row;
@@ -431,10 +692,9 @@ const kir_expr_t *w16_rp_source_load(builder_t *B, w16_role_t role,
      * the same element share it. The compiler does not merge the loads on
      * its own (each sits behind its own select), and without this a word
      * of eight codes made eight shared and eight fallback loads. */
-    for (int i = 0; i < T->n_memo && i < MEMO_SIZE; i++)
-        if (T->memo[i].blk == B->body && same_value(B, T->memo[i].slot, slot) &&
-            same_value(B, T->memo[i].flat, flat))
-            return T->memo[i].val;
+    const kir_expr_t *seen = memo_find(B, slot, flat);
+    if (seen)
+        return seen;
     /* in 32 bits, as the corner */
     const kir_expr_t *du = kir_bin(k, KIR_OP_SUB, w16_ir_narrow32(&B->L, row), T->brow);
     const kir_expr_t *dv = kir_bin(k, KIR_OP_SUB, w16_ir_narrow32(&B->L, col), T->bcol);
@@ -448,11 +708,6 @@ const kir_expr_t *w16_rp_source_load(builder_t *B, w16_role_t role,
         kir_bin(k, KIR_OP_ADD, kir_bin(k, KIR_OP_MUL, ds, i32(B, T->nu)), du),
         i32(B, T->pitch)), dv);
     const kir_expr_t *cell = kir_shared_load(k, T->sh, kir_select(k, hit, at, i32(B, 0)));
-    const kir_expr_t *val = w16_rp_let(B, "src_elem", w16_ir_select(k, hit, cell, mem));
-    int m = T->n_memo++ % MEMO_SIZE;
-    T->memo[m].blk = B->body;
-    T->memo[m].slot = slot;
-    T->memo[m].flat = flat;
-    T->memo[m].val = val;
-    return val;
+    return memo_add(B, slot, flat,
+                    w16_rp_let(B, "src_elem", w16_ir_select(k, hit, cell, mem)));
 }
