@@ -8,6 +8,7 @@
 #include "gen/build_repack.h"
 #include "gen/emit_llvm.h"
 #include "gen/emit_cuda.h"
+#include "runtime/ref/ref.h"
 
 #include <string.h>
 
@@ -284,6 +285,16 @@ int cmd_gen(int argc, char **argv)
                        o.act_order, o.bias, .a8 = (int)o.input};
     wna16_error_t err;
     int printed = 0;
+    /* The configuration must fit both ends, as `wna16 repack` demands of a
+     * real checkpoint: a source without zero points has no qzeros to read,
+     * a destination without them would silently drop the checkpoint's. */
+    int64_t v13[W16_VAR_COUNT];
+    if (w16_check_holds(src, &p, (int32_t)p.I, &err) != WNA16_OK ||
+        w16_spec_bind(dst, &p, WNA16_GEMM_W13, v13, &err) != WNA16_OK ||
+        w16_check_holds(dst, &p, (int32_t)v13[W16_VAR_IP], &err) != WNA16_OK) {
+        wna16_context_destroy(ctx);
+        return cli_fail(&err);
+    }
     rc = CLI_OK;
     for (int g = 0; g < 2 && rc == CLI_OK; g++) {
         int64_t dv[W16_VAR_COUNT];
