@@ -520,7 +520,7 @@ static const kir_expr_t *dst_slot(builder_t *B, int slot, lcoord_t *at)
         at->c[i] = c;
         at->ext[i] = logical_ext;
     }
-    return bind_let(B, "valid", valid);
+    return valid; /* not yet a let: a branch with no padding never reads it */
 }
 
 /* Coordinates of a slot that may be padding replaced by 0 there, so the
@@ -2169,12 +2169,25 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
             out->sums_fused = true;
         }
     }
-    if (!B.fail && out->sums_fused && valid_without_sums(&B, scond[0], all)) {
-        /* the codes' branch: no padding where no sum is (the sums' words
-         * are the only ones the codes' inverse map leaves out) */
+    /* the codes' branch of fused sums: no padding where no sum is (the
+     * sums' words are the only ones the codes' inverse map leaves out) */
+    bool no_padding = !B.fail && out->sums_fused && valid_without_sums(&B, scond[0], all);
+    if (!B.fail && !no_padding) {
+        /* the slots' validity as lets, for the bodies that read it */
+        all = kir_const(k, KIR_I1, 1);
+        for (int i = 0; i < T * np && all; i++) {
+            valid[i] = bind_let(&B, "valid", valid[i]);
+            all = valid[i] ? w16_ir_and1(k, all, valid[i]) : NULL;
+        }
+        if (!all)
+            bfail(&B, "out of memory");
+    }
+    if (B.fail) {
+        /* nothing more */
+    } else if (no_padding) {
         for (int t = 0; t < T; t++)
             store_word(&B, at + t * np, NULL, np, slots, cb, flat[t]);
-    } else if (!B.fail && !(all->op == KIR_OP_CONST && all->ival) &&
+    } else if (!(all->op == KIR_OP_CONST && all->ival) &&
                !w16_ir_uses_lane(&B.L, all)) {
         /* Padding that is the same for every lane of a workgroup (a tail
          * of whole workgroups): a branch the CPU emitter moves out of the
@@ -2195,7 +2208,7 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
                            flat[t]);
             B.body = outer;
         }
-    } else if (!B.fail) {
+    } else {
         for (int t = 0; t < T; t++)
             store_word(&B, at + t * np,
                        all->op == KIR_OP_CONST ? NULL : valid + t * np, np,
@@ -2302,7 +2315,8 @@ void w16_rp_unflatten(builder_t *B, const kir_expr_t *q, w16_range_t rq,
 
 const kir_expr_t *w16_rp_dst_slot(builder_t *B, int slot, lcoord_t *at)
 {
-    return dst_slot(B, slot, at);
+    const kir_expr_t *valid = dst_slot(B, slot, at);
+    return valid ? bind_let(B, "valid", valid) : NULL;
 }
 
 void w16_rp_clamp_slot(builder_t *B, const kir_expr_t *valid, lcoord_t *at)
