@@ -8,7 +8,13 @@
  * allocator recycles the outputs (warm: compared with memcpy into a mapped
  * buffer).
  *
- *   bench_repack [EXPERTS [HIDDEN [INTERMEDIATE]]]   (default 32 2048 768)
+ *   bench_repack [EXPERTS [HIDDEN [INTERMEDIATE [FORMAT [DEST]]]]]
+ *                (default 32 2048 768 gptq, every destination)
+ *
+ * FORMAT is the checkpoint's source format (gptq, awq, compressed_tensors,
+ * moe_wna16) and DEST one destination layout; with a format other than
+ * gptq only the layer table is printed (the later parts time GPTQ's
+ * kernels).
  */
 #define _GNU_SOURCE
 #include "wna16.h"
@@ -119,6 +125,9 @@ int main(int argc, char **argv)
     int E = argc > 1 ? atoi(argv[1]) : 32;
     int H = argc > 2 ? atoi(argv[2]) : 2048;
     int I = argc > 3 ? atoi(argv[3]) : 768;
+    const char *fmt_name = argc > 4 ? argv[4] : "gptq";
+    const char *only = argc > 5 ? argv[5] : NULL;
+    bool gptq_only = strcmp(fmt_name, "gptq") == 0;
     wna16_context_t *ctx;
     wna16_error_t err;
     if (wna16_context_create(NULL, &ctx, &err)) {
@@ -130,7 +139,8 @@ int main(int argc, char **argv)
         printf("SKIP: %s\n", err.message);
         return 0;
     }
-    /* A random int4 group-128 GPTQ layer, written as checkpoint tensors. */
+    /* A random int4 group-128 layer, written as checkpoint tensors of the
+     * source format (GPTQ unless told). */
     wna16_qlayer_t L = {.E = E, .H = H, .I = I};
     wna16_qweight_alloc(&L.w13, E, 2 * I, H, 4, 128, false, false, false, &err);
     wna16_qweight_alloc(&L.w2, E, H, I, 4, 128, false, false, false, &err);
@@ -145,16 +155,22 @@ int main(int argc, char **argv)
             q[i]->scales[j] = 0.01f;
     }
     const wna16_spec_t *gptq = wna16_spec_find(ctx, WNA16_SPEC_FORMAT, "gptq");
+    const wna16_spec_t *fmt = wna16_spec_find(ctx, WNA16_SPEC_FORMAT, fmt_name);
+    if (!fmt) {
+        fprintf(stderr, "bench_repack: no source format named %s\n", fmt_name);
+        return 2;
+    }
     wna16_tensor_set_t *src;
     wna16_tensor_set_create(ctx, &src, &err);
-    if (wna16_ref_encode(ctx, gptq, &L, "m", src, &err)) {
+    if (wna16_ref_encode(ctx, fmt, &L, "m", src, &err)) {
         fprintf(stderr, "%s\n", err.message);
         return 1;
     }
     size_t src_bytes = set_bytes(src);
     wna16_quant_desc_t qd = {4, 128, false, false, false};
-    printf("wna16 bench_repack: GPTQ int4 g128, E=%d H=%d I=%d, %.1f MB of "
-           "checkpoint tensors, %d threads, CPU %s\n", E, H, I, src_bytes / 1e6,
+    printf("wna16 bench_repack: %s int4 g128, E=%d H=%d I=%d, %.1f MB of "
+           "checkpoint tensors, %d threads, CPU %s\n", fmt_name, E, H, I,
+           src_bytes / 1e6,
            w16_cpu_threads(cpu), w16_cpu_name(cpu));
 
     /* Baselines, one thread: memcpy of the same bytes into a buffer that is
@@ -191,7 +207,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err.message);
         return 1;
     }
-    const wna16_spec_t *wgptq = wna16_spec_find(wctx, WNA16_SPEC_FORMAT, "gptq");
+    const wna16_spec_t *wfmt = wna16_spec_find(wctx, WNA16_SPEC_FORMAT, fmt_name);
 
     static const char *const dsts[] = {"triton", "xpu", "humming", "marlin", "cpu",
                                        "moe_wna16", "emulation"};
@@ -208,6 +224,8 @@ int main(int argc, char **argv)
            "cold", "GB/s(src)", "vs cold", "warm", "GB/s(src)", "vs warm",
            "cpu time", "MB out", "vs out", "first call (compile+run)");
     for (size_t d = 0; d < sizeof dsts / sizeof dsts[0]; d++) {
+        if (only && strcmp(only, dsts[d]) != 0)
+            continue;
         double m[2], ratio[2], cratio[2], first = 0, oratio = 0;
         size_t out_bytes = 0;
         char *oa = NULL, *ob = NULL; /* memcpy of the output's bytes */
@@ -234,7 +252,7 @@ int main(int argc, char **argv)
                 wna16_tensor_set_create(c, &out, &err);
                 t0 = bench_seconds();
                 c0 = cpu_now();
-                wna16_status_t st = wna16_repack_layer(c, w ? wgptq : gptq, src, "m",
+                wna16_status_t st = wna16_repack_layer(c, w ? wfmt : fmt, src, "m",
                                                        E, H, I, &qd, dst,
                                                        WNA16_TARGET_CPU, out, &err);
                 double dt = bench_seconds() - t0, dcpu = cpu_now() - c0;
@@ -285,6 +303,14 @@ int main(int argc, char **argv)
     print_load("after the repacks");
     printf("  (first call: the kernels come from the cache directory if an "
            "earlier run left them there, else they are compiled)\n");
+    if (!gptq_only) { /* the rest times GPTQ's kernels */
+        free(a);
+        free(b);
+        wna16_tensor_set_destroy(src);
+        wna16_qlayer_free(&L);
+        wna16_context_destroy(ctx);
+        return 0;
+    }
 
     /* Disk-cache load: a new context (empty memory cache) repacks to
      * marlin with every kernel already on disk; minus the steady time. */

@@ -35,6 +35,9 @@ typedef struct builder {
     bool blocked;
     int bp, bv, unroll, copy;
     int pos;  /* element * slots + slot within the word, for names */
+    /* The qweight source read as 32-bit words (bytes of a row side by
+     * side; see "source words" in build_repack.c) */
+    bool words32;
     /* Staged source tiles (GPU; build_repack_tile.c), or NULL. */
     struct w16_rp_tile *tile;
     w16_lower_t L;

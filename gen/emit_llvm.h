@@ -19,7 +19,7 @@
 
 /* Part of every CPU kernel's cache key: bump it whenever the LLVM lowering
  * of the same kernel IR changes (the IR itself is keyed by its text). */
-#define W16_LLVM_EMITTER_VERSION 11
+#define W16_LLVM_EMITTER_VERSION 12
 
 /* The LLVM pass pipeline the CPU target runs on an emitted module: O3,
  * then the inlining of the vector helpers the loop vectorizer put in

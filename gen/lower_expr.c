@@ -535,6 +535,11 @@ static bool gather_terms(w16_lower_t *L, const kir_expr_t *e, int64_t c,
     case KIR_OP_CONST:
         return !__builtin_mul_overflow(e->ival, c, &f) &&
                !__builtin_add_overflow(T->konst, f, &T->konst);
+    case KIR_OP_SUB: /* x - constant (a spec's i3 - bk * 16) */
+        if (is_k(e->b, &f) && !__builtin_mul_overflow(f, c, &f) &&
+            !__builtin_sub_overflow(T->konst, f, &T->konst))
+            return gather_terms(L, e->a, c, T);
+        break;
     case KIR_OP_MUL:
     case KIR_OP_SHL:
         if (is_k(e->b, &f) && (e->op == KIR_OP_MUL || (f >= 0 && f < 63))) {
