@@ -152,6 +152,22 @@ __device__ __forceinline__ act2_t codes_minus_zero(u32 v, act2_t zb)
     }
 }
 
+// m (codes - zero) for a 0/1 mask m, exact (the wgmma template's scales
+// on the accumulators); nz = -m zb, computed once per group
+__device__ __forceinline__ act2_t codes_minus_zero_masked(u32 v, act2_t m,
+                                                          act2_t nz)
+{
+    if constexpr (USE_MAGIC) {
+        act2_t x = from_u32<act2_t>(v | (MAGIC_BITS << 16) | MAGIC_BITS);
+        return __hfma2(x, m, nz);
+    } else {
+        float lo = (float)(int)(v & 0xffffu) * act::to_f(m.x) +
+                   act::to_f(nz.x);
+        float hi = (float)(int)(v >> 16) * act::to_f(m.y) + act::to_f(nz.y);
+        return act::pair(act::from_f(lo), act::from_f(hi));
+    }
+}
+
 // (q - z) * s rounded once to the activation dtype (lo and hi: the
 // scales of the pair's two codes).
 template <typename S>
