@@ -192,6 +192,9 @@ typedef struct w16_tile_rule {
     bool scales_on_acc;
     /* warp-specialized wgmma rows: wgmma groups in flight, 1 or 2 */
     int wgmma_groups;
+    /* warp-specialized wgmma rows, 4-bit codes: stage copies of 8-byte
+     * halves so that a warp reads whole 16-byte vectors (two k16 steps) */
+    bool split_codes;
     const char *json_path;
 } w16_tile_rule_t;
 

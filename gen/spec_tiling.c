@@ -261,7 +261,7 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
                                        "warps_k", "stages", "max_split_k",
                                        "ctas_per_sm", "min_ctas",
                                        "scales_in_b", "mma", "warp_specialized",
-                                       "scales_on_acc", "wgmma_groups",
+                                       "scales_on_acc", "wgmma_groups", "split_codes",
                                        NULL};
     int n = cJSON_GetArraySize(arr);
     if (!cJSON_IsArray(arr) || n < 1 || n > 32)
@@ -416,6 +416,17 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
                 return tfail(L, pk, "only a warp_specialized row keeps two "
                              "wgmma groups in flight");
             g->wgmma_groups = (int)wgr->valuedouble;
+        }
+        g->split_codes = false;
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(r, "split_codes");
+        if (sc) {
+            snprintf(pk, sizeof pk, "%s.split_codes", p);
+            if (!cJSON_IsBool(sc))
+                return tfail(L, pk, "expected true or false");
+            if (cJSON_IsTrue(sc) && !g->warp_specialized)
+                return tfail(L, pk, "only a warp_specialized row splits "
+                             "the codes");
+            g->split_codes = cJSON_IsTrue(sc);
         }
         if (32 * v[2] * v[3] * sk[2] > 2048) {
             snprintf(pk, sizeof pk, "%s.min_ctas", p);

@@ -124,6 +124,16 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src,
                  "l"(src), "r"(n)
                  : "memory");
 }
+// 8 bytes (the split codes: cp.async.cg copies 16 bytes only)
+__device__ __forceinline__ void cp_async8(void *dst, const void *src,
+                                          bool valid)
+{
+    int n = valid ? 8 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(n)
+                 : "memory");
+}
 __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -291,10 +301,33 @@ __device__ __forceinline__ void stage_copy(
             cp_async16(dA + a_dst[q], a_src[q] + k0, true);
     int4 *dB = sB + slot * B_STAGE;
     const int4 *qs = qw_e + (size_t)(k0 / 16) * tiles_n * TILE_VECS;
+    if constexpr (SPLIT_CODES) {
+        // 4-bit, the wgmma template's warps of half h read words 2h, 2h+1
+        // of each lane's vector: half h of vector v (lane v) of step ks,
+        // tile tt goes to 8-byte piece ks % 2 of vector v of block
+        // (ks / 2, tt, h), so that a warp reads one whole 16-byte vector a
+        // lane for two k16 steps (no bank conflict)
+        int2 *dB2 = reinterpret_cast<int2 *>(dB);
 #pragma unroll
-    for (int q = 0; q < B_PER; q++)
-        cp_async16(dB + tid + q * NTHREADS,
-                   b_off[q] >= 0 ? qs + b_off[q] : qweight, b_off[q] >= 0);
+        for (int q = 0; q < B_PER; q++) {
+            const int i = tid + q * NTHREADS, v = i % TILE_VECS;
+            const int rest = i / TILE_VECS, tt = rest % TILES,
+                      ks = rest / TILES;
+            const int2 *src = reinterpret_cast<const int2 *>(
+                b_off[q] >= 0 ? qs + b_off[q] : qweight);
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+                cp_async8(dB2 + ((((ks / 2) * TILES + tt) * 2 + hh) *
+                                     TILE_VECS + v) * 2 + ks % 2,
+                          src + hh, b_off[q] >= 0);
+        }
+    } else {
+#pragma unroll
+        for (int q = 0; q < B_PER; q++)
+            cp_async16(dB + tid + q * NTHREADS,
+                       b_off[q] >= 0 ? qs + b_off[q] : qweight,
+                       b_off[q] >= 0);
+    }
     if constexpr (SMEM_SCALES) { // row r = group k0/group_size + r
         int4 *dS = sS + slot * S_STAGE;
         const int g0 = k0 / group_size;

@@ -112,6 +112,9 @@ static_assert(!WS || NTHREADS == 256, "warp-specialized: two consumer "
 static_assert(!WS || NTHREADS % 128 == 0, "plan threads per producer "
               "thread");
 static_assert(DEPTH == 1 || DEPTH == 2, "one or two wgmma groups in flight");
+static_assert(!SPLIT_CODES || (WS && BITS == 4 && SLICES == 2 &&
+                               KSTEPS % 2 == 0),
+              "split codes: warp-specialized, 4-bit, two slices");
 static_assert(DEPTH == 1 || (WS && KSTEPS > DEPTH), "two wgmma groups in "
               "flight: warp-specialized rows (the ring's release) only");
 
@@ -618,7 +621,16 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         // WS: the codes of step kk + 1 are read from shared memory before
         // step kk's products and wait, so their latency hides behind them
         u32 wd_next[SLICES][2];
-        if constexpr (WS)
+        // SPLIT_CODES: the vector of pair p holds steps 2p, 2p + 1 (the
+        // warp's words of each, moe_gemm_common.cu's stage_copy); pair
+        // p + 1 is read at step 2p
+        int4 pairs[KSTEPS / 2];
+        auto fetch_pair = [&](int p) {
+            pairs[p] = cB[((p * TILES + my_tile) * 2 + h) * TILE_VECS + lane];
+        };
+        if constexpr (SPLIT_CODES)
+            fetch_pair(0);
+        else if constexpr (WS)
             fetch_codes(cB, 0, wd_next);
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; kk++) {
@@ -629,7 +641,15 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                         load_group_smem(slot, g - it * BK / group_size, g);
                 }
             }
-            if constexpr (WS) {
+            if constexpr (SPLIT_CODES) {
+                if (kk % 2 == 0 && kk + 2 < KSTEPS)
+                    fetch_pair(kk / 2 + 1);
+                const int4 x = pairs[kk / 2];
+                u32 wd[SLICES][2];
+                wd[0][0] = wd[0][1] = (u32)(kk % 2 ? x.z : x.x);
+                wd[1][0] = wd[1][1] = (u32)(kk % 2 ? x.w : x.y);
+                convert_codes(wd, af[kk % NSETS]);
+            } else if constexpr (WS) {
                 u32 wd[SLICES][2];
 #pragma unroll
                 for (int s = 0; s < SLICES; s++)

@@ -192,6 +192,7 @@ static void test_tiling_rows(wna16_context_t *ctx)
                         c.ws = row->wgmma && row->warp_specialized;
                         c.acc_scales = c.ws && row->scales_on_acc;
                         c.wgmma_groups = c.ws ? row->wgmma_groups : 1;
+                        c.split_codes = c.ws && row->split_codes;
                         /* act-order never reaches a wgmma row */
                         while (row->wgmma &&
                                VARIANTS[vi % W16_ARRAY_LEN(VARIANTS)].act_order)
@@ -236,7 +237,8 @@ static void test_tables_agree(wna16_context_t *ctx)
                  x->min_ctas == y->min_ctas && x->wgmma == y->wgmma &&
                  x->warp_specialized == y->warp_specialized &&
                  x->scales_on_acc == y->scales_on_acc &&
-                 x->wgmma_groups == y->wgmma_groups);
+                 x->wgmma_groups == y->wgmma_groups &&
+                 x->split_codes == y->split_codes);
     }
 }
 
@@ -287,6 +289,7 @@ static void test_variants_wgmma(wna16_context_t *ctx)
                  * flight */
                 c.acc_scales = ws >= 3;
                 c.wgmma_groups = ws == 4 ? 2 : 1;
+                c.split_codes = ws >= 3; /* 4-bit only (others ignore it) */
                 apply(&c, &VARIANTS[v]);
                 compile_gemm(ctx, &c, ws ? "variant (wgmma, warp-specialized)"
                                          : "variant (wgmma)");
