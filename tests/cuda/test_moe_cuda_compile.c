@@ -265,11 +265,11 @@ static void test_variants(wna16_context_t *ctx)
  * plain pipeline (one warpgroup), then the warp-specialized one (two
  * consumer warpgroups and the producer), then that at block_m 256 (one
  * m64 slice a warpgroup), then the warp-specialized pipeline with the
- * group scales on the accumulators, with one and two wgmma groups in
- * flight. */
+ * group scales on the accumulators and split codes, with one and two
+ * wgmma groups in flight, then two groups in flight alone. */
 static void test_variants_wgmma(wna16_context_t *ctx)
 {
-    for (int ws = 0; ws < 5; ws++)
+    for (int ws = 0; ws < 6; ws++)
         for (size_t v = 0; v < W16_ARRAY_LEN(VARIANTS); v++) {
             if (VARIANTS[v].act_order)
                 continue;
@@ -285,11 +285,12 @@ static void test_variants_wgmma(wna16_context_t *ctx)
                 c.stages = ws ? 5 : 3;
                 c.wgmma = true;
                 c.ws = ws > 0;
-                /* 3: scales on the accumulators; 4: and two groups in
-                 * flight */
-                c.acc_scales = ws >= 3;
-                c.wgmma_groups = ws == 4 ? 2 : 1;
-                c.split_codes = ws >= 3; /* 4-bit only (others ignore it) */
+                /* 3: scales on the accumulators and split codes (4-bit
+                 * only, others ignore it); 4: and two groups in flight;
+                 * 5: two groups in flight alone */
+                c.acc_scales = ws == 3 || ws == 4;
+                c.wgmma_groups = ws >= 4 ? 2 : 1;
+                c.split_codes = ws == 3 || ws == 4;
                 apply(&c, &VARIANTS[v]);
                 compile_gemm(ctx, &c, ws ? "variant (wgmma, warp-specialized)"
                                          : "variant (wgmma)");
