@@ -85,9 +85,9 @@ constexpr int ACC = BM / 2;               // accumulator floats per slice
 constexpr int SLICES = BM == 256 ? 1 : 2;
 // SOA (the row's "scales_on_acc", grouped layers; measured 11% slower
 // than the scales in the dequantization, unused by the built-in tables):
-// the A fragments are
-// the exact codes minus zero, and the group scales act on the float32
-// accumulators, kept in units of the current group's scale of their row:
+// the A fragments are the exact codes minus zero, and the group scales
+// act on the float32 accumulators, kept in units of the current group's
+// scale of their row:
 // at a group change acc *= old / new (after wgmma.wait_group 0), at the
 // end acc *= the last scale. A row whose scale is zero keeps its unit and
 // gets zero fragments for that group (a 0/1 mask in the subtraction).
