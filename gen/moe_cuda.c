@@ -416,6 +416,9 @@ wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
     cfg->wgmma = r->wgmma;
     cfg->scales_in_b = r->scales_in_b;
     cfg->ws = r->wgmma && r->warp_specialized;
+    cfg->acc_scales = cfg->ws && r->scales_on_acc;
+    cfg->wgmma_groups = cfg->ws ? r->wgmma_groups : 1;
+    cfg->split_codes = cfg->ws && r->split_codes;
     if (json_path)
         *json_path = r->json_path;
     return WNA16_OK;
@@ -477,6 +480,18 @@ void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size)
     len = strlen(out);
     if (c->ws && len < size)
         snprintf(out + len, size - len, "_ws");
+    len = strlen(out);
+    if (c->acc_scales && len < size)
+        snprintf(out + len, size - len, "_sa");
+    len = strlen(out);
+    if (c->wgmma_groups > 1 && len < size)
+        snprintf(out + len, size - len, "_d%d", c->wgmma_groups);
+    len = strlen(out);
+    if (c->split_codes && c->bits == 4 && len < size)
+        snprintf(out + len, size - len, "_sc");
+    len = strlen(out);
+    if (c->wgmma && c->grouped && !c->group_stages && len < size)
+        snprintf(out + len, size - len, "_gk");
 }
 
 static bool is_f16ish(wna16_dtype_t d)
@@ -509,6 +524,11 @@ static const char *check_wgmma(const w16_moe_gemm_cfg_t *c)
     if (c->ws && (c->warps_n != 8 || c->min_ctas > 1))
         return "wgmma warp-specialized: block_n 256 (two consumer "
                "warpgroups), one CTA an SM";
+    if ((c->acc_scales || c->wgmma_groups > 1 || c->split_codes) && !c->ws)
+        return "wgmma: scales on the accumulators, two groups in flight "
+               "and split codes are for warp-specialized rows";
+    if (c->wgmma_groups < 0 || c->wgmma_groups > 2)
+        return "wgmma: 1 or 2 groups in flight";
     return NULL;
 }
 
@@ -622,10 +642,18 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     def_int(b, "WK", c->warps_k);
     def_int(b, "STAGES", c->stages);
     def_int(b, "MIN_CTAS", c->min_ctas > 1 ? c->min_ctas : 1);
+    /* the stage copies (moe_gemm_common.cu) split the codes: wgmma
+     * warp-specialized 4-bit tiles of two m64 slices a warpgroup only */
+    def_bool(b, "SPLIT_CODES", c->wgmma && c->ws && c->split_codes &&
+                                   c->bits == 4 && c->block_m != 256);
     if (!c->wgmma) /* the mma.sync template's choice only */
         def_bool(b, "SCALES_IN_B", c->scales_in_b);
-    else /* and the wgmma template's */
+    else { /* and the wgmma template's */
         def_bool(b, "WS", c->ws);
+        def_bool(b, "ACC_SCALES", c->acc_scales);
+        def_int(b, "WGMMA_GROUPS", c->wgmma_groups > 1 ? 2 : 1);
+        def_bool(b, "GROUP_STAGES", c->grouped && c->group_stages);
+    }
     def_int(b, "SMEM_BYTES", (long long)w16_moe_gemm_shared(c));
     w16_buf_puts(b, "} // namespace w16cfg\n");
     w16_buf_printf(b, "#define W16_KERNEL %s\n", name);

@@ -65,6 +65,17 @@ typedef struct w16_moe_gemm_cfg {
     bool scales_in_b;        /* no deferred group scales (the row's key) */
     bool ws;                 /* wgmma: warp-specialized, a producer
                                 warpgroup beside the warps_n warps */
+    bool acc_scales;         /* wgmma, grouped: group scales on the float32
+                                accumulators, exact codes in the A operand */
+    int wgmma_groups;        /* wgmma: groups in flight a warpgroup, 1 or
+                                2 (0 reads as 1) */
+    bool split_codes;        /* wgmma, warp-specialized, 4-bit: the codes
+                                in shared memory by warp half, two k16
+                                steps a 16-byte lane vector */
+    bool group_stages;       /* grouped, group_size a multiple of 64: the
+                                wgmma template changes groups only at
+                                stage starts (two groups in flight need
+                                it) */
 } w16_moe_gemm_cfg_t;
 
 /* The routing block (block_m) for a number of routed slots per expert;

@@ -187,6 +187,14 @@ typedef struct w16_tile_rule {
     /* wgmma rows: a producer warpgroup issues the copies into a ring of
      * stages guarded by mbarriers (templates/moe_wgmma_gemm.cu, WS) */
     bool warp_specialized;
+    /* warp-specialized wgmma rows: grouped scales applied to the float32
+     * accumulators at each group change (codes only in the A operand) */
+    bool scales_on_acc;
+    /* warp-specialized wgmma rows: wgmma groups in flight, 1 or 2 */
+    int wgmma_groups;
+    /* warp-specialized wgmma rows, 4-bit codes: stage copies of 8-byte
+     * halves so that a warp reads whole 16-byte vectors (two k16 steps) */
+    bool split_codes;
     const char *json_path;
 } w16_tile_rule_t;
 

@@ -261,6 +261,7 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
                                        "warps_k", "stages", "max_split_k",
                                        "ctas_per_sm", "min_ctas",
                                        "scales_in_b", "mma", "warp_specialized",
+                                       "scales_on_acc", "wgmma_groups", "split_codes",
                                        NULL};
     int n = cJSON_GetArraySize(arr);
     if (!cJSON_IsArray(arr) || n < 1 || n > 32)
@@ -391,6 +392,41 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
                              "warpgroups (warps_n 8) and one CTA an SM is "
                              "warp-specialized");
             g->warp_specialized = cJSON_IsTrue(ws);
+        }
+        /* optional scales_on_acc and wgmma_groups (warp-specialized rows) */
+        g->scales_on_acc = false;
+        g->wgmma_groups = 1;
+        const cJSON *sa = cJSON_GetObjectItemCaseSensitive(r, "scales_on_acc");
+        if (sa) {
+            snprintf(pk, sizeof pk, "%s.scales_on_acc", p);
+            if (!cJSON_IsBool(sa))
+                return tfail(L, pk, "expected true or false");
+            if (cJSON_IsTrue(sa) && !g->warp_specialized)
+                return tfail(L, pk, "only a warp_specialized row applies "
+                             "scales on the accumulators");
+            g->scales_on_acc = cJSON_IsTrue(sa);
+        }
+        const cJSON *wgr = cJSON_GetObjectItemCaseSensitive(r, "wgmma_groups");
+        if (wgr) {
+            snprintf(pk, sizeof pk, "%s.wgmma_groups", p);
+            if (!cJSON_IsNumber(wgr) ||
+                (wgr->valuedouble != 1 && wgr->valuedouble != 2))
+                return tfail(L, pk, "expected 1 or 2");
+            if (wgr->valuedouble == 2 && !g->warp_specialized)
+                return tfail(L, pk, "only a warp_specialized row keeps two "
+                             "wgmma groups in flight");
+            g->wgmma_groups = (int)wgr->valuedouble;
+        }
+        g->split_codes = false;
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(r, "split_codes");
+        if (sc) {
+            snprintf(pk, sizeof pk, "%s.split_codes", p);
+            if (!cJSON_IsBool(sc))
+                return tfail(L, pk, "expected true or false");
+            if (cJSON_IsTrue(sc) && !g->warp_specialized)
+                return tfail(L, pk, "only a warp_specialized row splits "
+                             "the codes");
+            g->split_codes = cJSON_IsTrue(sc);
         }
         if (32 * v[2] * v[3] * sk[2] > 2048) {
             snprintf(pk, sizeof pk, "%s.min_ctas", p);

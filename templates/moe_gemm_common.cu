@@ -124,6 +124,16 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src,
                  "l"(src), "r"(n)
                  : "memory");
 }
+// 8 bytes (the split codes: cp.async.cg copies 16 bytes only)
+__device__ __forceinline__ void cp_async8(void *dst, const void *src,
+                                          bool valid)
+{
+    int n = valid ? 8 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(n)
+                 : "memory");
+}
 __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -148,6 +158,22 @@ __device__ __forceinline__ act2_t codes_minus_zero(u32 v, act2_t zb)
     } else {
         float lo = (float)(int)(v & 0xffffu) - act::to_f(zb.x);
         float hi = (float)(int)(v >> 16) - act::to_f(zb.y);
+        return act::pair(act::from_f(lo), act::from_f(hi));
+    }
+}
+
+// m (codes - zero) for a 0/1 mask m, exact (the wgmma template's scales
+// on the accumulators); nz = -m zb, computed once per group
+__device__ __forceinline__ act2_t codes_minus_zero_masked(u32 v, act2_t m,
+                                                          act2_t nz)
+{
+    if constexpr (USE_MAGIC) {
+        act2_t x = from_u32<act2_t>(v | (MAGIC_BITS << 16) | MAGIC_BITS);
+        return __hfma2(x, m, nz);
+    } else {
+        float lo = (float)(int)(v & 0xffffu) * act::to_f(m.x) +
+                   act::to_f(nz.x);
+        float hi = (float)(int)(v >> 16) * act::to_f(m.y) + act::to_f(nz.y);
         return act::pair(act::from_f(lo), act::from_f(hi));
     }
 }
@@ -275,10 +301,33 @@ __device__ __forceinline__ void stage_copy(
             cp_async16(dA + a_dst[q], a_src[q] + k0, true);
     int4 *dB = sB + slot * B_STAGE;
     const int4 *qs = qw_e + (size_t)(k0 / 16) * tiles_n * TILE_VECS;
+    if constexpr (SPLIT_CODES) {
+        // 4-bit, the wgmma template's warps of half h read words 2h, 2h+1
+        // of each lane's vector: half h of vector v (lane v) of step ks,
+        // tile tt goes to 8-byte piece ks % 2 of vector v of block
+        // (ks / 2, tt, h), so that a warp reads one whole 16-byte vector a
+        // lane for two k16 steps (no bank conflict)
+        int2 *dB2 = reinterpret_cast<int2 *>(dB);
 #pragma unroll
-    for (int q = 0; q < B_PER; q++)
-        cp_async16(dB + tid + q * NTHREADS,
-                   b_off[q] >= 0 ? qs + b_off[q] : qweight, b_off[q] >= 0);
+        for (int q = 0; q < B_PER; q++) {
+            const int i = tid + q * NTHREADS, v = i % TILE_VECS;
+            const int rest = i / TILE_VECS, tt = rest % TILES,
+                      ks = rest / TILES;
+            const int2 *src = reinterpret_cast<const int2 *>(
+                b_off[q] >= 0 ? qs + b_off[q] : qweight);
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+                cp_async8(dB2 + ((((ks / 2) * TILES + tt) * 2 + hh) *
+                                     TILE_VECS + v) * 2 + ks % 2,
+                          src + hh, b_off[q] >= 0);
+        }
+    } else {
+#pragma unroll
+        for (int q = 0; q < B_PER; q++)
+            cp_async16(dB + tid + q * NTHREADS,
+                       b_off[q] >= 0 ? qs + b_off[q] : qweight,
+                       b_off[q] >= 0);
+    }
     if constexpr (SMEM_SCALES) { // row r = group k0/group_size + r
         int4 *dS = sS + slot * S_STAGE;
         const int g0 = k0 / group_size;

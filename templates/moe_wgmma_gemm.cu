@@ -83,6 +83,20 @@ constexpr int ACC = BM / 2;               // accumulator floats per slice
 // for BM 64 and 128; one (64 columns, one tile) for BM 256, whose
 // m64n256k16 products reuse each dequantized fragment for twice the rows
 constexpr int SLICES = BM == 256 ? 1 : 2;
+// SOA (the row's "scales_on_acc", grouped layers; measured 11% slower
+// than the scales in the dequantization, unused by the built-in tables):
+// the A fragments are the exact codes minus zero, and the group scales
+// act on the float32 accumulators, kept in units of the current group's
+// scale of their row:
+// at a group change acc *= old / new (after wgmma.wait_group 0), at the
+// end acc *= the last scale. A row whose scale is zero keeps its unit and
+// gets zero fragments for that group (a 0/1 mask in the subtraction).
+constexpr bool SOA = ACC_SCALES && GROUPED;
+// wgmma groups a consumer warpgroup keeps in flight (the row's
+// "wgmma_groups"). Two need groups of whole stages (GROUP_STAGES): a
+// group change between k16 steps made ptxas serialize every wgmma
+// (C7513), so layers with smaller groups keep one.
+constexpr int DEPTH = GROUPED && !GROUP_STAGES ? 1 : WGMMA_GROUPS;
 
 static_assert(!ACT_ORDER, "act-order runs on the mma.sync kernel");
 static_assert(BM == 64 || BM == 128 || BM == 256,
@@ -99,6 +113,12 @@ static_assert(!WS || NTHREADS == 256, "warp-specialized: two consumer "
               "warpgroups (the producer's registers are sized for them)");
 static_assert(!WS || NTHREADS % 128 == 0, "plan threads per producer "
               "thread");
+static_assert(DEPTH == 1 || DEPTH == 2, "one or two wgmma groups in flight");
+static_assert(!SPLIT_CODES || (WS && BITS == 4 && SLICES == 2 &&
+                               KSTEPS % 2 == 0),
+              "split codes: warp-specialized, 4-bit, two slices");
+static_assert(DEPTH == 1 || (WS && KSTEPS > DEPTH), "two wgmma groups in "
+              "flight: warp-specialized rows (the ring's release) only");
 
 // ---- PTX wrappers ---------------------------------------------------------
 
@@ -415,9 +435,26 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     // ---- the thread's columns: slice s, rows gid (lo) and gid + 8 (hi) ---
     // column (CTA-local tile my_tile) 16 (2h + s) + gid (+ 8)
     const int colbase = tile_col(my_tile, ncol, N, ip);
+    // The accumulators are not cleared: the tile's first products ignore
+    // them (scale_d 0). Clearing them with moves would put non-wgmma
+    // definitions of the accumulators inside ptxas's view of the wgmma
+    // pipeline (products stay in flight across stages), and ptxas would
+    // then serialize every wgmma. The empty asm only tells the compiler
+    // the registers have a value; it emits nothing.
+    float acc[SLICES][ACC];
+#pragma unroll
+    for (int s = 0; s < SLICES; s++)
+#pragma unroll
+        for (int i = 0; i < ACC; i++)
+            asm volatile("" : "=f"(acc[s][i]));
+
     typedef typename pick<SCALE_SAME, act_t, float>::t reg_scale_t;
     reg_scale_t s_reg[2][2]; // [slice][lo, hi]
     act_t z_reg[2][2];       // MAGIC + z (or z)
+    // SOA: the unit of the rows' accumulators (the scale of their group,
+    // or an earlier one where it is zero) and the 0/1 fragment masks
+    float u_reg[2][2];
+    act_t m_reg[2][2];
     int cur_g = -1;
     const int it0_group = GROUPED ? it0 * BK / group_size : 0;
 
@@ -440,17 +477,49 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         const scale_t *ss =
             reinterpret_cast<const scale_t *>(sS + slot * S_STAGE) +
             row * TILES * 64;
+        if constexpr (SOA) {
+            // the products of the old group must be in the accumulators
+            // before they change unit (the first group: nothing in flight,
+            // the accumulators unset and multiplied by 1; the wait and the
+            // multiply are unconditional: ptxas serializes every wgmma
+            // (C7515) when a path may skip the wait)
+            const bool first = cur_g < 0;
+            wgmma_wait<0>();
+            float ratio[2][2];
 #pragma unroll
-        for (int s = 0; s < SLICES; s++)
+            for (int s = 0; s < SLICES; s++)
 #pragma unroll
-            for (int x = 0; x < 2; x++) {
-                scale_t sv = ss[my_tile * 64 +
-                                scale_pos(16 * colq(s) + 8 * x + gid)];
-                if constexpr (SCALE_SAME)
-                    s_reg[s][x] = sv;
-                else
-                    s_reg[s][x] = sca::to_f(sv);
-            }
+                for (int x = 0; x < 2; x++) {
+                    float sv = sca::to_f(ss[my_tile * 64 +
+                                            scale_pos(16 * colq(s) + 8 * x +
+                                                      gid)]);
+                    float u = sv != 0.0f ? sv : (first ? 1.0f : u_reg[s][x]);
+                    ratio[s][x] = first ? 1.0f : __fdiv_rn(u_reg[s][x], u);
+                    u_reg[s][x] = u;
+                    m_reg[s][x] = act::from_f(sv != 0.0f ? 1.0f : 0.0f);
+                }
+#pragma unroll
+            for (int s = 0; s < SLICES; s++)
+#pragma unroll
+                for (int i = 0; i < ACC; i += 4) {
+                    acc[s][i + 0] *= ratio[s][0];
+                    acc[s][i + 1] *= ratio[s][0];
+                    acc[s][i + 2] *= ratio[s][1];
+                    acc[s][i + 3] *= ratio[s][1];
+                }
+        } else {
+#pragma unroll
+            for (int s = 0; s < SLICES; s++)
+#pragma unroll
+                for (int x = 0; x < 2; x++) {
+                    scale_t sv = ss[my_tile * 64 +
+                                    scale_pos(16 * colq(s) + 8 * x + gid)];
+                    if constexpr (SCALE_SAME)
+                        s_reg[s][x] = sv;
+                    else
+                        s_reg[s][x] = sca::to_f(sv);
+                }
+        }
         if constexpr (ZP)
             set_zero(g);
         cur_g = g;
@@ -459,19 +528,6 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     // reloads zero points); the zero points of a channelwise or symmetric
     // layer are set once here
     set_zero(GROUPED ? it0_group : 0);
-
-    // The accumulators are not cleared: the tile's first products ignore
-    // them (scale_d 0). Clearing them with moves would put non-wgmma
-    // definitions of the accumulators inside ptxas's view of the wgmma
-    // pipeline (products stay in flight across stages), and ptxas would
-    // then serialize every wgmma. The empty asm only tells the compiler
-    // the registers have a value; it emits nothing.
-    float acc[SLICES][ACC];
-#pragma unroll
-    for (int s = 0; s < SLICES; s++)
-#pragma unroll
-        for (int i = 0; i < ACC; i++)
-            asm volatile("" : "=f"(acc[s][i]));
 
     // A fragments of step kk, slice s (see the header): 4-bit, one word of
     // the lane's vector (2h + s) gives the four code pairs at shifts 0
@@ -516,9 +572,18 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
                     v1 = (wd[s][x] >> 8) & 0x00ff00ffu;
                 }
                 act2_t zb = act::pair(z_reg[s][x], z_reg[s][x]);
-                act2_t d0 = codes_minus_zero(v0, zb);
-                act2_t d1 = codes_minus_zero(v1, zb);
-                if constexpr (GROUPED) {
+                act2_t d0, d1;
+                if constexpr (SOA) {
+                    // m (c + MAGIC) - m (z + MAGIC), m = 0 or 1: exact
+                    act2_t mb = act::pair(m_reg[s][x], m_reg[s][x]);
+                    act2_t nz = __hneg2(__hmul2(zb, mb));
+                    d0 = codes_minus_zero_masked(v0, mb, nz);
+                    d1 = codes_minus_zero_masked(v1, mb, nz);
+                } else {
+                    d0 = codes_minus_zero(v0, zb);
+                    d1 = codes_minus_zero(v1, zb);
+                }
+                if constexpr (GROUPED && !SOA) {
                     d0 = apply_scale(d0, s_reg[s][x], s_reg[s][x]);
                     d1 = apply_scale(d1, s_reg[s][x], s_reg[s][x]);
                 }
@@ -536,8 +601,17 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
     // A fragments, two register sets: step kk fills set kk % 2, which
     // wgmma.wait_group 1 after step kk - 1 freed (one group in flight;
     // ptxas serializes the wgmmas when more sets rotate: measured)
-    u32 af[2][SLICES][4];
-    const bool stage_groups = GROUPED && group_size % BK == 0;
+    // (DEPTH 2: four sets, wgmma.wait_group 2; KSTEPS is a multiple of
+    // both, so the set of a step is known from the unrolled kk)
+    constexpr int NSETS = DEPTH == 1 ? 2 : 4;
+    static_assert(KSTEPS % NSETS == 0, "register sets rotate per stage");
+    u32 af[NSETS][SLICES][4];
+    // GROUP_STAGES (groups of whole stages, known when the unit is
+    // generated): the per-step group check below is compiled out of the
+    // unrolled product loop, which alone took Mixtral-8x7B at M = 4096
+    // from 6740 to 6417 us on the H200
+    const bool stage_groups =
+        GROUPED && (GROUP_STAGES || group_size % BK == 0);
     // release (WS): the ring slot of the previous stage, whose products
     // are done after this stage's first wgmma.wait_group 1 (-1: none)
     auto compute_stage = [&](int it, int slot, int release) {
@@ -553,41 +627,59 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         // WS: the codes of step kk + 1 are read from shared memory before
         // step kk's products and wait, so their latency hides behind them
         u32 wd_next[SLICES][2];
-        if constexpr (WS)
+        // SPLIT_CODES: the vector of pair p holds steps 2p, 2p + 1 (the
+        // warp's words of each, moe_gemm_common.cu's stage_copy); pair
+        // p + 1 is read at step 2p
+        int4 pairs[KSTEPS / 2];
+        auto fetch_pair = [&](int p) {
+            pairs[p] = cB[((p * TILES + my_tile) * 2 + h) * TILE_VECS + lane];
+        };
+        if constexpr (SPLIT_CODES)
+            fetch_pair(0);
+        else if constexpr (WS)
             fetch_codes(cB, 0, wd_next);
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; kk++) {
-            if constexpr (GROUPED) {
+            if constexpr (GROUPED && !GROUP_STAGES) {
                 if (!stage_groups) {
                     int g = (it * BK + kk * 16) / group_size;
                     if (g != cur_g)
                         load_group_smem(slot, g - it * BK / group_size, g);
                 }
             }
-            if constexpr (WS) {
+            if constexpr (SPLIT_CODES) {
+                if (kk % 2 == 0 && kk + 2 < KSTEPS)
+                    fetch_pair(kk / 2 + 1);
+                const int4 x = pairs[kk / 2];
+                u32 wd[SLICES][2];
+                wd[0][0] = wd[0][1] = (u32)(kk % 2 ? x.z : x.x);
+                wd[1][0] = wd[1][1] = (u32)(kk % 2 ? x.w : x.y);
+                convert_codes(wd, af[kk % NSETS]);
+            } else if constexpr (WS) {
                 u32 wd[SLICES][2];
 #pragma unroll
                 for (int s = 0; s < SLICES; s++)
                     wd[s][0] = wd_next[s][0], wd[s][1] = wd_next[s][1];
                 if (kk + 1 < KSTEPS)
                     fetch_codes(cB, kk + 1, wd_next);
-                convert_codes(wd, af[kk % 2]);
+                convert_codes(wd, af[kk % NSETS]);
             } else {
-                dequant(cB, kk, af[kk % 2]);
+                dequant(cB, kk, af[kk % NSETS]);
             }
             const u64 desc = smem_desc(a_base + 32u * (u32)kk);
             const int scale_d = it > it0 || kk > 0;
             wgmma_fence();
 #pragma unroll
             for (int s = 0; s < SLICES; s++)
-                wgmma_step(acc[s], af[kk % 2][s], desc, scale_d);
+                wgmma_step(acc[s], af[kk % NSETS][s], desc, scale_d);
             wgmma_commit();
-            wgmma_wait<1>(); // step kk - 1 done: its registers are free
+            // step kk - DEPTH done: its registers are free
+            wgmma_wait<DEPTH>();
             if constexpr (WS) {
                 // every consumer thread arrives for its own reads (a
                 // __syncwarp and one lane's arrive made ptxas serialize
                 // the wgmmas of channelwise layers: C7513)
-                if (kk == 0 && release >= 0)
+                if (kk == DEPTH - 1 && release >= 0)
                     mbar_arrive(&s_empty[release]);
             }
         }
@@ -628,6 +720,16 @@ W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
         }
     }
     wgmma_wait<0>();
+    if constexpr (SOA)
+#pragma unroll
+        for (int s = 0; s < SLICES; s++)
+#pragma unroll
+            for (int i = 0; i < ACC; i += 4) {
+                acc[s][i + 0] *= u_reg[s][0];
+                acc[s][i + 1] *= u_reg[s][0];
+                acc[s][i + 2] *= u_reg[s][1];
+                acc[s][i + 3] *= u_reg[s][1];
+            }
     if (iters == 0) // a split without K stages (not chosen by the runtime)
 #pragma unroll
         for (int s = 0; s < SLICES; s++)

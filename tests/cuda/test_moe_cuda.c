@@ -220,8 +220,8 @@ static void build_cases(void)
     c.gs = -1; c.why = "w2 N > 4096 at block_m 16"; add(c);
     /* the wgmma rows (block_m 128 from 128 routed slots per expert; on
      * an sm_90 device the wgmma template runs them, elsewhere mma.sync):
-     * 4/8-bit, zero points, channelwise, F16, bias, ragged N, the
-     * batched format, an expert map */
+     * 4/8-bit, zero points, channelwise, F16, groups of 32, bias, ragged
+     * N, the batched format, an expert map */
     for (int v = 0; v < 8; v++) {
         c = base_case();
         c.M = v == 5 ? 513 : 601 + 37 * v; /* >= 512: 128 slots an expert */
@@ -229,7 +229,8 @@ static void build_cases(void)
         c.I = v == 5 ? 192 : 128;
         c.bits = v == 1 || v == 4 ? 8 : 4;
         c.zp = v == 2;
-        c.gs = v == 3 || v == 4 ? -1 : (v == 5 || v == 6 ? 64 : 128);
+        /* gs 32 (v 6): groups change between the k16 steps of a stage */
+        c.gs = v == 3 || v == 4 ? -1 : (v == 5 ? 64 : v == 6 ? 32 : 128);
         c.act = v == 3 || v == 6 ? WNA16_DTYPE_F16 : WNA16_DTYPE_BF16;
         c.scale = v == 7 ? WNA16_DTYPE_F16 : c.act;
         c.bias = v == 3 || v == 7;

@@ -36,6 +36,8 @@ typedef struct qvariant {
     w16_moe_scales_t scales;
     wna16_dtype_t act, scale, bias;
     wna16_activation_t activation;
+    /* groups smaller than a 64-row stage (no GROUP_STAGES) */
+    bool small_groups;
 } qvariant_t;
 
 #define F16 WNA16_DTYPE_F16
@@ -44,7 +46,7 @@ typedef struct qvariant {
 static const qvariant_t VARIANTS[] = {
     {4, false, false, true, W16_MOE_SCALES_T64, F16, F16, F16, WNA16_ACT_SILU},
     {4, true, false, true, W16_MOE_SCALES_T32, BF16, BF16, BF16,
-     WNA16_ACT_GELU},
+     WNA16_ACT_GELU, true},
     {4, false, true, true, W16_MOE_SCALES_T64, BF16, F16, BF16,
      WNA16_ACT_GELU_TANH},
     {4, true, true, true, W16_MOE_SCALES_T64, F16, BF16, F16,
@@ -131,6 +133,7 @@ static void apply(w16_moe_gemm_cfg_t *c, const qvariant_t *v)
     c->zp = v->zp;
     c->act_order = v->act_order;
     c->grouped = v->grouped;
+    c->group_stages = v->grouped && !v->small_groups;
     c->scales = v->scales;
     c->act_dtype = v->act;
     c->scale_dtype = v->scale;
@@ -187,6 +190,9 @@ static void test_tiling_rows(wna16_context_t *ctx)
                         c.min_ctas = row->min_ctas;
                         c.wgmma = row->wgmma;
                         c.ws = row->wgmma && row->warp_specialized;
+                        c.acc_scales = c.ws && row->scales_on_acc;
+                        c.wgmma_groups = c.ws ? row->wgmma_groups : 1;
+                        c.split_codes = c.ws && row->split_codes;
                         /* act-order never reaches a wgmma row */
                         while (row->wgmma &&
                                VARIANTS[vi % W16_ARRAY_LEN(VARIANTS)].act_order)
@@ -229,7 +235,10 @@ static void test_tables_agree(wna16_context_t *ctx)
                  x->max_split_k == y->max_split_k &&
                  x->ctas_per_sm == y->ctas_per_sm &&
                  x->min_ctas == y->min_ctas && x->wgmma == y->wgmma &&
-                 x->warp_specialized == y->warp_specialized);
+                 x->warp_specialized == y->warp_specialized &&
+                 x->scales_on_acc == y->scales_on_acc &&
+                 x->wgmma_groups == y->wgmma_groups &&
+                 x->split_codes == y->split_codes);
     }
 }
 
@@ -255,10 +264,12 @@ static void test_variants(wna16_context_t *ctx)
 /* The same variants (but act order) on the wgmma template, sm_90a: the
  * plain pipeline (one warpgroup), then the warp-specialized one (two
  * consumer warpgroups and the producer), then that at block_m 256 (one
- * m64 slice a warpgroup). */
+ * m64 slice a warpgroup), then the warp-specialized pipeline with the
+ * group scales on the accumulators and split codes, with one and two
+ * wgmma groups in flight, then two groups in flight alone. */
 static void test_variants_wgmma(wna16_context_t *ctx)
 {
-    for (int ws = 0; ws < 3; ws++)
+    for (int ws = 0; ws < 6; ws++)
         for (size_t v = 0; v < W16_ARRAY_LEN(VARIANTS); v++) {
             if (VARIANTS[v].act_order)
                 continue;
@@ -267,13 +278,19 @@ static void test_variants_wgmma(wna16_context_t *ctx)
                 memset(&c, 0, sizeof c);
                 c.gemm = (wna16_gemm_t)g;
                 c.block_m = ws == 2 ? 256 : v % 2 ? 64 : 128;
-                c.block_n = ws == 1 ? 256 : 128;
+                c.block_n = ws == 1 || ws >= 3 ? 256 : 128;
                 c.block_k = 64;
                 c.warps_n = ws ? 8 : 4;
                 c.warps_k = 1;
                 c.stages = ws ? 5 : 3;
                 c.wgmma = true;
                 c.ws = ws > 0;
+                /* 3: scales on the accumulators and split codes (4-bit
+                 * only, others ignore it); 4: and two groups in flight;
+                 * 5: two groups in flight alone */
+                c.acc_scales = ws == 3 || ws == 4;
+                c.wgmma_groups = ws >= 4 ? 2 : 1;
+                c.split_codes = ws == 3 || ws == 4;
                 apply(&c, &VARIANTS[v]);
                 compile_gemm(ctx, &c, ws ? "variant (wgmma, warp-specialized)"
                                          : "variant (wgmma)");

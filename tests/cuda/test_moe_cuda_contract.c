@@ -121,6 +121,9 @@ static void e_wg_mma(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSe
  * boolean; block_m 256 needs 64 columns a warpgroup */
 static void e_ws_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", 4), "warp_specialized", 1); }
 static void e_ws_bool(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 5), "warp_specialized", cJSON_CreateString("yes")); }
+/* scales_on_acc and wgmma_groups: warp-specialized rows only */
+static void e_sa_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", 4), "scales_on_acc", 1); }
+static void e_sa_bool(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", 5), "wgmma_groups", 3); }
 static void e_wg_256(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 3), "block_m", 256); }
 static void e_wg_last(cJSON *r, int a)
 {
@@ -179,6 +182,9 @@ static void test_tiling_refusals(wna16_context_t *ctx)
                      "with two consumer warpgroups"},
         {e_ws_bool, "$.tiling.gemm[5].warp_specialized: expected true or "
                     "false"},
+        {e_sa_plain, "$.tiling.gemm[4].scales_on_acc: only a "
+                     "warp_specialized row"},
+        {e_sa_bool, "$.tiling.gemm[5].wgmma_groups: expected 1 or 2"},
         {e_wg_256, "$.tiling.gemm[5]: with block_m 256 (from "
                    "$.tiling.block_m[3]) a wgmma warpgroup (4 warps_n) "
                    "computes 64 columns: block_n 256 needs warps_n 16"},
