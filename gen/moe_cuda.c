@@ -468,30 +468,27 @@ void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size)
              c->scales == W16_MOE_SCALES_T64 ? "t64" : "t32",
              dt_short(c->scale_dtype), dt_short(c->bias_dtype), c->block_m,
              c->block_n, c->block_k, c->warps_n, c->warps_k, c->stages);
-    size_t len = strlen(out);
-    if (c->min_ctas > 1 && len < size)
-        snprintf(out + len, size - len, "_o%d", c->min_ctas);
-    len = strlen(out);
-    if (c->scales_in_b && len < size)
-        snprintf(out + len, size - len, "_sb");
-    len = strlen(out);
-    if (c->wgmma && len < size)
-        snprintf(out + len, size - len, "_wg");
-    len = strlen(out);
-    if (c->ws && len < size)
-        snprintf(out + len, size - len, "_ws");
-    len = strlen(out);
-    if (c->acc_scales && len < size)
-        snprintf(out + len, size - len, "_sa");
-    len = strlen(out);
-    if (c->wgmma_groups > 1 && len < size)
-        snprintf(out + len, size - len, "_d%d", c->wgmma_groups);
-    len = strlen(out);
-    if (c->split_codes && c->bits == 4 && len < size)
-        snprintf(out + len, size - len, "_sc");
-    len = strlen(out);
-    if (c->wgmma && c->grouped && !c->group_stages && len < size)
-        snprintf(out + len, size - len, "_gk");
+    /* the variant keys that change the code, in a fixed order: a suffix
+     * each where it is not the default (value -1: a flag) */
+    const struct { bool on; const char *tag; int value; } keys[] = {
+        {c->min_ctas > 1, "_o", c->min_ctas},
+        {c->scales_in_b, "_sb", -1},
+        {c->wgmma, "_wg", -1},
+        {c->ws, "_ws", -1},
+        {c->acc_scales, "_sa", -1},
+        {c->wgmma_groups > 1, "_d", c->wgmma_groups},
+        {c->split_codes && c->bits == 4, "_sc", -1},
+        {c->wgmma && c->grouped && !c->group_stages, "_gk", -1},
+    };
+    for (size_t i = 0; i < W16_ARRAY_LEN(keys); i++) {
+        size_t len = strlen(out);
+        if (!keys[i].on || len >= size)
+            continue;
+        if (keys[i].value >= 0)
+            snprintf(out + len, size - len, "%s%d", keys[i].tag, keys[i].value);
+        else
+            snprintf(out + len, size - len, "%s", keys[i].tag);
+    }
 }
 
 static bool is_f16ish(wna16_dtype_t d)
