@@ -711,3 +711,78 @@ const kir_expr_t *w16_rp_source_load(builder_t *B, w16_role_t role,
     return memo_add(B, slot, flat,
                     w16_rp_let(B, "src_elem", w16_ir_select(k, hit, cell, mem)));
 }
+
+/* e (i64) as p + *c with *c a constant, by taking the constants out of
+ * sums, and out of products and left shifts by constants (exact in
+ * two's complement: (a + b) << s = (a << s) + (b << s)); p is e itself
+ * and *c 0 where there is nothing to take out. */
+static const kir_expr_t *split_const(builder_t *B, const kir_expr_t *e, int64_t *c)
+{
+    kir_kernel_t *k = B->k;
+    int64_t ca = 0, cb = 0, m;
+    *c = 0;
+    if (!e || e->type != KIR_I64)
+        return e;
+    switch (e->op) {
+    case KIR_OP_CONST:
+        *c = e->ival;
+        return ik(B, 0);
+    case KIR_OP_ADD: {
+        const kir_expr_t *pa = split_const(B, e->a, &ca);
+        const kir_expr_t *pb = split_const(B, e->b, &cb);
+        if (!ca && !cb)
+            return e;
+        if (__builtin_add_overflow(ca, cb, c)) {
+            *c = 0;
+            return e;
+        }
+        return w16_ir_add(k, pa, pb);
+    }
+    case KIR_OP_SHL:
+    case KIR_OP_MUL: {
+        if (e->b->op != KIR_OP_CONST || e->b->ival < 0 ||
+            (e->op == KIR_OP_SHL && e->b->ival > 30))
+            return e;
+        m = e->op == KIR_OP_SHL ? INT64_C(1) << e->b->ival : e->b->ival;
+        const kir_expr_t *pa = split_const(B, e->a, &ca);
+        if (!ca || __builtin_mul_overflow(ca, m, c)) {
+            *c = 0;
+            return e;
+        }
+        return kir_bin(k, e->op, pa, e->b);
+    }
+    default:
+        return e;
+    }
+}
+
+/* The codes of one source element sit at a lane-dependent offset plus a
+ * constant (GPTQ into the cpu layout: 4 * (k % 8) with k = a multiple of
+ * 4 from the lane plus 0..3): shifting by the sum made NVRTC shift in 64
+ * bits (the interval analysis sees (k % 8) + 3 up to 10, 40 bits) and
+ * per code. Shifted by the lane's part first, the codes of an element
+ * share that shift and each takes its nibble with a constant one. Exact
+ * where both parts are non-negative and their sum stays under 64 (then
+ * (v >> p) >> c = v >> (p + c) for every i64 v). Only the GPU's rows
+ * plans, so no other kernel's text changes; elements of at most 32 bits
+ * (the mask below). */
+const kir_expr_t *w16_rp_source_shift(builder_t *B, const kir_expr_t *v,
+                                      const kir_expr_t *bit)
+{
+    kir_kernel_t *k = B->k;
+    if (B->tile && B->tile->rows) {
+        int64_t c = 0;
+        const kir_expr_t *p = split_const(B, bit, &c);
+        w16_facts_t f = w16_ir_facts(&B->L, p);
+        w16_facts_t fv = w16_ir_facts(&B->L, v);
+        if (c > 0 && c < 64 && p->op != KIR_OP_CONST && f.lo >= 0 && f.hi <= 63 - c &&
+            fv.lo >= 0 && fv.hi <= INT64_C(0xffffffff)) {
+            /* the mask (a no-op) tells the interval analysis that the
+             * shifted element still fits 32 bits, so both shifts narrow */
+            const kir_expr_t *part = kir_bin(k, KIR_OP_AND, kir_bin(k, KIR_OP_LSHR, v, p),
+                                             ik(B, INT64_C(0xffffffff)));
+            return kir_bin(k, KIR_OP_LSHR, part, ik(B, c));
+        }
+    }
+    return kir_bin(k, KIR_OP_LSHR, v, bit);
+}
