@@ -301,7 +301,7 @@ static const kir_expr_t *src_value_raw(builder_t *B, w16_role_t role,
             return NULL;
         int64_t bv;
         if (!(bit->op == KIR_OP_CONST && (bv = bit->ival) == 0))
-            v = w16_rp_source_shift(B, v, bit);
+            v = kir_bin(k, KIR_OP_LSHR, v, bit);
     }
     if (cb < 64)
         v = kir_bin(k, KIR_OP_AND, v, ik(B, (INT64_C(1) << cb) - 1));

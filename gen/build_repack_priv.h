@@ -109,11 +109,5 @@ const kir_expr_t *w16_rp_source_load(builder_t *B, w16_role_t role,
                                      const kir_expr_t *flat,
                                      const kir_expr_t *row,
                                      const kir_expr_t *col);
-/* v >> bit, the code's place in its source element: plain, except in a
- * GPU rows plan, where a bit offset that is a lane-dependent part plus a
- * constant shifts by the part first (shared by the codes of the element)
- * and then by the constant. */
-const kir_expr_t *w16_rp_source_shift(builder_t *B, const kir_expr_t *v,
-                                      const kir_expr_t *bit);
 
 #endif
