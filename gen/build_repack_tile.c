@@ -211,9 +211,9 @@ static int copy_bits(builder_t *B, const int64_t *S, int n, int np, int slots,
     return -1;
 }
 
-/* Sets B->tile to a plan without staging (shared reads or rows) and names
- * the kernel with `tag`. */
-static bool plan_direct(builder_t *B, struct w16_rp_tile plan, const char *tag)
+/* Sets B->tile to a plan (staged tiles, shared reads or rows) and names
+ * the kernel with the plan's `tag`. */
+static bool install_plan(builder_t *B, struct w16_rp_tile plan, const char *tag)
 {
     kir_kernel_t *k = B->k;
     struct w16_rp_tile *T = w16_arena_alloc(&k->arena, sizeof *T);
@@ -260,7 +260,7 @@ static bool plan_shared_reads(builder_t *B, const int64_t *S, int n, int np,
                 break; /* fewer lanes move the same bits */
             char tag[16];
             snprintf(tag, sizeof tag, "sr%d", U);
-            return plan_direct(B, (struct w16_rp_tile){
+            return install_plan(B, (struct w16_rp_tile){
                 .role = role, .lanes = L, .copies = U, .cbit = cbit, .R = 1,
                 .C = C}, tag);
         }
@@ -312,7 +312,7 @@ static bool plan_rows(builder_t *B, const int64_t *S, int n, int np,
         U /= 2;
     char tag[24];
     snprintf(tag, sizeof tag, "rows%lldx%d", (long long)R, U);
-    return plan_direct(B, (struct w16_rp_tile){
+    return install_plan(B, (struct w16_rp_tile){
         .role = role, .lanes = (int)(R * C), .copies = U, .rows = true,
         .cbit = -1, .R = R * U, .C = C}, tag);
 }
@@ -411,25 +411,16 @@ bool w16_rp_tile_plan(builder_t *B, const int64_t *S, int n, int np,
         }
     if (!best_score)
         return false;
-    kir_kernel_t *k = B->k;
-    struct w16_rp_tile *T = w16_arena_alloc(&k->arena, sizeof *T);
-    char name[240];
-    snprintf(name, sizeof name, "%s_st%lldx%lld", k->name, (long long)best.R,
-             (long long)best.C);
-    const char *nm = w16_arena_strdup(&k->arena, name);
-    if (!T || !nm) {
-        w16_rp_fail(B, "out of memory");
+    char tag[48];
+    snprintf(tag, sizeof tag, "st%lldx%lld", (long long)best.R, (long long)best.C);
+    if (!install_plan(B, best, tag))
         return false;
-    }
-    *T = best;
-    T->sh = kir_shared(k, "tile", B->table[role]->type, T->ns * T->nu * T->pitch);
+    struct w16_rp_tile *T = B->tile;
+    T->sh = kir_shared(B->k, "tile", B->table[role]->type, T->ns * T->nu * T->pitch);
     if (!T->sh) {
         w16_rp_fail(B, "out of memory");
         return false;
     }
-    k->name = nm;
-    B->tile = T;
-    B->unroll = T->copies;
     return true;
 }
 
