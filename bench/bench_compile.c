@@ -78,16 +78,10 @@ int main(int argc, char **argv)
     }
     wna16_context_t *ctx;
     wna16_error_t err;
-    if (wna16_context_create(NULL, &ctx, &err)) {
-        fprintf(stderr, "%s\n", err.message);
-        return 1;
-    }
     w16_cpu_t *cpu;
-    if (w16_cpu_get(ctx, &cpu, &err)) {
-        printf("SKIP: %s\n", err.message);
-        wna16_context_destroy(ctx);
-        return 0;
-    }
+    int status;
+    if (!bench_open_cpu(&ctx, &cpu, &status))
+        return status;
     printf("wna16 bench_compile: int4 group 128, E=%d H=%d I=%d, median of %d "
            "cold compiles (build IR + O3 + codegen + JIT link) a kernel\n",
            E, H, I, reps);

@@ -158,15 +158,10 @@ int main(int argc, char **argv)
         calls = 3;
     wna16_context_t *ctx;
     wna16_error_t err;
-    if (wna16_context_create(NULL, &ctx, &err)) {
-        fprintf(stderr, "%s\n", err.message);
-        return 1;
-    }
     w16_cpu_t *cpu;
-    if (w16_cpu_get(ctx, &cpu, &err)) {
-        printf("SKIP: %s\n", err.message);
-        return 0;
-    }
+    int status;
+    if (!bench_open_cpu(&ctx, &cpu, &status))
+        return status;
     const wna16_spec_t *backend = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, bname);
     if (!backend) {
         fprintf(stderr, "no backend '%s'\n", bname);

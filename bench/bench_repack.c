@@ -130,15 +130,10 @@ int main(int argc, char **argv)
     bool gptq_only = strcmp(fmt_name, "gptq") == 0;
     wna16_context_t *ctx;
     wna16_error_t err;
-    if (wna16_context_create(NULL, &ctx, &err)) {
-        fprintf(stderr, "%s\n", err.message);
-        return 1;
-    }
     w16_cpu_t *cpu;
-    if (w16_cpu_get(ctx, &cpu, &err)) {
-        printf("SKIP: %s\n", err.message);
-        return 0;
-    }
+    int status;
+    if (!bench_open_cpu(&ctx, &cpu, &status))
+        return status;
     /* A random int4 group-128 layer, written as checkpoint tensors of the
      * source format (GPTQ unless told). */
     wna16_qlayer_t L = {.E = E, .H = H, .I = I};
