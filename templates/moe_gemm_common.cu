@@ -426,6 +426,18 @@ __device__ __forceinline__ void store_c_tile(
 
 } // namespace w16
 
+// The GEMM kernel's parameters: the launch contract with runtime/moe_cuda.c,
+// one list for both templates (expanded after `using namespace w16`).
+#define W16_GEMM_PARAMS                                                      \
+    const act_t *__restrict__ a, int a_row_div, int n_slots,                 \
+        const int *__restrict__ sorted_ids,                                  \
+        const int *__restrict__ expert_ids,                                  \
+        const int *__restrict__ num_post, const int4 *__restrict__ qweight,  \
+        const scale_t *__restrict__ scales, const u32 *__restrict__ qzeros,  \
+        const bias_t *__restrict__ bias, const int *__restrict__ g_idx,      \
+        void *__restrict__ out, int N, int K, int G, int group_size, int ip, \
+        float limit, float alpha, float beta, int round_out, int splits
+
 #ifdef W16_REDUCE
 using namespace w16;
 // GEMM 1 after split-K: for every routed slot (the padded order's

@@ -238,16 +238,7 @@ using namespace w16;
 // that many CTAs per SM (occupancy hides the shared-memory and tensor-core
 // latencies of the dequantizing inner loop).
 extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_CTAS)
-W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
-           const int *__restrict__ sorted_ids,
-           const int *__restrict__ expert_ids,
-           const int *__restrict__ num_post,
-           const int4 *__restrict__ qweight,
-           const scale_t *__restrict__ scales,
-           const u32 *__restrict__ qzeros, const bias_t *__restrict__ bias,
-           const int *__restrict__ g_idx, void *__restrict__ out, int N,
-           int K, int G, int group_size, int ip, float limit, float alpha,
-           float beta, int round_out, int splits)
+W16_KERNEL(W16_GEMM_PARAMS)
 {
     extern __shared__ int4 smem4[];
     __shared__ int s_rows[BM];

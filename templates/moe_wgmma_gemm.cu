@@ -303,16 +303,7 @@ __device__ __forceinline__ void wgmma_step(float (&d)[M], const u32 (&a)[4],
 using namespace w16;
 
 extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_CTAS)
-W16_KERNEL(const act_t *__restrict__ a, int a_row_div, int n_slots,
-           const int *__restrict__ sorted_ids,
-           const int *__restrict__ expert_ids,
-           const int *__restrict__ num_post,
-           const int4 *__restrict__ qweight,
-           const scale_t *__restrict__ scales,
-           const u32 *__restrict__ qzeros, const bias_t *__restrict__ bias,
-           const int *__restrict__ g_idx, void *__restrict__ out, int N,
-           int K, int G, int group_size, int ip, float limit, float alpha,
-           float beta, int round_out, int splits)
+W16_KERNEL(W16_GEMM_PARAMS)
 {
     (void)g_idx; // act-order is the mma.sync kernel's
     extern __shared__ int4 smem_raw[];
