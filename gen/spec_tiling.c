@@ -87,6 +87,20 @@ static bool int_at(tload_t *L, const cJSON *j, const char *path, int64_t lo,
     return true;
 }
 
+/* An optional boolean `key` of obj (at path base), false when absent. */
+static bool bool_at(tload_t *L, const cJSON *obj, const char *base,
+                    const char *key, bool *out)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    *out = cJSON_IsTrue(j);
+    if (j && !cJSON_IsBool(j)) {
+        char path[TPATH];
+        snprintf(path, sizeof path, "%s.%s", base, key);
+        return tfail(L, path, "expected true or false");
+    }
+    return true;
+}
+
 /* An optional inclusive range [lo, hi]; absent = [0, INT64_MAX]. */
 static bool range_at(tload_t *L, const cJSON *obj, const char *key,
                      const char *base, int64_t min, int64_t *lo, int64_t *hi,
@@ -370,63 +384,39 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
         g->max_split_k = (int)sk[0];
         g->ctas_per_sm = (int)sk[1];
         g->min_ctas = (int)sk[2];
-        /* optional scales_in_b (default false): the old inner loop */
-        g->scales_in_b = false;
-        const cJSON *sb = cJSON_GetObjectItemCaseSensitive(r, "scales_in_b");
-        if (sb) {
-            snprintf(pk, sizeof pk, "%s.scales_in_b", p);
-            if (!cJSON_IsBool(sb))
-                return tfail(L, pk, "expected true or false");
-            g->scales_in_b = cJSON_IsTrue(sb);
-        }
-        /* optional warp_specialized (wgmma rows, default false) */
-        g->warp_specialized = false;
-        const cJSON *ws = cJSON_GetObjectItemCaseSensitive(r,
-                                                           "warp_specialized");
-        if (ws) {
-            snprintf(pk, sizeof pk, "%s.warp_specialized", p);
-            if (!cJSON_IsBool(ws))
-                return tfail(L, pk, "expected true or false");
-            if (cJSON_IsTrue(ws) && (!g->wgmma || v[2] != 8 || sk[2] > 1))
-                return tfail(L, pk, "only a wgmma row with two consumer "
-                             "warpgroups (warps_n 8) and one CTA an SM is "
-                             "warp-specialized");
-            g->warp_specialized = cJSON_IsTrue(ws);
-        }
-        /* optional scales_on_acc and wgmma_groups (warp-specialized rows) */
-        g->scales_on_acc = false;
+        /* optional flags, default false (scales_in_b: the old inner loop;
+         * the others: variants of the warp-specialized wgmma kernel) */
+        const char *why = NULL, *key = NULL;
+        if (!bool_at(L, r, p, "scales_in_b", &g->scales_in_b) ||
+            !bool_at(L, r, p, "warp_specialized", &g->warp_specialized) ||
+            !bool_at(L, r, p, "scales_on_acc", &g->scales_on_acc) ||
+            !bool_at(L, r, p, "split_codes", &g->split_codes))
+            return false;
         g->wgmma_groups = 1;
-        const cJSON *sa = cJSON_GetObjectItemCaseSensitive(r, "scales_on_acc");
-        if (sa) {
-            snprintf(pk, sizeof pk, "%s.scales_on_acc", p);
-            if (!cJSON_IsBool(sa))
-                return tfail(L, pk, "expected true or false");
-            if (cJSON_IsTrue(sa) && !g->warp_specialized)
-                return tfail(L, pk, "only a warp_specialized row applies "
-                             "scales on the accumulators");
-            g->scales_on_acc = cJSON_IsTrue(sa);
-        }
         const cJSON *wgr = cJSON_GetObjectItemCaseSensitive(r, "wgmma_groups");
         if (wgr) {
             snprintf(pk, sizeof pk, "%s.wgmma_groups", p);
             if (!cJSON_IsNumber(wgr) ||
                 (wgr->valuedouble != 1 && wgr->valuedouble != 2))
                 return tfail(L, pk, "expected 1 or 2");
-            if (wgr->valuedouble == 2 && !g->warp_specialized)
-                return tfail(L, pk, "only a warp_specialized row keeps two "
-                             "wgmma groups in flight");
             g->wgmma_groups = (int)wgr->valuedouble;
         }
-        g->split_codes = false;
-        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(r, "split_codes");
-        if (sc) {
-            snprintf(pk, sizeof pk, "%s.split_codes", p);
-            if (!cJSON_IsBool(sc))
-                return tfail(L, pk, "expected true or false");
-            if (cJSON_IsTrue(sc) && !g->warp_specialized)
-                return tfail(L, pk, "only a warp_specialized row splits "
-                             "the codes");
-            g->split_codes = cJSON_IsTrue(sc);
+        if (g->warp_specialized && (!g->wgmma || v[2] != 8 || sk[2] > 1))
+            key = "warp_specialized", why = "only a wgmma row with two "
+                  "consumer warpgroups (warps_n 8) and one CTA an SM is "
+                  "warp-specialized";
+        else if (g->scales_on_acc && !g->warp_specialized)
+            key = "scales_on_acc", why = "only a warp_specialized row "
+                  "applies scales on the accumulators";
+        else if (g->wgmma_groups == 2 && !g->warp_specialized)
+            key = "wgmma_groups", why = "only a warp_specialized row keeps "
+                  "two wgmma groups in flight";
+        else if (g->split_codes && !g->warp_specialized)
+            key = "split_codes", why = "only a warp_specialized row splits "
+                  "the codes";
+        if (why) {
+            snprintf(pk, sizeof pk, "%s.%s", p, key);
+            return tfail(L, pk, "%s", why);
         }
         if (32 * v[2] * v[3] * sk[2] > 2048) {
             snprintf(pk, sizeof pk, "%s.min_ctas", p);
