@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# ab.sh - one bench program, two source trees, in the same run: builds the
+# program from both trees (in parallel), then runs A, B, A, B, ... so that
+# both see the same machine (clocks, other load, the GPU's temperature),
+# and prints each run's output under a [A] / [B] header. What every
+# before/after figure in bench/RESULTS.md needs, in one device call.
+#
+#   bash bench/ab.sh [-n ROUNDS] [-g GREP] TREE_A TREE_B TARGET [ARG...]
+#
+# TREE_A, TREE_B: checkouts (e.g. main and a branch: `git worktree add`, or
+# a copy under .gpu/ for the device machine); TARGET: a CMake target under
+# bench/ (bench_repack_cuda, bench_moe_cuda, bench_repack, ...), run with
+# ARG...; -n: rounds (default 2); -g: keep only output lines matching the
+# extended regular expression GREP. Builds are Release, in /tmp/ab-A and
+# /tmp/ab-B (kept between calls: a second call rebuilds what changed).
+# WNA16_CACHE_DIR is set per tree (/tmp/ab-X/kcache) so that a kernel of
+# one tree is never loaded by the other.
+set -uo pipefail
+rounds=2 grep_re=
+while getopts "n:g:" o; do
+  case $o in
+    n) rounds=$OPTARG ;;
+    g) grep_re=$OPTARG ;;
+    *) exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+if [ $# -lt 3 ]; then
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
+A=$(cd "$1" && pwd) || exit 2
+B=$(cd "$2" && pwd) || exit 2
+target=$3
+shift 3
+gen=; command -v ninja >/dev/null && gen="-G Ninja"
+jobs=$(nproc)
+for side in A B; do
+  src=$A; [ $side = B ] && src=$B
+  (
+    cmake -S "$src" -B /tmp/ab-$side $gen -DCMAKE_BUILD_TYPE=Release \
+      > /tmp/ab-$side.log 2>&1 &&
+      cmake --build /tmp/ab-$side -j"$jobs" --target "$target" \
+        >> /tmp/ab-$side.log 2>&1
+    echo $? > /tmp/ab-$side.rc
+  ) &
+done
+wait
+status=0
+for side in A B; do
+  if [ "$(cat /tmp/ab-$side.rc 2>/dev/null)" != 0 ]; then
+    echo "ab.sh: building $target from tree $side failed (/tmp/ab-$side.log):" >&2
+    tail -20 /tmp/ab-$side.log >&2
+    status=1
+  fi
+done
+[ $status -eq 0 ] || exit 1
+for r in $(seq 1 "$rounds"); do
+  for side in A B; do
+    src=$A; [ $side = B ] && src=$B
+    echo "[$side] round $r: $src"
+    if [ -n "$grep_re" ]; then
+      WNA16_CACHE_DIR=/tmp/ab-$side/kcache /tmp/ab-$side/bench/$target "$@" 2>&1 |
+        grep -E "$grep_re"
+    else
+      WNA16_CACHE_DIR=/tmp/ab-$side/kcache /tmp/ab-$side/bench/$target "$@" 2>&1
+    fi
+  done
+done
