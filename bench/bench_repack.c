@@ -298,14 +298,8 @@ int main(int argc, char **argv)
     print_load("after the repacks");
     printf("  (first call: the kernels come from the cache directory if an "
            "earlier run left them there, else they are compiled)\n");
-    if (!gptq_only) { /* the rest times GPTQ's kernels */
-        free(a);
-        free(b);
-        wna16_tensor_set_destroy(src);
-        wna16_qlayer_free(&L);
-        wna16_context_destroy(ctx);
-        return 0;
-    }
+    if (!gptq_only) /* the rest times GPTQ's kernels */
+        goto done;
 
     /* Disk-cache load: a new context (empty memory cache) repacks to
      * marlin with every kernel already on disk; minus the steady time. */
@@ -469,6 +463,7 @@ int main(int argc, char **argv)
         for (int v = 0; v < 2; v++)
             w16_repack_kernel_free(&rk[v]);
     }
+done:
     free(a);
     free(b);
     wna16_tensor_set_destroy(src);
