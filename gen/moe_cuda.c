@@ -503,8 +503,9 @@ static const char *check_wgmma(const w16_moe_gemm_cfg_t *c)
 {
     if (c->act_order)
         return "wgmma: act-order runs on the mma.sync template";
-    if (c->block_m != 64 && c->block_m != 128 && c->block_m != 256)
-        return "wgmma: block_m is 64, 128 or 256";
+    if (c->block_m != 16 && c->block_m != 32 && c->block_m != 48 &&
+        c->block_m != 64 && c->block_m != 128 && c->block_m != 256)
+        return "wgmma: block_m is 16, 32, 48, 64, 128 or 256";
     /* a warpgroup's columns: 128 (two m64 slices), 64 at block_m 256 */
     int wg_cols = c->block_m == 256 ? 64 : 128;
     if ((c->block_n != wg_cols && c->block_n != 2 * wg_cols) ||

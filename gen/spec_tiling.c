@@ -189,8 +189,10 @@ static bool load_bm(tload_t *L, const cJSON *arr, const char *base,
             return tfail(L, p, "\"block_m\" is required");
         if (!int_at(L, v, pk, 16, 256, &bm))
             return false;
-        if (b->wgmma && bm != 64 && bm != 128 && bm != 256)
-            return tfail(L, pk, "expected 64, 128 or 256 (wgmma's N)");
+        if (b->wgmma && !((bm % 16 == 0 && bm <= 64) || bm == 128 ||
+                          bm == 256))
+            return tfail(L, pk, "expected 16, 32, 48, 64, 128 or 256 "
+                         "(wgmma's N)");
         if (!b->wgmma && (bm % 16 != 0 || bm > 64))
             return tfail(L, pk, "expected 16, 32, 48 or 64");
         if (i == n - 1 && b->wgmma)

@@ -9,8 +9,11 @@
 // from registers; that is what lets the dequantization stay in the
 // registers, as in the mma.sync kernel), and the activation tile is B,
 // read by the tensor cores from shared memory through a descriptor. The
-// routed rows are wgmma's N (BM = 64, 128 or 256), the weight columns its
-// M.
+// routed rows are wgmma's N (BM = 16, 32, 48, 64, 128 or 256), the weight
+// columns its M. At BM <= 48 (a few rows an expert: the small-M decode)
+// the products are m64n16k16 to m64n48k16 and the accumulators 8 to 24
+// floats a slice, so the tensor cores finish long before the next step's
+// dequantization and the registers stay with the pipeline.
 //
 // Warpgroups. WN = 4 * WGS warps form WGS warpgroups; warpgroup wg owns
 // the CTA's Marlin tiles 2wg and 2wg+1 (128 columns; for w13 that is one
@@ -78,9 +81,9 @@ constexpr int CTA_THREADS = WS ? NTHREADS + 128 : NTHREADS;
 constexpr int PRODUCER_REGS = 104, CONSUMER_REGS = 200;
 // + 1024: the dynamic shared memory is aligned up to the swizzle atom
 constexpr int NEED_BYTES = (PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES) + 1024;
-constexpr int ACC = BM / 2;               // accumulator floats per slice
+constexpr int ACC = BM / 2; // accumulator floats per slice (m64 x BM / 128)
 // m64 slices a warpgroup computes: two (128 columns, two Marlin tiles)
-// for BM 64 and 128; one (64 columns, one tile) for BM 256, whose
+// for BM 16 to 128; one (64 columns, one tile) for BM 256, whose
 // m64n256k16 products reuse each dequantized fragment for twice the rows
 constexpr int SLICES = BM == 256 ? 1 : 2;
 // SOA (the row's "scales_on_acc", grouped layers; measured 11% slower
@@ -99,8 +102,9 @@ constexpr bool SOA = ACC_SCALES && GROUPED;
 constexpr int DEPTH = GROUPED && !GROUP_STAGES ? 1 : WGMMA_GROUPS;
 
 static_assert(!ACT_ORDER, "act-order runs on the mma.sync kernel");
-static_assert(BM == 64 || BM == 128 || BM == 256,
-              "block_m (wgmma N) is 64, 128 or 256");
+static_assert(BM == 16 || BM == 32 || BM == 48 || BM == 64 || BM == 128 ||
+                  BM == 256,
+              "block_m (wgmma N) is 16, 32, 48, 64, 128 or 256");
 static_assert(WN == 4 || WN == 8, "one or two warpgroups");
 static_assert(WK == 1, "no K split between warps");
 static_assert(BN == 64 * SLICES * WGS, "SLICES Marlin tiles a warpgroup");
@@ -208,6 +212,58 @@ __device__ __forceinline__ u64 smem_desc(u32 addr)
 // accumulator register as an operand.
 #define W16_R8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
                   "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+// The small products (BM 16, 32, 48: N 16, 32, 48), 8, 16 or 24
+// accumulators.
+#define W16_D8 "{%0,%1,%2,%3,%4,%5,%6,%7}"
+#define W16_D16 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
+#define W16_D24                                                              \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                \
+    "%16,%17,%18,%19,%20,%21,%22,%23}"
+#define W16_WGMMA_N16(TYPES)                                                 \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"               \
+                 "wgmma.mma_async.sync.aligned.m64n16k16" TYPES " " W16_D8    \
+                 ", {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"                   \
+                 : W16_R8(0)                                                  \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),    \
+                   "r"(scale_d))
+#define W16_WGMMA_N32(TYPES)                                                 \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"               \
+                 "wgmma.mma_async.sync.aligned.m64n32k16" TYPES " " W16_D16   \
+                 ", {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"                 \
+                 : W16_R8(0), W16_R8(8)                                       \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),    \
+                   "r"(scale_d))
+#define W16_WGMMA_N48(TYPES)                                                 \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"               \
+                 "wgmma.mma_async.sync.aligned.m64n48k16" TYPES " " W16_D24   \
+                 ", {%24,%25,%26,%27}, %28, p, 1, 1, 0;\n}\n"                 \
+                 : W16_R8(0), W16_R8(8), W16_R8(16)                           \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),    \
+                   "r"(scale_d))
+
+// M accumulators (8, 16, 24): m64n(2M)k16
+template <int M>
+__device__ __forceinline__ void wgmma_small(float (&d)[M], const u32 (&a)[4],
+                                            u64 desc, int scale_d)
+{
+    if constexpr (M == 8) {
+        if constexpr (ACT_BF16)
+            W16_WGMMA_N16(".f32.bf16.bf16");
+        else
+            W16_WGMMA_N16(".f32.f16.f16");
+    } else if constexpr (M == 16) {
+        if constexpr (ACT_BF16)
+            W16_WGMMA_N32(".f32.bf16.bf16");
+        else
+            W16_WGMMA_N32(".f32.f16.f16");
+    } else {
+        if constexpr (ACT_BF16)
+            W16_WGMMA_N48(".f32.bf16.bf16");
+        else
+            W16_WGMMA_N48(".f32.f16.f16");
+    }
+}
+
 #define W16_D32 \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
@@ -289,7 +345,9 @@ template <int M>
 __device__ __forceinline__ void wgmma_step(float (&d)[M], const u32 (&a)[4],
                                            u64 desc, int scale_d)
 {
-    if constexpr (M == 32)
+    if constexpr (M < 32)
+        wgmma_small<M>(d, a, desc, scale_d);
+    else if constexpr (M == 32)
         wgmma_n64(d, a, desc, scale_d);
     else if constexpr (M == 64)
         wgmma_n128(d, a, desc, scale_d);

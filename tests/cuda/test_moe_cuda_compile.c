@@ -266,34 +266,39 @@ static void test_variants(wna16_context_t *ctx)
  * consumer warpgroups and the producer), then that at block_m 256 (one
  * m64 slice a warpgroup), then the warp-specialized pipeline with the
  * group scales on the accumulators and split codes, with one and two
- * wgmma groups in flight, then two groups in flight alone. */
+ * wgmma groups in flight, then two groups in flight alone; then the small
+ * products (block_m 16, 32, 48: m64n16k16 to m64n48k16) on the plain
+ * pipeline and on the warp-specialized one with 8 stages. */
 static void test_variants_wgmma(wna16_context_t *ctx)
 {
-    for (int ws = 0; ws < 6; ws++)
+    for (int ws = 0; ws < 8; ws++)
         for (size_t v = 0; v < W16_ARRAY_LEN(VARIANTS); v++) {
             if (VARIANTS[v].act_order)
                 continue;
             for (int g = 0; g < 2; g++) {
+                bool small = ws >= 6, plain = ws == 0 || ws == 6;
                 w16_moe_gemm_cfg_t c;
                 memset(&c, 0, sizeof c);
                 c.gemm = (wna16_gemm_t)g;
-                c.block_m = ws == 2 ? 256 : v % 2 ? 64 : 128;
-                c.block_n = ws == 1 || ws >= 3 ? 256 : 128;
+                c.block_m = small ? 16 * (1 + (int)(v + (size_t)g) % 3)
+                            : ws == 2 ? 256 : v % 2 ? 64 : 128;
+                c.block_n = plain || ws == 2 ? 128 : 256;
                 c.block_k = 64;
-                c.warps_n = ws ? 8 : 4;
+                c.warps_n = plain ? 4 : 8;
                 c.warps_k = 1;
-                c.stages = ws ? 5 : 3;
+                c.stages = ws == 7 ? 8 : ws ? 5 : 3;
                 c.wgmma = true;
-                c.ws = ws > 0;
+                c.ws = !plain;
                 /* 3: scales on the accumulators and split codes (4-bit
                  * only, others ignore it); 4: and two groups in flight;
                  * 5: two groups in flight alone */
                 c.acc_scales = ws == 3 || ws == 4;
-                c.wgmma_groups = ws >= 4 ? 2 : 1;
+                c.wgmma_groups = ws == 4 || ws == 5 ? 2 : 1;
                 c.split_codes = ws == 3 || ws == 4;
                 apply(&c, &VARIANTS[v]);
-                compile_gemm(ctx, &c, ws ? "variant (wgmma, warp-specialized)"
-                                         : "variant (wgmma)");
+                compile_gemm(ctx, &c, c.ws ? "variant (wgmma, "
+                                             "warp-specialized)"
+                                           : "variant (wgmma)");
             }
         }
 }

@@ -169,7 +169,8 @@ static void test_tiling_refusals(wna16_context_t *ctx)
                    "halves"},
         {e_range, "$.tiling.gemm[4].n: empty range [9, 3]"},
         {e_last, "$.tiling.gemm[6]: the last row must have no condition"},
-        {e_wg_bm, "$.tiling.block_m[3].block_m: expected 64, 128 or 256 (wgmma"},
+        {e_wg_bm, "$.tiling.block_m[3].block_m: expected 16, 32, 48, 64, "
+                  "128 or 256 (wgmma"},
         {e_wg_shape, "$.tiling.gemm[5]: a wgmma row has block_k 64, "
                      "warps_k 1"},
         {e_wg_catch, "block_m has wgmma rows, but no wgmma GEMM row without "
