@@ -291,6 +291,101 @@ static void test_lookups(wna16_context_t *ctx)
                        WNA16_EUNSUPPORTED && strstr(err.message, "tiling"));
 }
 
+/* Small-M wgmma rows (block_m 16, 32, 48: m64n16k16 to m64n48k16
+ * products; measured slower than the mma.sync rows on the H200, so not in
+ * the built-in table): a table with a wgmma block_m 16 row first and a
+ * warp-specialized wgmma GEMM row for block_m 16-48 loads; wgmma devices
+ * take them, the others (sm_80, act order) fall back to the mma.sync
+ * rows; the generator accepts the tile and refuses a block_m wgmma cannot
+ * have. */
+static void e_small_wgmma(cJSON *r, int a)
+{
+    (void)a;
+    cJSON *bm = cJSON_CreateObject();
+    cJSON *tpe = cJSON_CreateArray();
+    cJSON_AddItemToArray(tpe, cJSON_CreateNumber(1));
+    cJSON_AddItemToArray(tpe, cJSON_CreateNumber(8));
+    cJSON_AddItemToObject(bm, "tokens_per_expert", tpe);
+    cJSON_AddNumberToObject(bm, "block_m", 16);
+    cJSON_AddStringToObject(bm, "mma", "wgmma");
+    cJSON_InsertItemInArray(cJSON_GetObjectItemCaseSensitive(tiling(r),
+                                                             "block_m"),
+                            0, bm);
+    cJSON *g = cJSON_Duplicate(row(r, "gemm", 5), 1); /* the wgmma row */
+    cJSON *range = cJSON_CreateArray();
+    cJSON_AddItemToArray(range, cJSON_CreateNumber(16));
+    cJSON_AddItemToArray(range, cJSON_CreateNumber(48));
+    cJSON_AddItemToObject(g, "block_m", range);
+    set_num(g, "stages", 6);
+    cJSON_AddNumberToObject(g, "max_split_k", 16);
+    cJSON_AddNumberToObject(g, "ctas_per_sm", 1);
+    /* g goes before the wgmma row and the last row (detached, added
+     * back after it) */
+    cJSON *gemm = cJSON_GetObjectItemCaseSensitive(tiling(r), "gemm");
+    cJSON *wgmma_row = cJSON_DetachItemFromArray(gemm, 5);
+    cJSON *last = cJSON_DetachItemFromArray(gemm, 5);
+    cJSON_AddItemToArray(gemm, g);
+    cJSON_AddItemToArray(gemm, wgmma_row);
+    cJSON_AddItemToArray(gemm, last);
+}
+
+static void test_small_wgmma(wna16_context_t *ctx)
+{
+    const wna16_spec_t *m = NULL;
+    wna16_error_t err;
+    TU_OK(load_edited(ctx, e_small_wgmma, 0, &m, &err), &err);
+    if (!m)
+        return;
+    int bm = 0;
+    bool wg = false;
+    TU_OK(w16_moe_cuda_block_m(m, 4, true, &bm, &wg, &err), &err);
+    TU_CHECK_MSG(bm == 16 && wg, "block_m %d wgmma %d", bm, wg);
+    TU_OK(w16_moe_cuda_block_m(m, 4, false, &bm, &wg, &err), &err);
+    TU_CHECK_MSG(bm == 16 && !wg, "block_m %d wgmma %d", bm, wg);
+    TU_OK(w16_moe_cuda_block_m(m, 9, true, &bm, &wg, &err), &err);
+    TU_CHECK_MSG(bm == 32 && !wg, "block_m %d wgmma %d", bm, wg);
+    w16_moe_gemm_cfg_t c;
+    memset(&c, 0, sizeof c);
+    const char *path = NULL;
+    TU_OK(w16_moe_cuda_tile(m, 16, true, WNA16_GEMM_W13, 28672, 4096, &c,
+                            &path, &err), &err);
+    TU_CHECK_MSG(c.wgmma && c.ws && c.block_m == 16 && c.block_n == 256 &&
+                 c.stages == 6 && strcmp(path, "$.tiling.gemm[5]") == 0,
+                 "%s: wgmma %d ws %d block_m %d block_n %d stages %d", path,
+                 c.wgmma, c.ws, c.block_m, c.block_n, c.stages);
+    int max_split = 0, cps = 0;
+    w16_moe_cuda_split(m, 16, true, WNA16_GEMM_W2, 4096, 14336, &max_split,
+                       &cps);
+    TU_CHECK_MSG(max_split == 16 && cps == 1, "split %d cps %d", max_split,
+                 cps);
+    TU_OK(w16_moe_cuda_tile(m, 128, true, WNA16_GEMM_W13, 28672, 4096, &c,
+                            &path, &err), &err);
+    TU_CHECK(c.wgmma && strcmp(path, "$.tiling.gemm[6]") == 0);
+    TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W13, 28672, 4096, &c,
+                            &path, &err), &err);
+    TU_CHECK(!c.wgmma && strcmp(path, "$.tiling.gemm[0]") == 0);
+    /* the generator: block_m 16 builds, 40 is refused with the reason */
+    memset(&c, 0, sizeof c);
+    TU_OK(w16_moe_cuda_tile(m, 16, true, WNA16_GEMM_W2, 4096, 14336, &c,
+                            &path, &err), &err);
+    c.bits = 4;
+    c.grouped = true;
+    c.group_stages = true;
+    c.act_dtype = c.scale_dtype = c.bias_dtype = WNA16_DTYPE_BF16;
+    c.activation = WNA16_ACT_INVALID;
+    w16_buf_t b;
+    w16_buf_init(&b, ctx);
+    TU_OK(w16_moe_gemm_source(&c, &b, &err), &err);
+    TU_CHECK(b.data && strstr(b.data, "constexpr int BM = 16;"));
+    w16_buf_free(&b);
+    c.block_m = 40;
+    w16_buf_init(&b, ctx);
+    TU_CHECK_MSG(w16_moe_gemm_source(&c, &b, &err) == WNA16_EINVAL &&
+                 strstr(err.message, "wgmma: block_m is 16, 32, 48, 64, "
+                        "128 or 256"), "%s", err.message);
+    w16_buf_free(&b);
+}
+
 static void test_contract(wna16_context_t *ctx)
 {
     const wna16_spec_t *m = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, "marlin");
@@ -444,6 +539,7 @@ int main(void)
     wna16_context_t *ctx = tu_context();
     test_tiling_refusals(ctx);
     test_lookups(ctx);
+    test_small_wgmma(ctx);
     test_contract(ctx);
     test_contract_refusals(ctx);
     test_create_refusals(ctx);
