@@ -11,9 +11,11 @@
 // read by the tensor cores from shared memory through a descriptor. The
 // routed rows are wgmma's N (BM = 16, 32, 48, 64, 128 or 256), the weight
 // columns its M. At BM <= 48 (a few rows an expert: the small-M decode)
-// the products are m64n16k16 to m64n48k16 and the accumulators 8 to 24
-// floats a slice, so the tensor cores finish long before the next step's
-// dequantization and the registers stay with the pipeline.
+// the products are m64n16k16 to m64n48k16, 8 to 24 accumulators a slice;
+// measured 1.2-1.5x slower than the mma.sync kernel there (it issues
+// more instructions per weight, and the tensor cores were not the
+// limit: bench/RESULTS.md, 2026-11-29 night 2, wgsm), so the built-in
+// tables keep those problems on mma.sync.
 //
 // Warpgroups. WN = 4 * WGS warps form WGS warpgroups; warpgroup wg owns
 // the CTA's Marlin tiles 2wg and 2wg+1 (128 columns; for w13 that is one
