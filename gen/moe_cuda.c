@@ -654,6 +654,8 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     def_int(b, "SMEM_BYTES", (long long)w16_moe_gemm_shared(c));
     w16_buf_puts(b, "} // namespace w16cfg\n");
     w16_buf_printf(b, "#define W16_KERNEL %s\n", name);
+    if (c->gemm == WNA16_GEMM_W13)
+        w16_buf_printf(b, "#define W16_REDUCE %s_reduce\n", name);
     /* the chain's launch contract, what both GEMM templates share, then
      * the one of this tile */
     wna16_status_t cst = append_template(b, "moe_pdl.cu", err);

@@ -113,10 +113,10 @@ size_t w16_moe_gemm_shared(const w16_moe_gemm_cfg_t *c);
  * "w16_moe_marlin_w13_silu_f16_b4_zp_ao_gq_t64_sf16_bf16_m16n128k128_w2x4_p4". */
 void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size);
 
-/* The whole translation unit of one GEMM (NUL-terminated in b): the one
- * kernel, named by w16_moe_gemm_name (GEMM 1's split-K sums happen in its
- * epilogue). Fails (EINVAL) on a configuration the template cannot
- * take. */
+/* The whole translation unit of one GEMM (NUL-terminated in b); for w13 it
+ * also holds the split-K reduction kernel, named as the GEMM + "_reduce".
+ * Fails
+ * (EINVAL) on a configuration the template cannot take. */
 wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
                                    wna16_error_t *err);
 

@@ -9,8 +9,8 @@
  *   [gather]                             act-order permutation of the
  *                                        input, router weights on input
  *   GEMM 1 + activation                  a2 [slots][IP], activation dtype
- *     (split-K: partial sums, then      (per split, float32; the last CTA
- *      their sum + activation)           of a tile adds them in order)
+ *     (split-K: partial sums, then      (per split, float32; the reduce
+ *      reduce + activation)              kernel adds them in order)
  *   [gather]                             act-order permutation of a2
  *   GEMM 2                               y [splits][slots][H], float32
  *   finalize                             split and top-k sums, or the
@@ -56,8 +56,6 @@ struct wna16_cuda_moe {
     uint64_t ws;                   /* workspace */
     size_t ws_size;
     w16_cuda_stream_t *ws_stream;  /* last stream that used it */
-    uint64_t tile_cnt;             /* int[tile_cap]: GEMM 1's split-K */
-    int64_t tile_cap;              /* counters, zero between runs */
     uint64_t err_dev;              /* int[W16_AUX_ERR_SLOTS] */
     uint64_t io;                   /* host runs: staged inputs/outputs */
     size_t io_size;
@@ -66,7 +64,7 @@ struct wna16_cuda_moe {
     int32_t map_len, map_cap;
     struct {
         w16_moe_gemm_cfg_t cfg;
-        w16_cuda_function_t *fn; /* the GEMM */
+        w16_cuda_function_t *fn[2]; /* the GEMM, w13's split-K reduce */
     } memo[MEMO_MAX];
     int n_memo, memo_next;
     w16_cuda_function_t *aux[2][W16_AUX_COUNT]; /* [bf16] */
@@ -91,11 +89,12 @@ static int memo_find(const wna16_cuda_moe_t *m, const w16_moe_gemm_cfg_t *c)
 }
 
 static void memo_put(wna16_cuda_moe_t *m, const w16_moe_gemm_cfg_t *c,
-                     w16_cuda_function_t *fn)
+                     w16_cuda_function_t *const *fn)
 {
     int slot = m->n_memo < MEMO_MAX ? m->n_memo++ : m->memo_next++ % MEMO_MAX;
     memcpy(&m->memo[slot].cfg, c, sizeof *c); /* padding too: memcmp keys */
-    m->memo[slot].fn = fn;
+    m->memo[slot].fn[0] = fn[0];
+    m->memo[slot].fn[1] = fn[1];
 }
 
 /* The request for the routing/gather/finalize unit of `act` (its text in
@@ -137,7 +136,8 @@ static wna16_status_t get_aux(wna16_cuda_moe_t *m, wna16_dtype_t act,
 }
 
 /* The kernels of one run: the routing/gather/finalize unit of the
- * activation dtype into *aux, GEMM g's kernel into fn[g]. The units this object has not used yet are fetched
+ * activation dtype into *aux, GEMM g's kernel and (w13) its split-K reduce
+ * into fn[g][0..1]. The units this object has not used yet are fetched
  * together (w16_cuda_modules_get): on a cold cache they compile in
  * parallel threads, so the first call waits for the slowest unit, not for
  * the sum. ms[g] (ms[2]: aux) receives NVRTC's time of each unit compiled
@@ -145,15 +145,15 @@ static wna16_status_t get_aux(wna16_cuda_moe_t *m, wna16_dtype_t act,
 static wna16_status_t get_kernels(wna16_cuda_moe_t *m, wna16_dtype_t act,
                                   const w16_moe_gemm_cfg_t cfg[2],
                                   w16_cuda_function_t ***aux,
-                                  w16_cuda_function_t *fn[2], double ms[3],
+                                  w16_cuda_function_t *fn[2][2], double ms[3],
                                   wna16_error_t *err)
 {
     const int b = act == WNA16_DTYPE_BF16;
     w16_cuda_unit_req_t req[3];
     int which[3], n = 0; /* which[i]: 0, 1 a GEMM, 2 the aux unit */
     w16_buf_t src[3];
-    char name[2][160];
-    const char *names[2];
+    char name[2][160], rname[2][176];
+    const char *names[2][2];
     wna16_status_t st = WNA16_OK;
     for (int i = 0; i < 3; i++) {
         w16_buf_init(&src[i], m->ctx);
@@ -163,17 +163,21 @@ static wna16_status_t get_kernels(wna16_cuda_moe_t *m, wna16_dtype_t act,
     for (int g = 0; g < 2 && st == WNA16_OK; g++) {
         int hit = memo_find(m, &cfg[g]);
         if (hit >= 0) {
-            fn[g] = m->memo[hit].fn;
+            fn[g][0] = m->memo[hit].fn[0];
+            fn[g][1] = m->memo[hit].fn[1];
             continue;
         }
+        fn[g][1] = NULL;
         w16_moe_gemm_name(&cfg[g], name[g], sizeof name[g]);
-        names[g] = name[g];
+        snprintf(rname[g], sizeof rname[g], "%s_reduce", name[g]);
+        names[g][0] = name[g];
+        names[g][1] = rname[g];
         st = w16_moe_gemm_source(&cfg[g], &src[n], err);
         if (st == WNA16_OK && src[n].failed)
             st = w16_err_nomem(err, "writing a fused-MoE kernel");
         req[n] = (w16_cuda_unit_req_t){
-            .unit = name[g], .source = src[n].data, .fn_names = &names[g],
-            .n_fns = 1, .fns = &fn[g]};
+            .unit = name[g], .source = src[n].data, .fn_names = names[g],
+            .n_fns = cfg[g].gemm == WNA16_GEMM_W13 ? 2 : 1, .fns = fn[g]};
         which[n++] = g;
     }
     if (st == WNA16_OK && !m->aux_ready[b]) {
@@ -336,7 +340,6 @@ void wna16_cuda_moe_destroy(wna16_cuda_moe_t *m)
                 for (int r = 0; r < W16_ROLE_COUNT; r++)
                     w16_cuda_free(m->cuda, m->t[g][r]);
         w16_cuda_free(m->cuda, m->ws);
-        w16_cuda_free(m->cuda, m->tile_cnt);
         w16_cuda_free(m->cuda, m->io);
         w16_cuda_free(m->cuda, m->err_dev);
         w16_cuda_free(m->cuda, m->map_dev);
@@ -577,34 +580,6 @@ static wna16_status_t ensure_ws(wna16_cuda_moe_t *m, size_t bytes,
     return st;
 }
 
-/* GEMM 1's split-K counters, one int per tile (row block x column tile):
- * the last CTA of a tile's split group sums the slabs and sets its counter
- * back to 0, so they are zeroed once, here, when allocated. A buffer of
- * their own: the workspace's layout moves with M. */
-static wna16_status_t ensure_tile_cnt(wna16_cuda_moe_t *m, int64_t n,
-                                      w16_cuda_stream_t *stream,
-                                      wna16_error_t *err)
-{
-    if (n <= m->tile_cap)
-        return WNA16_OK;
-    /* queued work may still count in the old buffer */
-    wna16_status_t st = w16_cuda_stream_sync(m->cuda, m->ws_stream, err);
-    if (st == WNA16_OK && stream != m->ws_stream)
-        st = w16_cuda_stream_sync(m->cuda, stream, err);
-    if (st != WNA16_OK)
-        return st;
-    w16_cuda_free(m->cuda, m->tile_cnt);
-    m->tile_cnt = 0;
-    m->tile_cap = 0;
-    size_t bytes = (size_t)n * sizeof(int32_t);
-    st = w16_cuda_alloc(m->cuda, bytes, &m->tile_cnt, err);
-    if (st == WNA16_OK)
-        st = w16_cuda_memset(m->cuda, m->tile_cnt, 0, bytes, err);
-    if (st == WNA16_OK)
-        m->tile_cap = n;
-    return st;
-}
-
 static void fill_cfg(const wna16_cuda_moe_t *m, int g,
                      const wna16_moe_params_t *p, w16_moe_gemm_cfg_t *c)
 {
@@ -715,7 +690,7 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                          w16_cuda_device_name(m->cuda),
                          w16_cuda_max_shared(m->cuda));
     }
-    w16_cuda_function_t **aux = NULL, *fn[2] = {NULL, NULL};
+    w16_cuda_function_t **aux = NULL, *fn[2][2] = {{NULL, NULL}, {NULL, NULL}};
     if (st == WNA16_OK)
         st = get_kernels(m, p->act_dtype, cfg, &aux, fn, rep.compile_ms, err);
     uint64_t map = 0;
@@ -754,9 +729,6 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                                                    sizeof(float) : 0);
     size_t o_y = ws_take(&w, (size_t)(split[1] * P * H) * sizeof(float));
     if ((st = ensure_ws(m, w.size, a->stream, err)) != WNA16_OK)
-        return st;
-    if (split[0] > 1 &&
-        (st = ensure_tile_cnt(m, nblk * ncta[0], a->stream, err)) != WNA16_OK)
         return st;
     m->ws_stream = a->stream;
     uint64_t ws = m->ws;
@@ -830,11 +802,8 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
         uint64_t in = g == 0 ? (gather1 ? d_xs : a->hidden)
                              : (gather2 ? d_a2s : d_a2);
         int32_t div = (g == 0 && !gather1 && !a->batched) ? topk : 1;
-        uint64_t outp = g == 0 ? d_a2 : d_y;
+        uint64_t outp = g == 0 ? (split[0] > 1 ? d_part : d_a2) : d_y;
         int32_t sk = split[g];
-        /* GEMM 1's split-K slabs and tile counters (fold_split_k) */
-        uint64_t part = g == 0 && sk > 1 ? d_part : 0;
-        uint64_t cnt_p = g == 0 && sk > 1 ? m->tile_cnt : 0;
         int32_t N = (int32_t)o->N, K = (int32_t)o->K, G = (int32_t)o->G;
         int32_t gs = m->quant.group_size > 0 ? m->quant.group_size : K;
         uint64_t *t = m->t[g];
@@ -844,15 +813,22 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                         m->quant.bias ? &t[W16_ROLE_BIAS] : &nul,
                         m->quant.act_order ? &t[W16_ROLE_G_IDX] : &nul, &outp,
                         &N, &K, &G, &gs, &iIP, &limit, &alpha, &beta, &round,
-                        &sk, &part, &cnt_p};
+                        &sk};
         int64_t ctas = nblk * ncta[g] * sk;
         if (ctas > INT32_MAX)
             st = w16_err(err, WNA16_ELIMIT, "moe: %lld CTAs", (long long)ctas);
         unsigned smem = (unsigned)w16_moe_gemm_shared(&cfg[g]);
         if (st == WNA16_OK)
-            st = w16_cuda_launch_chained(m->cuda, fn[g], (unsigned)ctas,
+            st = w16_cuda_launch_chained(m->cuda, fn[g][0], (unsigned)ctas,
                                          w16_moe_gemm_threads(&cfg[g]), smem,
                                          s, args, err);
+        if (st == WNA16_OK && g == 0 && sk > 1) {
+            void *ar[] = {&d_part, &iP, &iIP, &sk, &d_sorted, &d_num, &d_a2,
+                          &round, &limit, &alpha, &beta};
+            st = w16_cuda_launch_chained(m->cuda, fn[0][1],
+                                         grid_stride((size_t)(cap * IP)), 256,
+                                         0, s, ar, err);
+        }
         if (st == WNA16_OK && g == 0 && gather2) {
             int32_t one = 1;
             uint64_t perm = m->t[1][W16_ROLE_SORT_IDX];

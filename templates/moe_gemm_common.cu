@@ -5,9 +5,9 @@
 // the two templates. Here: the stage geometry both pipelines use, the
 // element types, the Marlin family's addresses (the specializer's
 // contract), the cp.async wrappers, the exact dequantization of a code
-// pair, the gated activations, the column of a CTA's tile, and the
-// epilogue that turns a CTA's C tile into the GEMM's output (GEMM 1's
-// split-K sums included).
+// pair, the gated activations, the column of a CTA's tile, the epilogue
+// that turns a CTA's C tile into the GEMM's output, and GEMM 1's split-K
+// reduce kernel.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -346,101 +346,25 @@ __device__ __forceinline__ void stage_copy(
 
 // ---- the epilogue -----------------------------------------------------------
 
-// The threads that run the epilogue (all of them, or the consumer
-// warpgroups of a warp-specialized wgmma CTA) meet: named barrier 1.
-__device__ __forceinline__ void epilogue_sync()
-{
-    asm volatile("bar.sync 1, %0;\n" ::"n"(NTHREADS) : "memory");
-}
-
-// GEMM 1 after split-K, in the last CTA of the tile's split group to
-// finish: for the tile's rows and output columns, the gate and up sums of
-// the splits' slabs in order s = 0, 1, ... from 0, optional rounding, the
-// activation, rounded to the activation dtype: out [slots][IP]. The order
-// and the operations are the ones of the separate reduce kernel this
-// replaces, so the results are the same bits. The last CTA is found with
-// the tile's integer counter (tile_cnt[blockIdx.x / splits]): every CTA
-// of the group makes its slab visible (fence), then counts itself; the
-// one that counts splits - 1 sums and sets the counter back to 0 for the
-// next run (a kernel boundary orders that store before the next use).
-__device__ __forceinline__ void fold_split_k(
-    const int *s_rows, int tid, int ncol, int splits, int ip, int n_slots,
-    const float *part, int *tile_cnt, act_t *out, int round_out,
-    float limit, float alpha, float beta)
-{
-    __shared__ int s_last;
-    __threadfence();
-    epilogue_sync();
-    int *cnt = tile_cnt + blockIdx.x / splits;
-    if (tid == 0)
-        s_last = atomicAdd(cnt, 1) == splits - 1;
-    epilogue_sync();
-    if (!s_last)
-        return;
-    __threadfence();
-    const size_t slab = (size_t)n_slots * 2 * ip;
-    constexpr int OUTW = BN / 2;
-    for (int i = tid; i < BM * OUTW; i += NTHREADS) {
-        int r = i / OUTW, c = i % OUTW, t = s_rows[r];
-        int n = ncol * OUTW + c;
-        if (t < 0 || n >= ip)
-            continue;
-        const float *g = part + (size_t)t * 2 * ip + n;
-        float hg = 0.0f, hu = 0.0f;
-        // eight splits' loads in flight before their sums (in order): at
-        // small M the chain of dependent loads is this tail's time. L2
-        // loads: the other CTAs' slabs were never in this SM's L1
-        int s = 0;
-        for (; s + 8 <= splits; s += 8) {
-            float xg[8], xu[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                xg[u] = __ldcg(g + (s + u) * slab);
-                xu[u] = __ldcg(g + (s + u) * slab + ip);
-            }
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                hg += xg[u];
-                hu += xu[u];
-            }
-        }
-        for (; s < splits; s++) {
-            hg += __ldcg(g + s * slab);
-            hu += __ldcg(g + s * slab + ip);
-        }
-        if (round_out) {
-            hg = round_act(hg);
-            hu = round_act(hu);
-        }
-        out[(size_t)t * ip + n] =
-            act::from_f(activation(hg, hu, limit, alpha, beta));
-    }
-    if (tid == 0)
-        *cnt = 0;
-}
-
 // The CTA's C tile (BM rows x BN columns of float32 in shared memory, row
 // r = routed slot s_rows[r], -1 for padding) to the GEMM's output:
 //   split-K (splits > 1): a float32 partial sum, scaled when channelwise,
-//     with the bias in split 0 only, to this split's slab (GEMM 1: of
-//     part, then fold_split_k; GEMM 2: of out, summed by the finalize);
+//     with the bias in split 0 only, to this split's slab;
 //   GEMM 1: the first BN/2 columns are gate, the last BN/2 the matching up
 //     columns: scale, bias, optional rounding, the activation, rounded to
 //     the activation dtype: out [slots][IP];
 //   GEMM 2: scale, bias, optional rounding, float32: out [slots][N].
-// Every thread of the epilogue calls it (fold_split_k meets at barriers).
 __device__ __forceinline__ void store_c_tile(
     const float *cs, const int *s_rows, int tid, int e, int ncol, int split,
     int splits, int N, int ip, int n_slots, const scale_t *sc_e,
-    const bias_t *bias, void *out, float *part, int *tile_cnt, int round_out,
-    float limit, float alpha, float beta)
+    const bias_t *bias, void *out, int round_out, float limit, float alpha,
+    float beta)
 {
     const bias_t *bias_e = (bias && split == 0) ? bias + (size_t)e * N
                                                 : nullptr;
     if (splits > 1) {
         const int W = GATED ? 2 * ip : N;
-        float *o = (GEMM == 1 ? part : static_cast<float *>(out)) +
-                   (size_t)split * n_slots * W;
+        float *o = static_cast<float *>(out) + (size_t)split * n_slots * W;
         constexpr int OUTW = GATED ? BN / 2 : BN;
         for (int i = tid; i < BM * BN; i += NTHREADS) {
             int r = i / BN, c = i % BN, t = s_rows[r];
@@ -455,10 +379,6 @@ __device__ __forceinline__ void store_c_tile(
                 y += bia::to_f(bias_e[bias_pos(col)]);
             o[(size_t)t * W + col] = y;
         }
-        if constexpr (GEMM == 1)
-            fold_split_k(s_rows, tid, ncol, splits, ip, n_slots, part,
-                         tile_cnt, static_cast<act_t *>(out), round_out,
-                         limit, alpha, beta);
         return;
     }
     if constexpr (GEMM == 1) {
@@ -516,5 +436,55 @@ __device__ __forceinline__ void store_c_tile(
         const scale_t *__restrict__ scales, const u32 *__restrict__ qzeros,  \
         const bias_t *__restrict__ bias, const int *__restrict__ g_idx,      \
         void *__restrict__ out, int N, int K, int G, int group_size, int ip, \
-        float limit, float alpha, float beta, int round_out, int splits,     \
-        float *__restrict__ part, int *__restrict__ tile_cnt
+        float limit, float alpha, float beta, int round_out, int splits
+
+#ifdef W16_REDUCE
+using namespace w16;
+// GEMM 1 after split-K: for every routed slot (the padded order's
+// sorted_ids) and output column n < IP, the gate and up sums over the
+// splits in order s = 0, 1, ..., optional rounding, the activation, the
+// activation-dtype result: out [slots][IP].
+extern "C" __global__ void __launch_bounds__(256)
+W16_REDUCE(const float *__restrict__ part, int n_slots, int ip, int splits,
+           const int *__restrict__ sorted_ids,
+           const int *__restrict__ num_post, act_t *__restrict__ out,
+           int round_out, float limit, float alpha, float beta)
+{
+    w16_pdl_enter(); // GEMM 1 wrote part
+    const size_t total = (size_t)*num_post * ip;
+    const size_t slab = (size_t)n_slots * 2 * ip;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int p = (int)(i / ip), n = (int)(i % ip), t = sorted_ids[p];
+        if (t < 0 || t >= n_slots)
+            continue;
+        const float *g = part + (size_t)t * 2 * ip + n;
+        float hg = 0.0f, hu = 0.0f;
+        // four splits' loads in flight before their sums (in order)
+        int s = 0;
+        for (; s + 4 <= splits; s += 4) {
+            float xg[4], xu[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                xg[u] = g[(s + u) * slab];
+                xu[u] = g[(s + u) * slab + ip];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                hg += xg[u];
+                hu += xu[u];
+            }
+        }
+        for (; s < splits; s++) {
+            hg += g[s * slab];
+            hu += g[s * slab + ip];
+        }
+        if (round_out) {
+            hg = round_act(hg);
+            hu = round_act(hu);
+        }
+        out[(size_t)t * ip + n] =
+            act::from_f(activation(hg, hu, limit, alpha, beta));
+    }
+}
+#endif

@@ -25,10 +25,9 @@
 // computes the K stages [s*iters/splits, (s+1)*iters/splits) and writes
 // its float32 partial sum, scaled (channelwise) and with the bias in
 // split 0 only, to its own slab: out + s * slots * (N or 2*IP). Nothing
-// is rounded or activated there; the sums over splits happen in a fixed
-// order (deterministic, no float atomics): GEMM 1's in the last CTA of the
-// tile's split group to finish (fold_split_k in moe_gemm_common.cu; then
-// rounding and the activation), GEMM 2's in the finalize kernel.
+// is rounded or activated there; the sums over splits happen later in a
+// fixed order (deterministic, no atomics): GEMM 1's in W16_REDUCE below
+// (then rounding and the activation), GEMM 2's in the finalize kernel.
 //
 // Weights. Each expert is (K/16) x (N/64) Marlin tiles of 16(k) x 64(n)
 // codes, TILE_WORDS = 32*BITS int32 words per tile, tile rows contiguous.
@@ -701,5 +700,5 @@ W16_KERNEL(W16_GEMM_PARAMS)
 
     // ---- epilogue (moe_gemm_common.cu) -----------------------------------
     store_c_tile(cs, s_rows, tid, e, ncol, split, splits, N, ip, n_slots, sc_e,
-                 bias, out, part, tile_cnt, round_out, limit, alpha, beta);
+                 bias, out, round_out, limit, alpha, beta);
 }

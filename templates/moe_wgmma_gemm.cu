@@ -758,5 +758,5 @@ W16_KERNEL(W16_GEMM_PARAMS)
         __syncthreads();
 
     store_c_tile(cs, s_rows, tid, e, ncol, split, splits, N, ip, n_slots, sc_e,
-                 bias, out, part, tile_cnt, round_out, limit, alpha, beta);
+                 bias, out, round_out, limit, alpha, beta);
 }

@@ -400,8 +400,25 @@ static void test_split_same_code(wna16_context_t *ctx)
     TU_OK(w16_moe_aux_source(WNA16_DTYPE_BF16, &b, &err), &err);
     if (!b.failed && b.data)
         check_same_code(ctx, b.data, "aux", w16_moe_aux_names, W16_AUX_COUNT);
-    /* (a GEMM's unit is one kernel: GEMM 1's split-K sums are in its
-     * epilogue, so NVRTC compiles it as one piece) */
+    /* GEMM 1 and its split-K reduce (GEMM 2's unit is one kernel) */
+    w16_moe_gemm_cfg_t c;
+    memset(&c, 0, sizeof c);
+    c.gemm = WNA16_GEMM_W13;
+    c.block_m = 16;
+    c.block_n = 256;
+    c.block_k = 128;
+    c.warps_n = 4;
+    c.warps_k = 2;
+    c.stages = 4;
+    apply(&c, &VARIANTS[0]);
+    char name[160], rname[176];
+    w16_moe_gemm_name(&c, name, sizeof name);
+    snprintf(rname, sizeof rname, "%s_reduce", name);
+    const char *names[2] = {name, rname};
+    w16_buf_reset(&b);
+    TU_OK(w16_moe_gemm_source(&c, &b, &err), &err);
+    if (!b.failed && b.data)
+        check_same_code(ctx, b.data, name, names, 2);
     w16_buf_free(&b);
 }
 
