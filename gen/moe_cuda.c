@@ -657,8 +657,11 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     w16_buf_printf(b, "#define W16_KERNEL %s\n", name);
     if (c->gemm == WNA16_GEMM_W13)
         w16_buf_printf(b, "#define W16_REDUCE %s_reduce\n", name);
-    /* what both GEMM templates share, then the one of this tile */
-    wna16_status_t cst = append_template(b, "moe_gemm_common.cu", err);
+    /* the chain's launch contract, what both GEMM templates share, then
+     * the one of this tile */
+    wna16_status_t cst = append_template(b, "moe_pdl.cu", err);
+    if (cst == WNA16_OK)
+        cst = append_template(b, "moe_gemm_common.cu", err);
     if (cst != WNA16_OK)
         return cst;
     return append_template(b, tmpl, err);
@@ -703,5 +706,6 @@ wna16_status_t w16_moe_aux_source(wna16_dtype_t act_dtype, w16_buf_t *b,
     def_int(b, "ERR_GIDX", W16_AUX_ERR_GIDX);
     def_int(b, "ERR_PERM", W16_AUX_ERR_PERM);
     w16_buf_puts(b, "} // namespace w16cfg\n");
-    return append_template(b, "moe_aux.cu", err);
+    wna16_status_t st = append_template(b, "moe_pdl.cu", err);
+    return st == WNA16_OK ? append_template(b, "moe_aux.cu", err) : st;
 }

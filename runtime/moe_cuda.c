@@ -20,7 +20,11 @@
  * each tile's K range is cut into the fewest power-of-two slices that give
  * the tiling row's ctas_per_sm CTAs per SM, at most its max_split_k.
  *
- * all queued on one stream. The kernels come from gen/moe_cuda.c (the
+ * all queued on one stream, each launched chained
+ * (w16_cuda_launch_chained: on sm_90 a kernel starts while the previous
+ * one drains and waits for it with griddepcontrol.wait, templates/
+ * moe_pdl.cu), which hides the launch gaps that set the time at small M.
+ * The kernels come from gen/moe_cuda.c (the
  * templates specialized from the spec and its tiling table) through the
  * kernel cache; each object memoizes the functions it used so a run only
  * hashes when its configuration changes.
@@ -745,36 +749,37 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     if (small) {
         void *ar[] = {(void *)&a->ids, &iP, &map, &n_ids, &iE, &ibm, &icap,
                       &sentinel, &d_num, &d_sorted, &d_eids, &m->err_dev};
-        st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_SMALL], 1,
-                             W16_AUX_SCAN_THREADS, (unsigned)((2 * E + 1) * 4),
-                             s, ar, err);
+        st = w16_cuda_launch_chained(m->cuda, aux[W16_AUX_ROUTE_SMALL], 1,
+                                     W16_AUX_SCAN_THREADS,
+                                     (unsigned)((2 * E + 1) * 4), s, ar, err);
     }
     if (!small && !a->batched) {
         void *ac[] = {(void *)&a->ids, &iP, &map, &n_ids, &iE, &d_hist,
                       &m->err_dev};
-        st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_COUNT], (unsigned)C,
-                             W16_AUX_ROUTE_THREADS, (unsigned)(E * 4), s, ac,
-                             err);
+        st = w16_cuda_launch_chained(m->cuda, aux[W16_AUX_ROUTE_COUNT],
+                                     (unsigned)C, W16_AUX_ROUTE_THREADS,
+                                     (unsigned)(E * 4), s, ac, err);
     }
     if (st == WNA16_OK && !small) {
         uint64_t cnt = a->batched ? a->counts : 0;
         void *as[] = {&d_hist, &iC, &cnt, &maxt, &iE, &ibm, &d_hoff,
                       &d_total, &d_start, &d_num, &m->err_dev};
-        st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_SCAN], 1,
-                             W16_AUX_SCAN_THREADS, 0, s, as, err);
+        st = w16_cuda_launch_chained(m->cuda, aux[W16_AUX_ROUTE_SCAN], 1,
+                                     W16_AUX_SCAN_THREADS, 0, s, as, err);
     }
     if (st == WNA16_OK && !small) {
         void *af[] = {&d_start, &d_total, &iE, &ibm, &icap, &sentinel,
                       &batched, &maxt, &d_sorted, &d_eids};
-        st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_FILL],
-                             (unsigned)((cap + 255) / 256), 256, 0, s, af, err);
+        st = w16_cuda_launch_chained(m->cuda, aux[W16_AUX_ROUTE_FILL],
+                                     (unsigned)((cap + 255) / 256), 256, 0, s,
+                                     af, err);
     }
     if (st == WNA16_OK && !small && !a->batched) {
         void *ak[] = {(void *)&a->ids, &iP, &map, &n_ids, &iE, &d_start,
                       &d_hoff, &d_sorted, &m->err_dev};
-        st = w16_cuda_launch(m->cuda, aux[W16_AUX_ROUTE_SCATTER], (unsigned)C,
-                             W16_AUX_ROUTE_THREADS, (unsigned)(E * 4), s, ak,
-                             err);
+        st = w16_cuda_launch_chained(m->cuda, aux[W16_AUX_ROUTE_SCATTER],
+                                     (unsigned)C, W16_AUX_ROUTE_THREADS,
+                                     (unsigned)(E * 4), s, ak, err);
     }
 
     /* ---- GEMM 1 ---- */
@@ -786,8 +791,8 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
         uint64_t wgt = on_input ? a->weights : 0;
         void *ag[] = {(void *)&a->hidden, &div, &K, &ids, &map, &n_ids, &cnt,
                       &maxt, &iE, &perm, &wgt, &d_xs, &m->err_dev};
-        st = w16_cuda_launch(m->cuda, aux[W16_AUX_GATHER], (unsigned)P, 256,
-                             0, s, ag, err);
+        st = w16_cuda_launch_chained(m->cuda, aux[W16_AUX_GATHER], (unsigned)P,
+                                     256, 0, s, ag, err);
     }
     float limit = p->swiglu_limit, alpha = p->swiglu_alpha;
     float beta = p->swiglu_beta;
@@ -812,25 +817,25 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
         int64_t ctas = nblk * ncta[g] * sk;
         if (ctas > INT32_MAX)
             st = w16_err(err, WNA16_ELIMIT, "moe: %lld CTAs", (long long)ctas);
+        unsigned smem = (unsigned)w16_moe_gemm_shared(&cfg[g]);
         if (st == WNA16_OK)
-            st = w16_cuda_launch(m->cuda, fn[g][0], (unsigned)ctas,
-                                 w16_moe_gemm_threads(&cfg[g]),
-                                 (unsigned)w16_moe_gemm_shared(&cfg[g]), s,
-                                 args, err);
+            st = w16_cuda_launch_chained(m->cuda, fn[g][0], (unsigned)ctas,
+                                         w16_moe_gemm_threads(&cfg[g]), smem,
+                                         s, args, err);
         if (st == WNA16_OK && g == 0 && sk > 1) {
             void *ar[] = {&d_part, &iP, &iIP, &sk, &d_sorted, &d_num, &d_a2,
                           &round, &limit, &alpha, &beta};
-            st = w16_cuda_launch(m->cuda, fn[0][1],
-                                 grid_stride((size_t)(cap * IP)), 256, 0, s,
-                                 ar, err);
+            st = w16_cuda_launch_chained(m->cuda, fn[0][1],
+                                         grid_stride((size_t)(cap * IP)), 256,
+                                         0, s, ar, err);
         }
         if (st == WNA16_OK && g == 0 && gather2) {
             int32_t one = 1;
             uint64_t perm = m->t[1][W16_ROLE_SORT_IDX];
             void *ag[] = {&d_a2, &one, &iIP, &ids, &map, &n_ids, &cnt, &maxt,
                           &iE, &perm, &nul, &d_a2s, &m->err_dev};
-            st = w16_cuda_launch(m->cuda, aux[W16_AUX_GATHER], (unsigned)P,
-                                 256, 0, s, ag, err);
+            st = w16_cuda_launch_chained(m->cuda, aux[W16_AUX_GATHER],
+                                         (unsigned)P, 256, 0, s, ag, err);
         }
     }
 
@@ -843,16 +848,17 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
         if (a->batched) {
             void *af[] = {&d_y, &iE, &maxt, &N, (void *)&a->counts, &wgt,
                           (void *)&a->out, &split[1], &round_sum};
-            st = w16_cuda_launch(m->cuda, aux[W16_AUX_FINALIZE_BATCHED],
-                                 grid_stride((size_t)(P * H)), 256, 0, s, af,
-                                 err);
+            st = w16_cuda_launch_chained(m->cuda,
+                                         aux[W16_AUX_FINALIZE_BATCHED],
+                                         grid_stride((size_t)(P * H)), 256, 0,
+                                         s, af, err);
         } else {
             int32_t M = a->M;
             void *af[] = {&d_y, &M, &topk, &N, (void *)&a->ids, &map, &n_ids,
                           &wgt, (void *)&a->out, &split[1], &round_sum};
-            st = w16_cuda_launch(m->cuda, aux[W16_AUX_FINALIZE],
-                                 grid_stride((size_t)a->M * (size_t)H), 256, 0,
-                                 s, af, err);
+            st = w16_cuda_launch_chained(m->cuda, aux[W16_AUX_FINALIZE],
+                                         grid_stride((size_t)a->M * (size_t)H),
+                                         256, 0, s, af, err);
         }
     }
     if (st != WNA16_OK)

@@ -91,6 +91,7 @@ w16_route_count(const int *__restrict__ ids, int P,
     extern __shared__ int s_hist[];
     for (int e = threadIdx.x; e < E; e += ROUTE_THREADS)
         s_hist[e] = 0;
+    w16_pdl_enter(); // ids may come from the previous kernel
     __syncthreads();
     int c0 = blockIdx.x * CHUNK;
     for (int i = threadIdx.x; i < CHUNK && c0 + i < P; i += ROUTE_THREADS) {
@@ -144,6 +145,7 @@ w16_route_scan(const int *__restrict__ hist, int C,
                int *__restrict__ err)
 {
     __shared__ int s_part[SCAN_THREADS];
+    w16_pdl_enter(); // route_count wrote hist
     const int per = (E + SCAN_THREADS - 1) / SCAN_THREADS;
     const int e0 = threadIdx.x * per;
     int mine = 0; // padded sizes of this thread's experts
@@ -175,6 +177,7 @@ w16_route_fill(const int *__restrict__ start, const int *__restrict__ total,
                int max_tokens, int *__restrict__ sorted_ids,
                int *__restrict__ expert_ids)
 {
+    w16_pdl_enter(); // route_scan wrote start, total
     int p = blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= cap)
         return;
@@ -211,6 +214,7 @@ w16_route_scatter(const int *__restrict__ ids, int P,
                   int *__restrict__ sorted_ids, int *__restrict__ err)
 {
     extern __shared__ int s_base[];
+    w16_pdl_enter(); // route_scan wrote start, hist_off
     for (int e = threadIdx.x; e < E; e += ROUTE_THREADS)
         s_base[e] = start[e] + hist_off[(size_t)blockIdx.x * E + e];
     __syncthreads();
@@ -254,6 +258,7 @@ w16_route_small(const int *__restrict__ ids, int P,
     __shared__ int s_part[SCAN_THREADS];
     for (int e = threadIdx.x; e < E; e += SCAN_THREADS)
         s_cnt[e] = 0;
+    w16_pdl_enter(); // ids may come from the previous kernel
     __syncthreads();
     // count (integer atomics: the counts do not depend on their order)
     for (int t = threadIdx.x; t < P; t += SCAN_THREADS) {
@@ -331,6 +336,7 @@ w16_gather(const act_t *__restrict__ src, int row_div, int K,
            const int *__restrict__ perm, const float *__restrict__ w,
            act_t *__restrict__ dst, int *__restrict__ err)
 {
+    w16_pdl_enter(); // routing (or GEMM 1: a2) came before
     const int t = blockIdx.x;
     int e;
     if (counts) {
@@ -386,6 +392,7 @@ w16_finalize(const float *__restrict__ y, int M, int topk, int N,
              int n_ids, const float *__restrict__ w, act_t *__restrict__ out,
              int splits, int round_sum)
 {
+    w16_pdl_enter(); // GEMM 2 wrote y
     size_t total = (size_t)M * N;
     const size_t slab = (size_t)M * topk * N;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
@@ -411,6 +418,7 @@ w16_finalize_batched(const float *__restrict__ y, int E, int max_tokens,
                      const float *__restrict__ w, act_t *__restrict__ out,
                      int splits, int round_sum)
 {
+    w16_pdl_enter(); // GEMM 2 wrote y
     size_t total = (size_t)E * max_tokens * N;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {

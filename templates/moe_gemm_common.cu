@@ -450,6 +450,7 @@ W16_REDUCE(const float *__restrict__ part, int n_slots, int ip, int splits,
            const int *__restrict__ num_post, act_t *__restrict__ out,
            int round_out, float limit, float alpha, float beta)
 {
+    w16_pdl_enter(); // GEMM 1 wrote part
     const size_t total = (size_t)*num_post * ip;
     const size_t slab = (size_t)n_slots * 2 * ip;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;

@@ -249,6 +249,7 @@ W16_KERNEL(W16_GEMM_PARAMS)
     const int ncta = GATED ? (ip + BN / 2 - 1) / (BN / 2) : (N + BN - 1) / BN;
     const int split = blockIdx.x % splits, tile = blockIdx.x / splits;
     const int mblk = tile / ncta, ncol = tile % ncta;
+    w16_pdl_enter(); // routing wrote num_post, expert_ids, sorted_ids
     if (mblk * BM >= *num_post)
         return;
     const int e = expert_ids[mblk];

@@ -393,6 +393,7 @@ W16_KERNEL(W16_GEMM_PARAMS)
     const int cg = rem / (rows_in * CG), rem2 = rem % (rows_in * CG);
     const int mblk = rg * RG + rem2 % rows_in;
     const int ncol = cg * CG + rem2 / rows_in;
+    w16_pdl_enter(); // routing wrote num_post, expert_ids, sorted_ids
     if (mblk * BM >= *num_post)
         return;
     const int e = expert_ids[mblk];

@@ -139,6 +139,25 @@ wna16_status_t w16_cuda_launch(w16_cuda_t *cuda, w16_cuda_function_t *fn,
                                w16_cuda_stream_t *stream, void **args,
                                wna16_error_t *err);
 
+/* w16_cuda_launch for a kernel of a dependent chain (the fused MoE's
+ * routing, GEMMs, reduce and finalize): on sm_90 and later it is launched
+ * with programmatic stream serialization, so it may start, run its
+ * prologue and wait while the previous kernel on the stream finishes. The
+ * kernel must execute griddepcontrol.wait (w16_pdl_wait in
+ * templates/moe_pdl.cu) in every CTA before it reads what an earlier
+ * kernel wrote or writes what one reads; the wait returns once the
+ * previous kernel has completed and its writes are visible. Where the
+ * device or driver lacks it (logged once), a plain launch. Works inside
+ * stream capture (the graph gets a programmatic edge). */
+wna16_status_t w16_cuda_launch_chained(w16_cuda_t *cuda,
+                                       w16_cuda_function_t *fn,
+                                       unsigned grid_x, unsigned block_x,
+                                       unsigned shared_bytes,
+                                       w16_cuda_stream_t *stream, void **args,
+                                       wna16_error_t *err);
+/* Do chained launches overlap (sm_90+ and cuLaunchKernelEx)? */
+bool w16_cuda_chained_overlaps(w16_cuda_t *cuda);
+
 /* ---- memory ----------------------------------------------------------------
  * Device pointers are CUdeviceptr values in a uint64_t. Allocations are
  * plain device memory (cuMemAlloc), never managed memory. Zero-byte

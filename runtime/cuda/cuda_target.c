@@ -468,6 +468,9 @@ typedef struct cu_api {
     CU_FUNCS(W16_X_)
 #undef W16_X_
     __typeof__(cuEventElapsedTime_v2) *cuEventElapsedTime_v2;
+    /* optional (CUDA 11.8+): launches with attributes, for programmatic
+     * dependent launch (w16_cuda_launch_chained); NULL when absent */
+    __typeof__(cuLaunchKernelEx) *cuLaunchKernelEx;
 } cu_api_t;
 
 struct w16_cuda {
@@ -509,6 +512,8 @@ static const char *cu_resolve(void *lib, cu_api_t *api)
         return "cuEventElapsedTime";
     api->cuEventElapsedTime_v2 =
         (__typeof__(api->cuEventElapsedTime_v2))(uintptr_t)p;
+    api->cuLaunchKernelEx = (__typeof__(api->cuLaunchKernelEx))(uintptr_t)
+        dlsym(lib, "cuLaunchKernelEx");
     return NULL;
 }
 
@@ -926,11 +931,25 @@ static wna16_status_t opt_in_shared(w16_cuda_t *c, CUfunction f,
     return WNA16_OK;
 }
 
-wna16_status_t w16_cuda_launch(w16_cuda_t *c, w16_cuda_function_t *fn,
-                               unsigned grid_x, unsigned block_x,
-                               unsigned shared_bytes,
-                               w16_cuda_stream_t *stream, void **args,
-                               wna16_error_t *err)
+/* Programmatic dependent launch: sm_90 and later (griddepcontrol), and a
+ * driver with cuLaunchKernelEx. Otherwise chained launches are plain ones,
+ * which is logged once per context. */
+static bool pdl_usable(w16_cuda_t *c)
+{
+    if (c->cc_major >= 9 && c->cu.cuLaunchKernelEx)
+        return true;
+    w16_log_once(c->ctx, WNA16_LOG_INFO, "cuda-pdl",
+                 "CUDA: %s: kernels of a chain launch one after the other "
+                 "(programmatic dependent launch needs %s)", c->name,
+                 c->cc_major < 9 ? "sm_90 or later"
+                                 : "cuLaunchKernelEx (CUDA 11.8+ driver)");
+    return false;
+}
+
+static wna16_status_t launch(w16_cuda_t *c, w16_cuda_function_t *fn,
+                             unsigned grid_x, unsigned block_x,
+                             unsigned shared_bytes, w16_cuda_stream_t *stream,
+                             void **args, bool chained, wna16_error_t *err)
 {
     if (!c || !fn)
         return w16_err(err, WNA16_EINVAL, "w16_cuda_launch: target and "
@@ -959,14 +978,59 @@ wna16_status_t w16_cuda_launch(w16_cuda_t *c, w16_cuda_function_t *fn,
     }
     if (st != WNA16_OK)
         return st;
-    CUresult r = c->cu.cuLaunchKernel(f, grid_x, 1, 1, block_x, 1, 1,
-                                      shared_bytes, cu_stream(stream), args,
-                                      NULL);
+    CUresult r;
+    if (chained && pdl_usable(c)) {
+        /* the kernel may start while the previous one on the stream runs
+         * its tail; its griddepcontrol.wait orders its reads after it */
+        CUlaunchAttribute at[1];
+        memset(at, 0, sizeof at);
+        at[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        at[0].value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDimX = grid_x;
+        cfg.gridDimY = cfg.gridDimZ = 1;
+        cfg.blockDimX = block_x;
+        cfg.blockDimY = cfg.blockDimZ = 1;
+        cfg.sharedMemBytes = shared_bytes;
+        cfg.hStream = cu_stream(stream);
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        r = c->cu.cuLaunchKernelEx(&cfg, f, args, NULL);
+    } else {
+        r = c->cu.cuLaunchKernel(f, grid_x, 1, 1, block_x, 1, 1, shared_bytes,
+                                 cu_stream(stream), args, NULL);
+    }
     if (r != CUDA_SUCCESS)
         return cu_fail(c, err, WNA16_EINTERNAL, r, "launching %u blocks of %u "
-                       "threads (%u bytes shared) on %s", grid_x, block_x,
-                       shared_bytes, c->name);
+                       "threads (%u bytes shared%s) on %s", grid_x, block_x,
+                       shared_bytes, chained ? ", chained" : "", c->name);
     return WNA16_OK;
+}
+
+wna16_status_t w16_cuda_launch(w16_cuda_t *c, w16_cuda_function_t *fn,
+                               unsigned grid_x, unsigned block_x,
+                               unsigned shared_bytes,
+                               w16_cuda_stream_t *stream, void **args,
+                               wna16_error_t *err)
+{
+    return launch(c, fn, grid_x, block_x, shared_bytes, stream, args, false,
+                  err);
+}
+
+wna16_status_t w16_cuda_launch_chained(w16_cuda_t *c, w16_cuda_function_t *fn,
+                                       unsigned grid_x, unsigned block_x,
+                                       unsigned shared_bytes,
+                                       w16_cuda_stream_t *stream, void **args,
+                                       wna16_error_t *err)
+{
+    return launch(c, fn, grid_x, block_x, shared_bytes, stream, args, true,
+                  err);
+}
+
+bool w16_cuda_chained_overlaps(w16_cuda_t *c)
+{
+    return c && c->cc_major >= 9 && c->cu.cuLaunchKernelEx;
 }
 
 /* ---- memory -------------------------------------------------------------- */
@@ -1483,6 +1547,15 @@ wna16_status_t w16_cuda_launch(w16_cuda_t *c, w16_cuda_function_t *fn,
     (void)c; (void)fn; (void)gx; (void)bx; (void)sh; (void)s; (void)args;
     return no_cuda(err);
 }
+wna16_status_t w16_cuda_launch_chained(w16_cuda_t *c, w16_cuda_function_t *fn,
+                                       unsigned gx, unsigned bx, unsigned sh,
+                                       w16_cuda_stream_t *s, void **args,
+                                       wna16_error_t *err)
+{
+    (void)c; (void)fn; (void)gx; (void)bx; (void)sh; (void)s; (void)args;
+    return no_cuda(err);
+}
+bool w16_cuda_chained_overlaps(w16_cuda_t *c) { (void)c; return false; }
 wna16_status_t w16_cuda_alloc(w16_cuda_t *c, size_t bytes, uint64_t *dptr,
                               wna16_error_t *err)
 {

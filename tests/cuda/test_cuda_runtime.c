@@ -13,7 +13,10 @@
  * the architecture, and a damaged CUBIN falls back to the PTX. Threads
  * other than the creator's use the target (each call binds the context),
  * and two wna16 contexts share the primary context: destroying one leaves
- * the other working.
+ * the other working. Chained launches (programmatic dependent launch on
+ * sm_90): a chain of kernels that each start early, wait, and read the
+ * previous one's output or overwrite its input, gives the serialized
+ * results, on a stream and replayed from a captured graph.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "testutil.h"
@@ -329,6 +332,139 @@ static void test_streams(wna16_context_t *ctx, w16_cuda_t *cuda)
     w16_cuda_image_free(&img);
 }
 
+/* Chained launches. w16_chain_fill lets its dependents start at once,
+ * spins, then writes src; w16_chain_copy waits, then reads src into its
+ * slice of dst. A chain fill(0), copy(0), fill(1), copy(1), ... gives
+ * dst[k][i] = 3 * (k + i) + 1 only if every copy waits for its fill (read
+ * after write) and every fill for the copy before it (write after read):
+ * without the waits, the early start (on sm_90) makes the copies read
+ * stale or newer values. Before sm_90 the same code runs serialized. */
+static const char *const CHAIN_KERNELS =
+    "__device__ void pdl_wait()\n"
+    "{\n"
+    "#if __CUDA_ARCH__ >= 900\n"
+    "    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+    "#endif\n"
+    "}\n"
+    "__device__ void pdl_launch()\n"
+    "{\n"
+    "#if __CUDA_ARCH__ >= 900\n"
+    "    asm volatile(\"griddepcontrol.launch_dependents;\" :::);\n"
+    "#endif\n"
+    "}\n"
+    "extern \"C\" __global__ void w16_chain_fill(unsigned *src, unsigned n,\n"
+    "                                           unsigned k)\n"
+    "{\n"
+    "    pdl_launch(); /* the next kernel may start now */\n"
+    "    pdl_wait();\n"
+    "    long long t0 = clock64();\n"
+    "    while (clock64() - t0 < 200000) {}\n"
+    "    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i < n)\n"
+    "        src[i] = k + i;\n"
+    "}\n"
+    "extern \"C\" __global__ void w16_chain_copy(unsigned *dst,\n"
+    "                                           const unsigned *src,\n"
+    "                                           unsigned n)\n"
+    "{\n"
+    "    pdl_launch();\n"
+    "    pdl_wait();\n"
+    "    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i < n)\n"
+    "        dst[i] = 3u * src[i] + 1u;\n"
+    "}\n";
+
+enum { CHAIN_LINKS = 6, CHAIN_N = 70001 };
+
+/* The chain on `stream`; dst holds CHAIN_LINKS slices of CHAIN_N. */
+static void chain_queue(w16_cuda_t *cuda, w16_cuda_function_t *fill_fn,
+                        w16_cuda_function_t *copy_fn, uint64_t src,
+                        uint64_t dst, w16_cuda_stream_t *stream)
+{
+    wna16_error_t err;
+    unsigned n = CHAIN_N;
+    for (unsigned k = 0; k < CHAIN_LINKS; k++) {
+        uint64_t d = dst + (uint64_t)k * CHAIN_N * sizeof(unsigned);
+        void *af[] = {&src, &n, &k};
+        void *ac[] = {&d, &src, &n};
+        TU_OK(w16_cuda_launch_chained(cuda, fill_fn, grid_for(n), BLOCK, 0,
+                                      stream, af, &err), &err);
+        TU_OK(w16_cuda_launch_chained(cuda, copy_fn, grid_for(n), BLOCK, 0,
+                                      stream, ac, &err), &err);
+    }
+}
+
+static size_t chain_errors(w16_cuda_t *cuda, uint64_t dst, unsigned *h)
+{
+    wna16_error_t err;
+    size_t bytes = (size_t)CHAIN_LINKS * CHAIN_N * sizeof(unsigned), bad = 0;
+    TU_OK(w16_cuda_copy_d2h(cuda, h, dst, bytes, &err), &err);
+    for (unsigned k = 0; k < CHAIN_LINKS; k++)
+        for (unsigned i = 0; i < CHAIN_N; i++)
+            bad += h[(size_t)k * CHAIN_N + i] != 3u * (k + i) + 1u;
+    return bad;
+}
+
+static void test_chained(wna16_context_t *ctx, w16_cuda_t *cuda)
+{
+    wna16_error_t err;
+    w16_cuda_image_t img;
+    w16_cuda_module_t *m = NULL;
+    w16_cuda_function_t *fill_fn = NULL, *copy_fn = NULL;
+    w16_cuda_stream_t *stream = NULL;
+    w16_cuda_graph_t *graph = NULL;
+    size_t bytes = (size_t)CHAIN_LINKS * CHAIN_N * sizeof(unsigned);
+    unsigned *h = malloc(bytes);
+    uint64_t src = 0, dst = 0;
+    TU_OK(w16_nvrtc_compile(ctx, CHAIN_KERNELS, "w16_test_chain",
+                            w16_cuda_cc_major(cuda), w16_cuda_cc_minor(cuda),
+                            &img, &err), &err);
+    TU_CHECK_MSG(img.log == NULL, "NVRTC log: %s", img.log);
+    if (img.cubin)
+        TU_OK(w16_cuda_module_load(cuda, &img, &m, &err), &err);
+    if (m) {
+        TU_OK(w16_cuda_function(m, "w16_chain_fill", &fill_fn, &err), &err);
+        TU_OK(w16_cuda_function(m, "w16_chain_copy", &copy_fn, &err), &err);
+    }
+    TU_OK(w16_cuda_alloc(cuda, CHAIN_N * sizeof(unsigned), &src, &err), &err);
+    TU_OK(w16_cuda_alloc(cuda, bytes, &dst, &err), &err);
+    TU_OK(w16_cuda_stream_create_async(cuda, &stream, &err), &err);
+    if (!h || !fill_fn || !copy_fn || !src || !dst || !stream)
+        goto out;
+    printf("chained launches %s\n", w16_cuda_chained_overlaps(cuda)
+                                        ? "overlap (programmatic dependent "
+                                          "launch)"
+                                        : "run one after the other");
+    /* on a stream */
+    TU_OK(w16_cuda_memset(cuda, dst, 0, bytes, &err), &err);
+    chain_queue(cuda, fill_fn, copy_fn, src, dst, stream);
+    TU_OK(w16_cuda_stream_sync(cuda, stream, &err), &err);
+    size_t bad = chain_errors(cuda, dst, h);
+    TU_CHECK_MSG(bad == 0, "chained on a stream: %zu of %u results wrong",
+                 bad, CHAIN_LINKS * CHAIN_N);
+    /* captured into a graph, replayed twice */
+    TU_OK(w16_cuda_memset(cuda, dst, 0, bytes, &err), &err);
+    TU_OK(w16_cuda_capture_begin(cuda, stream, &err), &err);
+    chain_queue(cuda, fill_fn, copy_fn, src, dst, stream);
+    TU_OK(w16_cuda_capture_end(cuda, stream, &graph, &err), &err);
+    for (int r = 0; graph && r < 2; r++) {
+        TU_OK(w16_cuda_graph_launch(cuda, graph, stream, &err), &err);
+        TU_OK(w16_cuda_stream_sync(cuda, stream, &err), &err);
+        bad = chain_errors(cuda, dst, h);
+        TU_CHECK_MSG(bad == 0, "chained in a graph, replay %d: %zu of %u "
+                     "results wrong", r, bad, CHAIN_LINKS * CHAIN_N);
+        TU_OK(w16_cuda_memset(cuda, dst, 0, bytes, &err), &err);
+    }
+out:
+    w16_cuda_graph_destroy(cuda, graph);
+    w16_cuda_stream_destroy(cuda, stream);
+    w16_cuda_free(cuda, src);
+    w16_cuda_free(cuda, dst);
+    w16_cuda_module_unload(m);
+    w16_cuda_image_free(&img);
+    free(h);
+}
+
 /* An architecture below the device's major that NVRTC still supports. */
 static bool lower_arch(const w16_cuda_t *cuda, int *major, int *minor)
 {
@@ -474,6 +610,7 @@ int main(void)
     test_kernel(ctx, cuda);
     test_shared(ctx, cuda);
     test_streams(ctx, cuda);
+    test_chained(ctx, cuda);
     test_ptx_fallback(ctx, cuda);
     test_threads(ctx, cuda);
     test_two_contexts(cuda);

@@ -1,0 +1,50 @@
+// moe_pdl.cu - programmatic dependent launch for the fused MoE's chain of
+// kernels (routing, gather, GEMM 1, its split-K reduce, GEMM 2, finalize),
+// which runtime/moe_cuda.c launches with w16_cuda_launch_chained: on sm_90
+// a kernel of the chain may be resident and past its prologue while the
+// previous one drains its last CTAs, instead of starting after it.
+//
+// The contract, for every kernel of the chain (in every CTA):
+//   w16_pdl_wait()    before the first read of anything an earlier kernel
+//                     of the stream wrote and the first global write
+//                     (an earlier kernel may still read that memory). It
+//                     returns once the previous kernel has completed and
+//                     its writes are visible; since that kernel waited the
+//                     same way, every earlier one has completed too.
+//   w16_pdl_launch()  lets the next kernel of the stream be scheduled (it
+//                     starts once every CTA of this one has called it or
+//                     exited). Only where it goes affects the speed, never
+//                     the results: the next kernel's wait still waits for
+//                     this whole grid. Kernels call it right after their
+//                     wait, so at most two grids of the chain are resident
+//                     at once and the waiting one holds no SM the running
+//                     one could still use for CTAs it has not started.
+// Both are no-ops before sm_90 (and on a plain launch), so sm_80 runs the
+// same code serialized by the stream.
+
+namespace w16pdl {
+
+__device__ __forceinline__ void w16_pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void w16_pdl_launch()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// The usual pair at the top of a kernel of the chain.
+__device__ __forceinline__ void w16_pdl_enter()
+{
+    w16_pdl_wait();
+    w16_pdl_launch();
+}
+
+} // namespace w16pdl
+
+using namespace w16pdl;
