@@ -54,8 +54,9 @@ enum { PLAIN_SECTORS_OK = 8, MEMO_SIZE = 32 };
 enum { ROWS_MAX_LANES = 1024, ROWS_MIN_LANES = 256 };
 /* Rows of a layout with sums: words a lane at most (one per row; 4 made
  * the CUDA text 4x, about a quarter second of cold NVRTC compile from
- * GPTQ and seconds from AWQ). */
-enum { ROWS_COPIES = 2 };
+ * GPTQ and seconds from AWQ; 3 is about 1.4x the text of 2 and the
+ * compile about 1.35x, bench/RESULTS.md). */
+enum { ROWS_COPIES = 3 };
 
 struct w16_rp_tile {
     w16_role_t role;
@@ -67,6 +68,10 @@ struct w16_rp_tile {
      * workgroup is R whole rows of a layout with block sums, which it
      * writes in the same pass, lane by lane */
     bool stage, rows;
+    /* rows: the workgroup's R rows run over the rows of the whole grid
+     * (its dimensions but the last, flattened), where R does not divide
+     * the second-to-last dimension */
+    bool flat_rows;
     int cbit;
     int64_t R, C;            /* destination words: rows x columns */
     int64_t a, nrows, elems; /* source tensor: row length, rows, elements */
@@ -282,7 +287,11 @@ static bool plan_shared_reads(builder_t *B, const int64_t *S, int n, int np,
  * word at a time); elsewhere (AWQ, whose sums go code by code) each copy
  * is several times the text, and the cold NVRTC compile would pass
  * 300 ms. (Two words a lane within a row, as shared reads, would pair
- * sums in half-empty warps.) */
+ * sums in half-empty warps.) U is the most copies up to ROWS_COPIES that
+ * divide the grid's rows; where they do not divide the second-to-last
+ * dimension (GPTQ w13 at K = 2048: 16 rows of blocks a column of 32, and
+ * three rows a workgroup), the workgroup's rows run over the flattened
+ * grid (flat_rows; tag suffix "f"). */
 static bool plan_rows(builder_t *B, const int64_t *S, int n, int np,
                       int slots, w16_role_t role)
 {
@@ -307,14 +316,18 @@ static bool plan_rows(builder_t *B, const int64_t *S, int n, int np,
             st[ns++] = t;
         }
     }
+    int64_t grid_rows = 1;
+    for (int d = 0; d < n - 1; d++)
+        grid_rows *= S[d];
     int U = ns <= 2 ? ROWS_COPIES : 1;
-    while (U > 1 && S[n - 2] % (R * U))
-        U /= 2;
+    while (U > 1 && grid_rows % (R * U))
+        U--;
+    bool flat = S[n - 2] % (R * U) != 0;
     char tag[24];
-    snprintf(tag, sizeof tag, "rows%lldx%d", (long long)R, U);
+    snprintf(tag, sizeof tag, "rows%lldx%d%s", (long long)R, U, flat ? "f" : "");
     return install_plan(B, (struct w16_rp_tile){
         .role = role, .lanes = (int)(R * C), .copies = U, .rows = true,
-        .cbit = -1, .R = R * U, .C = C}, tag);
+        .flat_rows = flat, .cbit = -1, .R = R * U, .C = C}, tag);
 }
 
 bool w16_rp_tile_loads_first(const builder_t *B)
@@ -435,7 +448,8 @@ static const kir_expr_t *tile_index_rc(builder_t *B, const int64_t *S, int n,
 {
     kir_kernel_t *k = B->k;
     const struct w16_rp_tile *T = B->tile;
-    int64_t TC = S[n - 1] / T->C, TR = S[n - 2] / T->R, G = B->out->num_groups;
+    int64_t TC = S[n - 1] / T->C, TR = T->flat_rows ? 1 : S[n - 2] / T->R,
+            G = B->out->num_groups;
     w16_range_t rg = {0, G - 1};
     const kir_expr_t *g = kir_builtin(k, KIR_OP_GROUP_ID);
     bool first = !r;
@@ -444,13 +458,24 @@ static const kir_expr_t *tile_index_rc(builder_t *B, const int64_t *S, int n,
     const kir_expr_t *col0 = w16_ir_mul(k, w16_ir_floormod(&B->L, g, TC, rg), ik(B, T->C));
     const kir_expr_t *gr = w16_ir_floordiv(&B->L, g, TC, rg);
     w16_range_t rr = {0, (G - 1) / TC};
-    const kir_expr_t *row0 = w16_ir_mul(k, w16_ir_floormod(&B->L, gr, TR, rr), ik(B, T->R));
-    const kir_expr_t *q = w16_ir_floordiv(&B->L, gr, TR, rr);
-    w16_range_t rq = {0, rr.hi / TR};
     char name[8];
     snprintf(name, sizeof name, "i%d", n - 1);
     B->idx[n - 1] = w16_rp_let(B, name, w16_ir_add(k, col0, c));
     snprintf(name, sizeof name, "i%d", n - 2);
+    if (T->flat_rows) { /* the row of the whole grid, then its coordinates */
+        int64_t rows = G / TC * T->R;
+        w16_range_t rf = {0, rows - 1};
+        const kir_expr_t *fr = w16_rp_let(B, "grid_row",
+            w16_ir_add(k, w16_ir_mul(k, gr, ik(B, T->R)), r));
+        B->idx[n - 2] = w16_rp_let(B, name, w16_ir_floormod(&B->L, fr, S[n - 2], rf));
+        w16_rp_unflatten(B, w16_ir_floordiv(&B->L, fr, S[n - 2], rf),
+                         (w16_range_t){0, (rows - 1) / S[n - 2]}, S, n - 2);
+        const kir_expr_t *frow = w16_ir_mul(k, fr, ik(B, S[n - 1]));
+        return w16_ir_add(k, frow, w16_ir_add(k, col0, c));
+    }
+    const kir_expr_t *row0 = w16_ir_mul(k, w16_ir_floormod(&B->L, gr, TR, rr), ik(B, T->R));
+    const kir_expr_t *q = w16_ir_floordiv(&B->L, gr, TR, rr);
+    w16_range_t rq = {0, rr.hi / TR};
     /* rows: the row as an or of the group's rows and the lane's (disjoint
      * bits; R a power of two), which the lowering does not take apart into
      * the group id's terms: a sum would be, and then the codes of one
