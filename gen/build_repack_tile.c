@@ -52,11 +52,12 @@ enum { PLAIN_SECTORS_OK = 8, MEMO_SIZE = 32 };
 /* Rows of a layout with sums: lanes per workgroup at most (CUDA's limit)
  * and, where rows are short, at least (rows are added up to it). */
 enum { ROWS_MAX_LANES = 1024, ROWS_MIN_LANES = 256 };
-/* Rows of a layout with sums: words a lane at most (one per row; 4 made
- * the CUDA text 4x, about a quarter second of cold NVRTC compile from
- * GPTQ and seconds from AWQ; 3 is about 1.4x the text of 2 and the
- * compile about 1.35x, bench/RESULTS.md). */
-enum { ROWS_COPIES = 3 };
+/* Rows of a layout with sums: words a lane at most (one per row) where
+ * the block sums go a word at a time, and elsewhere (their sums code by
+ * code: each copy is several times the text, and so the cold NVRTC
+ * compile). On the H200 (bench/RESULTS.md) 2, 3 and 4 rows a lane ran
+ * the GPTQ w13 kernel at 64%, 72% and 84% of a copy. */
+enum { ROWS_COPIES = 4, ROWS_COPIES_BY_CODE = 2 };
 
 struct w16_rp_tile {
     w16_role_t role;
@@ -283,15 +284,50 @@ static bool plan_shared_reads(builder_t *B, const int64_t *S, int n, int np,
  * lane writes its word of U rows (the copies: the same place in each row,
  * so a lane's words are all sums or all codes and a warp of sums adds 32
  * blocks a row), where a word's codes come from at most two source
- * elements (GPTQ's and compressed-tensors' words: the block sums go a
- * word at a time); elsewhere (AWQ, whose sums go code by code) each copy
- * is several times the text, and the cold NVRTC compile would pass
- * 300 ms. (Two words a lane within a row, as shared reads, would pair
- * sums in half-empty warps.) U is the most copies up to ROWS_COPIES that
+ * elements; up to ROWS_COPIES where the block sums go a word at a time
+ * (GPTQ's, compressed-tensors' and humming's words: sums_by_word), up to
+ * ROWS_COPIES_BY_CODE where they go code by code (Marlin's words: each
+ * copy is several times the text). Elsewhere (AWQ and moe_wna16: a
+ * word's codes from more than two source elements) one: the cold NVRTC
+ * compile would pass 300 ms. (Two words a lane within a row, as shared reads, would pair
+ * sums in half-empty warps.) U is the most copies up to that bound that
  * divide the grid's rows; where they do not divide the second-to-last
- * dimension (GPTQ w13 at K = 2048: 16 rows of blocks a column of 32, and
- * three rows a workgroup), the workgroup's rows run over the flattened
- * grid (flat_rows; tag suffix "f"). */
+ * dimension (GPTQ w2 at K = 768: 6 rows of blocks a column, and four
+ * rows a workgroup), the workgroup's rows run over the flattened grid
+ * (flat_rows; tag suffix "f"). */
+/* Whether a column's consecutive codes lie side by side in one source
+ * element, the first at its lowest field (K-packed words: GPTQ,
+ * compressed-tensors, humming), probed at k = 0 .. slots - 1 of column 0 of
+ * expert 0: there a block's sum goes a word at a time (a few operations
+ * a word); elsewhere (Marlin's permuted words) code by code. */
+static bool sums_by_word(builder_t *B)
+{
+    const w16_layout_t *l = &B->sl[W16_ROLE_QWEIGHT];
+    wna16_dtype_t dt = B->req->src_dtype[W16_ROLE_QWEIGHT];
+    int cb = w16_layout_code_bits(l, dt, B->sv);
+    int per = w16_layout_slots(l, dt, B->sv);
+    if (l->decode || B->perm || cb <= 0 || per < 2)
+        return false;
+    w16_var_t cv[W16_MAX_COORDS];
+    int nc = w16_role_coords(W16_ROLE_QWEIGHT, cv);
+    int64_t first[W16_MAX_STORE_DIMS] = {0};
+    for (int j = 0; j < per; j++) {
+        int64_t c[W16_MAX_COORDS] = {0}, at[W16_MAX_STORE_DIMS] = {0}, bit = -1;
+        int64_t vars[W16_VAR_COUNT];
+        for (int i = 0; i < nc; i++)
+            if (cv[i] == W16_VAR_k)
+                c[i] = j;
+        memcpy(vars, B->sv, sizeof vars);
+        w16_eval_error_t e;
+        if (!w16_layout_locate(l, vars, c, at, &bit, &e) || bit != (int64_t)j * cb ||
+            (j && memcmp(at, first, sizeof at)))
+            return false;
+        if (!j)
+            memcpy(first, at, sizeof first);
+    }
+    return true;
+}
+
 static bool plan_rows(builder_t *B, const int64_t *S, int n, int np,
                       int slots, w16_role_t role)
 {
@@ -319,7 +355,7 @@ static bool plan_rows(builder_t *B, const int64_t *S, int n, int np,
     int64_t grid_rows = 1;
     for (int d = 0; d < n - 1; d++)
         grid_rows *= S[d];
-    int U = ns <= 2 ? ROWS_COPIES : 1;
+    int U = ns > 2 ? 1 : sums_by_word(B) ? ROWS_COPIES : ROWS_COPIES_BY_CODE;
     while (U > 1 && grid_rows % (R * U))
         U--;
     bool flat = S[n - 2] % (R * U) != 0;
