@@ -156,6 +156,12 @@ constexpr u32 ZSYM2 = MAGIC2 | ((1u << (BITS - 1)) * 0x00010001u);
 // needs one shift (by 8) for its four pairs; bf16 has no mantissa bit for
 // 16 q and shifts each pair down.
 constexpr bool FP16_HI = DEFER && !ACT_BF16 && BITS == 4 && !ZP;
+// GEMM 2 issues its first stages' weight loads before griddepcontrol.wait
+// (templates/moe_pdl.cu), so that under programmatic dependent launch they
+// overlap the tail of the kernel ahead of it (GEMM 1 or its split-K
+// reduce): at small M a CTA's K range is a few stages, mostly this
+// prologue. The routing it reads first was written before that kernel.
+constexpr bool EARLY_B = GEMM == 2;
 
 // n / d for a divisor fixed for the CTA (the group size) and 0 <= n < 2^31,
 // by a multiply-high and a shift (the round-up method: l = ceil(log2 d),
@@ -249,7 +255,11 @@ W16_KERNEL(W16_GEMM_PARAMS)
     const int ncta = GATED ? (ip + BN / 2 - 1) / (BN / 2) : (N + BN - 1) / BN;
     const int split = blockIdx.x % splits, tile = blockIdx.x / splits;
     const int mblk = tile / ncta, ncol = tile % ncta;
-    w16_pdl_enter(); // routing wrote num_post, expert_ids, sorted_ids
+    // GEMM 1 follows the routing: it waits before reading it. GEMM 2 reads
+    // the routing and its weights before its wait (EARLY_B, moe_pdl.cu):
+    // the routing kernels finished before the kernel ahead of it started.
+    if constexpr (!EARLY_B)
+        w16_pdl_enter(); // routing wrote num_post, expert_ids, sorted_ids
     if (mblk * BM >= *num_post)
         return;
     const int e = expert_ids[mblk];
@@ -310,13 +320,16 @@ W16_KERNEL(W16_GEMM_PARAMS)
         s_row[q] = i < S_STAGE ? rest / TILES : BK; // BK: never a row
         s_col[q] = col >= 0 ? col + 8 * v : -1;
     }
-    auto load_stage = [&](int it, int slot) {
+    auto load_stage_a = [&](int it, int slot) {
         const int k0 = it * BK;
         act_t *dA = sA + slot * A_STAGE;
 #pragma unroll
         for (int q = 0; q < A_PER; q++)
             if (a_src[q])
                 cp_async16(dA + a_dst[q], a_src[q] + k0, true);
+    };
+    auto load_stage_b = [&](int it, int slot) { // the codes and scales
+        const int k0 = it * BK;
         int4 *dB = sB + slot * B_STAGE;
         const int4 *qs = qw_e + (size_t)it * b_kstride;
 #pragma unroll
@@ -337,6 +350,10 @@ W16_KERNEL(W16_GEMM_PARAMS)
                 }
             }
         }
+    };
+    auto load_stage = [&](int it, int slot) {
+        load_stage_a(it, slot);
+        load_stage_b(it, slot);
     };
 
     // ---- per-thread scale and zero caches --------------------------------
@@ -653,14 +670,32 @@ W16_KERNEL(W16_GEMM_PARAMS)
     };
 
     // ---- the pipeline: STAGES-1 loads in flight ahead of the compute ----
+    // EARLY_B: the first STAGES-1 stages' codes and scales (one cp.async
+    // group each) go out before the wait, their activations after it (one
+    // more group), so the first stage waits for every group.
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        if (s < iters)
-            load_stage(it0 + s, s);
+        if (s < iters) {
+            if constexpr (EARLY_B)
+                load_stage_b(it0 + s, s);
+            else
+                load_stage(it0 + s, s);
+        }
+        cp_async_commit();
+    }
+    if constexpr (EARLY_B) {
+        w16_pdl_enter(); // GEMM 1 (or its reduce) wrote the activations
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++)
+            if (s < iters)
+                load_stage_a(it0 + s, s);
         cp_async_commit();
     }
     for (int it = 0; it < iters; it++) {
-        cp_async_wait<STAGES - 2>();
+        if (EARLY_B && it == 0)
+            cp_async_wait<0>();
+        else
+            cp_async_wait<STAGES - 2>();
         __syncthreads(); // stage `it` visible; stage it-1 fully consumed
         int next = it + STAGES - 1;
         if (next < iters)
