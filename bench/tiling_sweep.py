@@ -43,6 +43,9 @@ CANDIDATES = {
             "n256k128w4x1p4s16c4o2sb": (256, 128, 4, 1, 4, 16, 4, 2, True),
             "n256k128w4x1p4s8c4o2": (256, 128, 4, 1, 4, 8, 4, 2),
             "n256k128w4x1p4s4c4o2": (256, 128, 4, 1, 4, 4, 4, 2),
+            # a group (128) a warp and stage: half the deferred-scale
+            # flushes, two stages (RESULTS, night 3: 4-11% slower)
+            "n256k256w4x2p2s16c2o2": (256, 256, 4, 2, 2, 16, 2, 2),
         },
         "w2": {
             "n128k128w2x2p3s8c4o5": (128, 128, 2, 2, 3, 8, 4, 5),
@@ -50,6 +53,7 @@ CANDIDATES = {
             "n128k128w2x2p4s16c4o3": (128, 128, 2, 2, 4, 16, 4, 3),
             "n128k128w2x2p4s16c4o3sb": (128, 128, 2, 2, 4, 16, 4, 3, True),
             "n128k128w2x2p3s4c4o5": (128, 128, 2, 2, 3, 4, 4, 5),
+            "n128k256w2x2p2s8c4o4": (128, 256, 2, 2, 2, 8, 4, 4),
         },
     },
     32: {
