@@ -285,6 +285,21 @@ __device__ __forceinline__ void stage_plan(
     }
 }
 
+// The A rows for k in [it*BK, +BK) into stage `slot` (planned rows only:
+// padding rows stay zero).
+__device__ __forceinline__ void stage_copy_a(int it, int slot,
+                                             const act_t *const (&a_src)[A_PER],
+                                             const int (&a_dst)[A_PER],
+                                             act_t *sA)
+{
+    const int k0 = it * BK;
+    act_t *dA = sA + slot * A_STAGE;
+#pragma unroll
+    for (int q = 0; q < A_PER; q++)
+        if (a_src[q])
+            cp_async16(dA + a_dst[q], a_src[q] + k0, true);
+}
+
 // A rows, B tiles (and scales) for k in [it*BK, +BK) into stage `slot`.
 __device__ __forceinline__ void stage_copy(
     int it, int slot, const act_t *const (&a_src)[A_PER],
@@ -294,11 +309,7 @@ __device__ __forceinline__ void stage_copy(
     int ncol, int N, int ip, int group_size)
 {
     const int k0 = it * BK;
-    act_t *dA = sA + slot * A_STAGE;
-#pragma unroll
-    for (int q = 0; q < A_PER; q++)
-        if (a_src[q])
-            cp_async16(dA + a_dst[q], a_src[q] + k0, true);
+    stage_copy_a(it, slot, a_src, a_dst, sA);
     int4 *dB = sB + slot * B_STAGE;
     const int4 *qs = qw_e + (size_t)(k0 / 16) * tiles_n * TILE_VECS;
     if constexpr (SPLIT_CODES) {

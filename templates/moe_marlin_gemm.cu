@@ -321,12 +321,7 @@ W16_KERNEL(W16_GEMM_PARAMS)
         s_col[q] = col >= 0 ? col + 8 * v : -1;
     }
     auto load_stage_a = [&](int it, int slot) {
-        const int k0 = it * BK;
-        act_t *dA = sA + slot * A_STAGE;
-#pragma unroll
-        for (int q = 0; q < A_PER; q++)
-            if (a_src[q])
-                cp_async16(dA + a_dst[q], a_src[q] + k0, true);
+        stage_copy_a(it, slot, a_src, a_dst, sA);
     };
     auto load_stage_b = [&](int it, int slot) { // the codes and scales
         const int k0 = it * BK;
