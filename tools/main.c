@@ -16,6 +16,7 @@ static const struct {
     {"gen", cmd_gen, "print a generated kernel (kernel IR or LLVM IR)"},
     {"repack", cmd_repack, "a checkpoint into a backend's layout (.safetensors)"},
     {"cache", cmd_cache, "kernel cache: entries and size, or clear it"},
+    {"fuzz", cmd_fuzz, "generated repack kernels against the reference"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,696 @@
+/*
+ * cmd_fuzz.c - `wna16 fuzz`: generated repack kernels against the
+ * reference on random problems drawn from the specs. A case is a (source,
+ * destination) pair of specs, a layer shape and a quantization (bits,
+ * group size, zero points, act order, bias, 8-bit activation variants,
+ * scale dtype) plus the seed of the layer's values. Each case writes a
+ * random layer in the source layout with the reference encoder, repacks
+ * it with the reference and with the generated kernels of the target, and
+ * requires the same bytes, tensor by tensor, or the same refusal. A
+ * failing case is shrunk (fewer experts, smaller shapes, fewer options)
+ * while it still fails, and printed as a one-line reproducer that
+ * `wna16 fuzz --case` reads back.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CMD "fuzz"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: wna16 fuzz [--count N] [--seed S] [--target cpu|cuda]\n"
+        "                  [--from SPEC] [--to SPEC] [--no-shrink] [--verbose]\n"
+        "                  [--inject-fault]\n"
+        "       wna16 fuzz --case 'CASE' [--target cpu|cuda] [--no-shrink]\n"
+        "                  [--inject-fault]\n\n"
+        "Draws N random repack problems (default 100) and checks that the\n"
+        "generated kernels of the target (default cpu) write exactly the\n"
+        "bytes the reference writes, or refuse with the same reason. Sources\n"
+        "are the checkpoint formats and the stacked layouts that hold codes,\n"
+        "destinations the backends and moe_wna16; --from and --to fix one.\n"
+        "Shapes, bit widths, group sizes, zero points, act order, bias, the\n"
+        "8-bit activation variants and the scale dtype vary within each\n"
+        "pair's rules. --seed (default 1) makes a run repeatable.\n\n"
+        "A failure is shrunk (fewer experts, smaller shapes, fewer options)\n"
+        "while it still fails, then printed as CASE, e.g.\n"
+        "  gptq->marlin E=2 H=64 I=128 bits=4 group=32 zp=1 actorder=0\n"
+        "  bias=0 input=16bit scales=F16 positive=0 data=0x1f\n"
+        "(one line); --case runs that one problem again.\n\n"
+        "--inject-fault checks the checker: it flips a bit of the generated\n"
+        "output of every case with two experts or more, so each such case\n"
+        "must fail and shrink to E=2 (exit status 1).\n\n"
+        "Progress goes to stderr, the summary and failures to stdout. Exit\n"
+        "status: 0 every case passed, 1 a case failed, 2 usage error.\n");
+}
+
+/* ---- random numbers (splitmix64: one 64-bit seed reproduces a case) ------ */
+
+typedef struct fz_rng {
+    uint64_t s;
+} fz_rng_t;
+
+static uint64_t fz_next(fz_rng_t *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint32_t fz_below(fz_rng_t *r, uint32_t n)
+{
+    return (uint32_t)(fz_next(r) % n);
+}
+
+/* ---- cases ----------------------------------------------------------------- */
+
+typedef struct fz_case {
+    const wna16_spec_t *src, *dst;
+    int32_t E, H, I;
+    wna16_quant_desc_t q;
+    wna16_dtype_t scales; /* scale and bias dtype */
+    bool positive;        /* positive scales only (int8 activations) */
+    uint64_t data;        /* seed of the layer's values */
+} fz_case_t;
+
+typedef enum fz_outcome {
+    FZ_SAME,    /* same bytes */
+    FZ_REFUSED, /* both refused, with the same reason */
+    FZ_INVALID, /* not a problem the source can hold (skipped) */
+    FZ_FAILED,
+} fz_outcome_t;
+
+static void case_text(const fz_case_t *c, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s->%s E=%" PRId32 " H=%" PRId32 " I=%" PRId32
+             " bits=%" PRId32 " group=%" PRId32 " zp=%d actorder=%d bias=%d "
+             "input=%s scales=%s positive=%d data=%#" PRIx64,
+             wna16_spec_name(c->src), wna16_spec_name(c->dst), c->E, c->H, c->I,
+             c->q.bits, c->q.group_size, c->q.zero_point, c->q.act_order,
+             c->q.bias, wna16_input_dtype_name(c->q.input_dtype),
+             wna16_dtype_name(c->scales), c->positive, c->data);
+}
+
+/* What may be a source: checkpoint formats and stacked layouts holding
+ * codes; a destination: backends and moe_wna16 (a format vLLM also runs). */
+static bool can_be(const wna16_spec_t *s, bool source)
+{
+    const char *n = wna16_spec_name(s);
+    if (source)
+        return strcmp(n, "emulation") && strcmp(n, "cpu") &&
+               strcmp(n, "flashinfer_trtllm");
+    return wna16_spec_kind(s) == WNA16_SPEC_BACKEND ||
+           strcmp(n, "moe_wna16") == 0;
+}
+
+static const wna16_spec_t *find_any(wna16_context_t *ctx, const char *name)
+{
+    const wna16_spec_t *s = wna16_spec_find(ctx, WNA16_SPEC_FORMAT, name);
+    return s ? s : wna16_spec_find(ctx, WNA16_SPEC_BACKEND, name);
+}
+
+static const wna16_spec_t *pick(wna16_context_t *ctx, fz_rng_t *r, bool source)
+{
+    for (;;) {
+        const wna16_spec_t *s = wna16_spec_at(
+            ctx, fz_below(r, (uint32_t)wna16_spec_count(ctx)));
+        if (can_be(s, source))
+            return s;
+    }
+}
+
+static bool groups_divide(const fz_case_t *c)
+{
+    int32_t g = c->q.group_size;
+    return g <= 0 || (c->H % g == 0 && c->I % g == 0);
+}
+
+/* A random case. The 8-bit activation variants go into the Marlin layouts
+ * that hold them: a quarter of the draws go there when --to is free, and
+ * half of the Marlin draws use them (a few elsewhere: refused alike). */
+static void draw(wna16_context_t *ctx, fz_rng_t *r, const wna16_spec_t *from,
+                 const wna16_spec_t *to, fz_case_t *c)
+{
+    static const int32_t gss[] = {-1, 32, 64, 128};
+    static const int32_t sizes[] = {32, 64, 96, 128, 160, 192, 256};
+    memset(c, 0, sizeof *c);
+    c->src = from ? from : pick(ctx, r, true);
+    c->dst = to ? to : pick(ctx, r, false);
+    if (!to && fz_below(r, 4) == 0)
+        c->dst = wna16_spec_find(ctx, WNA16_SPEC_BACKEND,
+                                 fz_below(r, 2) ? "marlin" : "batched_marlin");
+    bool marlin = strstr(wna16_spec_name(c->dst), "marlin") != NULL;
+    if (marlin ? fz_below(r, 2) == 0 : fz_below(r, 20) == 0)
+        c->q.input_dtype = fz_below(r, 2) ? WNA16_INPUT_INT8 : WNA16_INPUT_FP8;
+    bool a8 = c->q.input_dtype != WNA16_INPUT_16BIT;
+    c->q.bits = fz_below(r, a8 ? 8 : 3) ? 4 : 8;
+    c->q.group_size = gss[fz_below(r, 4)];
+    c->q.zero_point = fz_below(r, 2);
+    c->q.act_order = c->q.group_size > 0 && fz_below(r, a8 ? 12 : 6) == 0;
+    c->q.bias = fz_below(r, 5) == 0;
+    c->positive = c->q.input_dtype == WNA16_INPUT_INT8 && fz_below(r, 5) != 0;
+    c->E = 1 + (int32_t)fz_below(r, 3);
+    c->H = sizes[fz_below(r, 7)];
+    c->I = sizes[fz_below(r, 7)];
+    if (fz_below(r, 4) == 0)
+        c->I = 8 * (1 + (int32_t)fz_below(r, 40));
+    if (fz_below(r, 4) == 0)
+        c->H = c->I = 256;
+    c->scales = fz_below(r, 2) ? WNA16_DTYPE_F16 : WNA16_DTYPE_BF16;
+    c->data = fz_next(r);
+}
+
+/* ---- one case ---------------------------------------------------------------- */
+
+/* Scales exact in fp16 and bf16 (m * 2^-i), some negative unless
+ * `positive`, and a third fp16 values bf16 cannot hold (rounding). */
+static float draw_scale(fz_rng_t *r, bool positive)
+{
+    if (fz_below(r, 3) == 0)
+        return wna16_f16_to_f32((uint16_t)(0x2000 + fz_below(r, 0x3000)));
+    float v = (float)(1 + fz_below(r, 127));
+    for (int i = (int)fz_below(r, 10); i > 0; i--)
+        v *= 0.5f;
+    return !positive && fz_below(r, 4) == 0 ? -v : v;
+}
+
+static void fill(wna16_qweight_t *w, fz_rng_t *r, bool positive)
+{
+    size_t n = (size_t)w->E * w->N * w->K, ng = (size_t)w->E * w->G * w->N;
+    for (size_t i = 0; i < n; i++)
+        w->codes[i] = (uint8_t)fz_below(r, 1u << w->bits);
+    for (size_t i = 0; i < ng; i++) {
+        w->scales[i] = draw_scale(r, positive);
+        if (w->zeros)
+            w->zeros[i] = (uint8_t)fz_below(r, 1u << w->bits);
+    }
+    if (w->bias)
+        for (size_t i = 0; i < (size_t)w->E * w->N; i++)
+            w->bias[i] = draw_scale(r, positive);
+    if (w->g_idx) /* every group used, the rest at random */
+        for (int32_t e = 0; e < w->E; e++)
+            for (int32_t k = 0; k < w->K; k++)
+                w->g_idx[(size_t)e * w->K + k] =
+                    k < w->G ? k : (int32_t)fz_below(r, (uint32_t)w->G);
+}
+
+/* First difference between the reference's tensors and the generated
+ * ones, described in msg; true when they are the same. */
+static bool same_sets(const wna16_tensor_set_t *a, const wna16_tensor_set_t *b,
+                      char *msg, size_t n)
+{
+    if (wna16_tensor_set_count(a) != wna16_tensor_set_count(b)) {
+        snprintf(msg, n, "%zu tensors from the reference, %zu generated",
+                 wna16_tensor_set_count(a), wna16_tensor_set_count(b));
+        return false;
+    }
+    for (size_t i = 0; i < wna16_tensor_set_count(a); i++) {
+        const wna16_tensor_t *x = wna16_tensor_set_at(a, i);
+        const wna16_tensor_t *y = wna16_tensor_set_find(b, x->name);
+        if (!y) {
+            snprintf(msg, n, "%s: not generated", x->name);
+            return false;
+        }
+        bool ok = x->dtype == y->dtype && x->ndim == y->ndim &&
+                  x->nbytes == y->nbytes;
+        for (int d = 0; ok && d < x->ndim; d++)
+            ok = x->shape[d] == y->shape[d];
+        if (!ok) {
+            snprintf(msg, n, "%s: dtype or shape differs", x->name);
+            return false;
+        }
+        const uint8_t *p = x->data, *q = y->data;
+        for (size_t at = 0; at < x->nbytes; at++)
+            if (p[at] != q[at]) {
+                snprintf(msg, n, "%s differs at byte %zu of %zu (reference "
+                         "%02x, generated %02x)", x->name, at, x->nbytes,
+                         p[at], q[at]);
+                return false;
+            }
+    }
+    return true;
+}
+
+/* --inject-fault: a bit of the generated output flipped in every case
+ * with two experts or more (the checker and the shrinker must see it) */
+static bool inject_fault;
+
+static fz_outcome_t run_case(wna16_context_t *ctx, const fz_case_t *c,
+                             wna16_target_t target, char *msg, size_t n)
+{
+    *msg = '\0';
+    if (c->E < 1 || c->H < 1 || c->I < 1 || !groups_divide(c))
+        return FZ_INVALID;
+    fz_rng_t r = {c->data};
+    wna16_qlayer_t L = {.E = c->E, .H = c->H, .I = c->I};
+    wna16_error_t err;
+    const wna16_quant_desc_t *q = &c->q;
+    if (wna16_qweight_alloc(&L.w13, c->E, 2 * c->I, c->H, q->bits,
+                            q->group_size, q->zero_point, q->act_order,
+                            q->bias, &err) ||
+        wna16_qweight_alloc(&L.w2, c->E, c->H, c->I, q->bits, q->group_size,
+                            q->zero_point, q->act_order, q->bias, &err)) {
+        wna16_qlayer_free(&L);
+        return FZ_INVALID;
+    }
+    L.w13.scale_dtype = L.w2.scale_dtype = c->scales;
+    L.w13.bias_dtype = L.w2.bias_dtype = c->scales;
+    fill(&L.w13, &r, c->positive);
+    fill(&L.w2, &r, c->positive);
+    wna16_tensor_set_t *s = NULL, *ref = NULL, *gen = NULL;
+    fz_outcome_t out = FZ_INVALID;
+    if (wna16_tensor_set_create(ctx, &s, &err) ||
+        wna16_tensor_set_create(ctx, &ref, &err) ||
+        wna16_tensor_set_create(ctx, &gen, &err)) {
+        snprintf(msg, n, "%s", err.message);
+        out = FZ_FAILED;
+        goto done;
+    }
+    /* the source in the 8-bit variant where its layout holds one (Marlin
+     * sources), otherwise as it always is */
+    wna16_status_t st = wna16_ref_encode_input(ctx, c->src, &L,
+                                               q->input_dtype, "m.experts", s,
+                                               &err);
+    if (st == WNA16_EUNSUPPORTED && q->input_dtype != WNA16_INPUT_16BIT) {
+        wna16_tensor_set_destroy(s);
+        s = NULL;
+        if (wna16_tensor_set_create(ctx, &s, &err) == WNA16_OK)
+            st = wna16_ref_encode(ctx, c->src, &L, "m.experts", s, &err);
+    }
+    if (st != WNA16_OK)
+        goto done; /* the source cannot hold this layer */
+    wna16_error_t e1, e2;
+    wna16_status_t r1 = wna16_repack_layer(ctx, c->src, s, "m.experts", c->E,
+                                           c->H, c->I, q, c->dst,
+                                           WNA16_TARGET_REFERENCE, ref, &e1);
+    wna16_status_t r2 = wna16_repack_layer(ctx, c->src, s, "m.experts", c->E,
+                                           c->H, c->I, q, c->dst, target, gen,
+                                           &e2);
+    if (r1 != r2) {
+        snprintf(msg, n, "reference %s%s%s, generated %s%s%s",
+                 wna16_status_name(r1), r1 ? ": " : "", r1 ? e1.message : "",
+                 wna16_status_name(r2), r2 ? ": " : "", r2 ? e2.message : "");
+        out = FZ_FAILED;
+    } else if (r1 != WNA16_OK) {
+        out = strcmp(e1.message, e2.message) == 0 ? FZ_REFUSED : FZ_FAILED;
+        if (out == FZ_FAILED)
+            snprintf(msg, n, "refusals differ: reference \"%s\", generated "
+                     "\"%s\"", e1.message, e2.message);
+    } else {
+        if (inject_fault && c->E >= 2 && wna16_tensor_set_count(gen) > 0) {
+            const wna16_tensor_t *t = wna16_tensor_set_at(gen, 0);
+            if (t->nbytes)
+                ((uint8_t *)t->data)[t->nbytes / 2] ^= 1u;
+        }
+        out = same_sets(ref, gen, msg, n) ? FZ_SAME : FZ_FAILED;
+    }
+done:
+    wna16_tensor_set_destroy(s);
+    wna16_tensor_set_destroy(ref);
+    wna16_tensor_set_destroy(gen);
+    wna16_qlayer_free(&L);
+    return out;
+}
+
+/* ---- shrinking ------------------------------------------------------------- */
+
+enum { MAX_CANDIDATES = 24, MAX_SHRINK_STEPS = 64 };
+
+/* Smaller versions of c, the biggest cuts first: one expert, half or a
+ * quarter of a dimension, one option off. */
+static bool same_case(const fz_case_t *a, const fz_case_t *b)
+{
+    return a->src == b->src && a->dst == b->dst && a->E == b->E &&
+           a->H == b->H && a->I == b->I && a->q.bits == b->q.bits &&
+           a->q.group_size == b->q.group_size &&
+           a->q.zero_point == b->q.zero_point &&
+           a->q.act_order == b->q.act_order && a->q.bias == b->q.bias &&
+           a->q.input_dtype == b->q.input_dtype && a->scales == b->scales &&
+           a->positive == b->positive && a->data == b->data;
+}
+
+static int candidates(const fz_case_t *c, fz_case_t *out)
+{
+    int n = 0;
+#define CAND(stmt)                                                           \
+    do {                                                                     \
+        fz_case_t t = *c;                                                    \
+        stmt;                                                                \
+        if (!same_case(&t, c) && n < MAX_CANDIDATES)                         \
+            out[n++] = t;                                                    \
+    } while (0)
+    CAND(t.E = 1);
+    CAND(t.E = c->E - 1);
+    static const int32_t cuts[] = {4, 2};
+    for (int i = 0; i < 2; i++) {
+        if (c->H / cuts[i] >= 16 && (c->H / cuts[i]) % 16 == 0)
+            CAND(t.H = c->H / cuts[i]);
+        if (c->I / cuts[i] >= 8 && (c->I / cuts[i]) % 8 == 0)
+            CAND(t.I = c->I / cuts[i]);
+    }
+    CAND(t.q.bias = false);
+    CAND(t.q.act_order = false);
+    CAND(t.q.zero_point = false);
+    CAND(t.q.input_dtype = WNA16_INPUT_16BIT; t.positive = false);
+    CAND(t.q.bits = 4);
+    CAND(t.q.group_size = -1; t.q.act_order = false);
+    CAND(t.positive = false);
+#undef CAND
+    return n;
+}
+
+/* Replaces *c by the smallest failing case reached by accepting, again and
+ * again, the first candidate that still fails; msg gets its failure. */
+static int shrink(wna16_context_t *ctx, fz_case_t *c, wna16_target_t target,
+                  char *msg, size_t n, bool verbose)
+{
+    int steps = 0;
+    char m[1024];
+    while (steps < MAX_SHRINK_STEPS) {
+        fz_case_t cand[MAX_CANDIDATES];
+        int k = candidates(c, cand), i = 0;
+        for (; i < k; i++)
+            if (run_case(ctx, &cand[i], target, m, sizeof m) == FZ_FAILED)
+                break;
+        if (i == k)
+            break;
+        *c = cand[i];
+        snprintf(msg, n, "%s", m);
+        steps++;
+        if (verbose) {
+            char t[512];
+            case_text(c, t, sizeof t);
+            fprintf(stderr, "  shrunk: %s\n", t);
+        }
+    }
+    return steps;
+}
+
+/* ---- the case text ------------------------------------------------------ */
+
+static bool parse_bool(const char *v, bool *out)
+{
+    if (strcmp(v, "0") && strcmp(v, "1"))
+        return false;
+    *out = v[0] == '1';
+    return true;
+}
+
+/* Reads what case_text writes; every key must be present. Returns NULL or
+ * the reason, naming the token. */
+static const char *parse_case(wna16_context_t *ctx, const char *text,
+                              fz_case_t *c, char *why, size_t n)
+{
+    char buf[1024];
+    if (strlen(text) >= sizeof buf)
+        return "too long";
+    snprintf(buf, sizeof buf, "%s", text);
+    memset(c, 0, sizeof *c);
+    unsigned seen = 0;
+    static const char *const keys[] = {"E", "H", "I", "bits", "group", "zp",
+                                       "actorder", "bias", "input", "scales",
+                                       "positive", "data"};
+    enum { NKEYS = sizeof keys / sizeof keys[0] };
+    char *save = NULL;
+    char *tok = strtok_r(buf, " \t\n", &save);
+    char *arrow = tok ? strstr(tok, "->") : NULL;
+    if (!arrow) {
+        snprintf(why, n, "expected SRC->DST first, found '%s'", tok ? tok : "");
+        return why;
+    }
+    *arrow = '\0';
+    c->src = find_any(ctx, tok);
+    c->dst = find_any(ctx, arrow + 2);
+    if (!c->src || !can_be(c->src, true) || !c->dst || !can_be(c->dst, false)) {
+        snprintf(why, n, "'%s->%s': not a source and destination spec", tok,
+                 arrow + 2);
+        return why;
+    }
+    while ((tok = strtok_r(NULL, " \t\n", &save))) {
+        char *eq = strchr(tok, '=');
+        int k = 0;
+        if (eq) {
+            *eq = '\0';
+            while (k < NKEYS && strcmp(tok, keys[k]))
+                k++;
+        }
+        if (!eq || k == NKEYS) {
+            snprintf(why, n, "'%s': expected KEY=VALUE with a key of E, H, I, "
+                     "bits, group, zp, actorder, bias, input, scales, "
+                     "positive, data", tok);
+            return why;
+        }
+        const char *v = eq + 1;
+        long x = 0;
+        bool ok = true;
+        switch (k) {
+        case 0: ok = cli_parse_int(v, 1, 4096, &x); c->E = (int32_t)x; break;
+        case 1: ok = cli_parse_int(v, 1, 65536, &x); c->H = (int32_t)x; break;
+        case 2: ok = cli_parse_int(v, 1, 65536, &x); c->I = (int32_t)x; break;
+        case 3: ok = cli_parse_int(v, 4, 8, &x) && (x == 4 || x == 8);
+                c->q.bits = (int32_t)x; break;
+        case 4: /* -1: channelwise */
+                if (strcmp(v, "-1") == 0)
+                    x = -1;
+                else
+                    ok = cli_parse_int(v, 1, 65536, &x);
+                c->q.group_size = (int32_t)x; break;
+        case 5: ok = parse_bool(v, &c->q.zero_point); break;
+        case 6: ok = parse_bool(v, &c->q.act_order); break;
+        case 7: ok = parse_bool(v, &c->q.bias); break;
+        case 8: c->q.input_dtype = wna16_input_dtype_from_name(v);
+                ok = (int)c->q.input_dtype >= 0 &&
+                     c->q.input_dtype < WNA16_INPUT_COUNT_; break;
+        case 9: c->scales = wna16_dtype_from_name(v, strlen(v));
+                ok = c->scales == WNA16_DTYPE_F16 ||
+                     c->scales == WNA16_DTYPE_BF16; break;
+        case 10: ok = parse_bool(v, &c->positive); break;
+        default: {
+            char *end = NULL;
+            c->data = strtoull(v, &end, 0);
+            ok = *v && end && *end == '\0';
+        }
+        }
+        if (!ok) {
+            snprintf(why, n, "'%s=%s': bad value", keys[k], v);
+            return why;
+        }
+        seen |= 1u << k;
+    }
+    for (int k = 0; k < NKEYS; k++)
+        if (!(seen & (1u << k))) {
+            snprintf(why, n, "%s= is missing", keys[k]);
+            return why;
+        }
+    return NULL;
+}
+
+/* ---- the command ------------------------------------------------------------ */
+
+typedef struct fz_opts {
+    long count;
+    uint64_t seed;
+    wna16_target_t target;
+    const char *from, *to, *one;
+    bool shrink, verbose;
+} fz_opts_t;
+
+/* Reports a failure (shrunk unless --no-shrink); returns CLI_FAIL. */
+static int report_failure(wna16_context_t *ctx, const fz_opts_t *o,
+                          fz_case_t *c, char *msg, size_t n)
+{
+    char text[512];
+    case_text(c, text, sizeof text);
+    printf("FAIL %s\n     %s\n", text, msg);
+    if (o->shrink) {
+        fprintf(stderr, "wna16 fuzz: shrinking the failing case...\n");
+        int steps = shrink(ctx, c, o->target, msg, n, o->verbose);
+        case_text(c, text, sizeof text);
+        if (steps)
+            printf("shrunk in %d step%s:\nFAIL %s\n     %s\n", steps,
+                   steps == 1 ? "" : "s", text, msg);
+    }
+    printf("reproduce: wna16 fuzz --target %s%s --case '%s'\n",
+           wna16_target_name(o->target),
+           inject_fault ? " --inject-fault" : "", text);
+    fflush(stdout);
+    return CLI_FAIL;
+}
+
+static int parse_opts(int argc, char **argv, fz_opts_t *o)
+{
+    *o = (fz_opts_t){.count = 100, .seed = 1, .target = WNA16_TARGET_CPU,
+                     .shrink = true};
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        long x;
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return -1;
+        } else if (cli_opt_value(argc, argv, &i, "--count", &v)) {
+            if (!v || !cli_parse_int(v, 1, 1000000, &x))
+                return cli_usage_error(CMD, "--count: expected 1 to 1000000");
+            o->count = x;
+        } else if (cli_opt_value(argc, argv, &i, "--seed", &v)) {
+            char *end = NULL;
+            if (v)
+                o->seed = strtoull(v, &end, 0);
+            if (!v || !*v || *end)
+                return cli_usage_error(CMD, "--seed: expected an integer");
+        } else if (cli_opt_value(argc, argv, &i, "--target", &v)) {
+            if (v && strcmp(v, "cpu") == 0)
+                o->target = WNA16_TARGET_CPU;
+            else if (v && strcmp(v, "cuda") == 0)
+                o->target = WNA16_TARGET_CUDA;
+            else
+                return cli_usage_error(CMD, "--target: expected cpu or cuda");
+        } else if (cli_opt_value(argc, argv, &i, "--from", &v)) {
+            if (!v)
+                return cli_usage_error(CMD, "--from: expected a spec name");
+            o->from = v;
+        } else if (cli_opt_value(argc, argv, &i, "--to", &v)) {
+            if (!v)
+                return cli_usage_error(CMD, "--to: expected a spec name");
+            o->to = v;
+        } else if (cli_opt_value(argc, argv, &i, "--case", &v)) {
+            if (!v)
+                return cli_usage_error(CMD, "--case: expected a case (see "
+                                       "--help)");
+            o->one = v;
+        } else if (strcmp(argv[i], "--no-shrink") == 0) {
+            o->shrink = false;
+        } else if (strcmp(argv[i], "--verbose") == 0) {
+            o->verbose = true;
+        } else if (strcmp(argv[i], "--inject-fault") == 0) {
+            inject_fault = true;
+        } else {
+            return cli_usage_error(CMD, "unknown option '%s'", argv[i]);
+        }
+    }
+    if (o->one && (o->from || o->to))
+        return cli_usage_error(CMD, "--case names its own specs: no --from "
+                               "or --to with it");
+    return CLI_OK;
+}
+
+/* The target must be able to run kernels here. */
+static int check_target(const fz_opts_t *o)
+{
+    wna16_platform_t p = o->target == WNA16_TARGET_CPU ? WNA16_PLATFORM_CPU
+                                                       : WNA16_PLATFORM_CUDA;
+    if (!(wna16_build_kernel_platforms() & (1u << p))) {
+        fprintf(stderr, "wna16 fuzz: this build has no %s target (%s)\n",
+                wna16_target_name(o->target),
+                p == WNA16_PLATFORM_CPU ? "LLVM 19 was not found"
+                                        : "NVRTC was not found");
+        return CLI_FAIL;
+    }
+    if (p == WNA16_PLATFORM_CUDA) {
+        wna16_device_info_t dev;
+        wna16_probe_device(&dev);
+        if (dev.platform != WNA16_PLATFORM_CUDA) {
+            fprintf(stderr, "wna16 fuzz: CUDA target unavailable: %s\n",
+                    dev.notes);
+            return CLI_FAIL;
+        }
+    }
+    return CLI_OK;
+}
+
+static int fuzz_one(wna16_context_t *ctx, const fz_opts_t *o)
+{
+    fz_case_t c;
+    char why[512], msg[1024], text[512];
+    if (parse_case(ctx, o->one, &c, why, sizeof why))
+        return cli_usage_error(CMD, "--case: %s", why);
+    case_text(&c, text, sizeof text);
+    switch (run_case(ctx, &c, o->target, msg, sizeof msg)) {
+    case FZ_SAME:
+        printf("ok   %s: same bytes\n", text);
+        return CLI_OK;
+    case FZ_REFUSED:
+        printf("ok   %s: refused alike\n", text);
+        return CLI_OK;
+    case FZ_INVALID:
+        fprintf(stderr, "wna16 fuzz: %s: the source cannot hold this layer "
+                "(group size, shapes or options)\n", text);
+        return CLI_FAIL;
+    case FZ_FAILED:
+        break;
+    }
+    return report_failure(ctx, o, &c, msg, sizeof msg);
+}
+
+static int fuzz_many(wna16_context_t *ctx, const fz_opts_t *o)
+{
+    const wna16_spec_t *from = NULL, *to = NULL;
+    if (o->from && !((from = find_any(ctx, o->from)) && can_be(from, true)))
+        return cli_usage_error(CMD, "--from: '%s' is not a source spec (a "
+                               "checkpoint format or a stacked layout that "
+                               "holds codes)", o->from);
+    if (o->to && !((to = find_any(ctx, o->to)) && can_be(to, false)))
+        return cli_usage_error(CMD, "--to: '%s' is not a destination spec (a "
+                               "backend or moe_wna16)", o->to);
+    fz_rng_t r = {o->seed};
+    long tally[4] = {0}, tries = 0;
+    long every = o->count >= 10 ? o->count / 10 : 1;
+    bool tty = isatty(STDERR_FILENO);
+    char msg[1024];
+    for (long done = 0; done < o->count;) {
+        fz_case_t c;
+        draw(ctx, &r, from, to, &c);
+        tries++;
+        fz_outcome_t out = run_case(ctx, &c, o->target, msg, sizeof msg);
+        if (out == FZ_INVALID && tries < 50 * o->count)
+            continue; /* not a problem: draw again */
+        tally[out]++;
+        done++;
+        if (o->verbose) {
+            char text[512];
+            case_text(&c, text, sizeof text);
+            static const char *const what[] = {"same bytes", "refused alike",
+                                               "skipped", "FAILED"};
+            fprintf(stderr, "[%ld/%ld] %s: %s\n", done, o->count, text,
+                    what[out]);
+        } else if (done % every == 0 || done == o->count) {
+            fprintf(stderr, "%swna16 fuzz: %ld/%ld cases%s", tty ? "\r" : "",
+                    done, o->count, tty && done < o->count ? "" : "\n");
+        }
+        if (out == FZ_FAILED) {
+            if (tty && !o->verbose)
+                fputc('\n', stderr);
+            report_failure(ctx, o, &c, msg, sizeof msg);
+            break;
+        }
+    }
+    printf("wna16 fuzz: %ld cases (seed %#" PRIx64 ", target %s): %ld same "
+           "bytes, %ld refused alike, %ld skipped, %ld failed%s\n",
+           tally[FZ_SAME] + tally[FZ_REFUSED] + tally[FZ_INVALID] +
+               tally[FZ_FAILED],
+           o->seed, wna16_target_name(o->target), tally[FZ_SAME],
+           tally[FZ_REFUSED], tally[FZ_INVALID], tally[FZ_FAILED],
+           tally[FZ_FAILED] ? " (stopped at the first failure)" : "");
+    return tally[FZ_FAILED] ? CLI_FAIL : CLI_OK;
+}
+
+int cmd_fuzz(int argc, char **argv)
+{
+    fz_opts_t o;
+    int rc = parse_opts(argc, argv, &o);
+    if (rc < 0)
+        return CLI_OK;
+    if (rc != CLI_OK || (rc = check_target(&o)) != CLI_OK)
+        return rc;
+    wna16_context_t *ctx = cli_context();
+    if (!ctx)
+        return CLI_FAIL;
+    rc = o.one ? fuzz_one(ctx, &o) : fuzz_many(ctx, &o);
+    wna16_context_destroy(ctx);
+    return rc;
+}
