@@ -111,8 +111,7 @@ static wna16_status_t make_units(const wna16_spec_t *spec, const variant_t *v,
         c.bits = v->bits;
         c.zp = v->zp;
         c.act_order = v->act_order;
-        c.grouped = op[g].G > 1;
-        c.group_stages = c.grouped && (op[g].K / op[g].G) % 64 == 0;
+        w16_moe_cfg_groups(&c, op[g].G, p.GS);
         c.scales = op[g].scales;
         c.act_dtype = v->act;
         c.scale_dtype = v->scale;

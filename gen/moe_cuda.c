@@ -460,11 +460,17 @@ void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size)
 {
     bool w13 = c->gemm == WNA16_GEMM_W13;
     const char *act = w13 ? wna16_activation_name(c->activation) : NULL;
+    /* the mma.sync unit is specialized for its group size */
+    char gq[16];
+    if (c->grouped && !c->act_order && !c->wgmma)
+        snprintf(gq, sizeof gq, "g%d", c->group_size);
+    else
+        snprintf(gq, sizeof gq, "%s", c->grouped ? "gq" : "gc");
     snprintf(out, size,
              "w16_moe_marlin_%s%s%s_%s_b%d_%s%s_%s_%s_s%s_b%s_m%dn%dk%d_w%dx%d_p%d",
              w13 ? "w13" : "w2", act ? "_" : "", act ? act : "",
              dt_short(c->act_dtype), c->bits, c->zp ? "zp" : "sym",
-             c->act_order ? "_ao" : "", c->grouped ? "gq" : "gc",
+             c->act_order ? "_ao" : "", gq,
              c->scales == W16_MOE_SCALES_T64 ? "t64" : "t32",
              dt_short(c->scale_dtype), dt_short(c->bias_dtype), c->block_m,
              c->block_n, c->block_k, c->warps_n, c->warps_k, c->stages);
@@ -552,6 +558,11 @@ static wna16_status_t check_cfg(const w16_moe_gemm_cfg_t *c,
         why = check_wgmma(c);
     else if (c->block_m < 16 || c->block_m > 64 || c->block_m % 16)
         why = "block_m is 16, 32, 48 or 64";
+    else if (c->grouped && !c->act_order &&
+             (c->group_size < 16 || c->group_size % 16 ||
+              (c->group_size % c->block_k && c->block_k % c->group_size)))
+        why = "grouped scales: group_size is a multiple of 16 that divides "
+              "block_k or that block_k divides";
     else if (c->block_n < 64 || c->block_n > 256 || c->block_n % 64)
         why = "block_n is a multiple of 64 up to 256";
     else if (c->block_k != 64 && c->block_k != 128 && c->block_k != 256)
@@ -575,6 +586,14 @@ static wna16_status_t check_cfg(const w16_moe_gemm_cfg_t *c,
     if (why)
         return w16_err(err, WNA16_EINVAL, "CUDA fused-MoE GEMM: %s", why);
     return WNA16_OK;
+}
+
+void w16_moe_cfg_groups(w16_moe_gemm_cfg_t *c, int64_t G,
+                        int64_t group_size)
+{
+    c->grouped = G > 1;
+    c->group_stages = c->grouped && group_size % 64 == 0;
+    c->group_size = c->grouped && !c->act_order ? (int)group_size : 0;
 }
 
 static void def_int(w16_buf_t *b, const char *name, long long v)
@@ -644,9 +663,10 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
      * warp-specialized 4-bit tiles of two m64 slices a warpgroup only */
     def_bool(b, "SPLIT_CODES", c->wgmma && c->ws && c->split_codes &&
                                    c->bits == 4 && c->block_m != 256);
-    if (!c->wgmma) /* the mma.sync template's choice only */
+    if (!c->wgmma) { /* the mma.sync template's choices only */
         def_bool(b, "SCALES_IN_B", c->scales_in_b);
-    else { /* and the wgmma template's */
+        def_int(b, "GS", c->grouped && !c->act_order ? c->group_size : 0);
+    } else { /* and the wgmma template's */
         def_bool(b, "WS", c->ws);
         def_bool(b, "ACC_SCALES", c->acc_scales);
         def_int(b, "WGMMA_GROUPS", c->wgmma_groups > 1 ? 2 : 1);

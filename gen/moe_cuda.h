@@ -76,7 +76,17 @@ typedef struct w16_moe_gemm_cfg {
                                 wgmma template changes groups only at
                                 stage starts (two groups in flight need
                                 it) */
+    int group_size;          /* grouped, not act-order: the group size, a
+                                constant of the mma.sync unit (its stages'
+                                group rows and checks fold to constants);
+                                0 otherwise */
 } w16_moe_gemm_cfg_t;
+
+/* The quantization groups of an operand stored in G groups of
+ * `group_size` rows (-1 or the operand's K when channelwise): grouped,
+ * group_stages and group_size of `c` (act_order must be set first). */
+void w16_moe_cfg_groups(w16_moe_gemm_cfg_t *c, int64_t G,
+                        int64_t group_size);
 
 /* The routing block (block_m) for a number of routed slots per expert;
  * EUNSUPPORTED when the spec has no tiling. `wgmma_ok`: the problem can

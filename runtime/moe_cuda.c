@@ -586,8 +586,7 @@ static void fill_cfg(const wna16_cuda_moe_t *m, int g,
     c->bits = m->quant.bits;
     c->zp = m->quant.zero_point;
     c->act_order = m->quant.act_order;
-    c->grouped = m->op[g].G > 1;
-    c->group_stages = c->grouped && (m->op[g].K / m->op[g].G) % 64 == 0;
+    w16_moe_cfg_groups(c, m->op[g].G, m->quant.group_size);
     c->scales = m->op[g].scales;
     c->act_dtype = p->act_dtype;
     c->scale_dtype = m->scale_dtype[g];

@@ -122,6 +122,27 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const u32 (&a)[4],
                        "r"(b1));
 }
 
+// D = A * B, m16n8k16, fp32 (a zero C operand)
+__device__ __forceinline__ void mma16816_zc(float (&d)[4], const u32 (&a)[4],
+                                            u32 b0, u32 b1)
+{
+    const float z = 0.0f;
+    if constexpr (ACT_BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%10,%10,%10,%10};\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                       "r"(b1), "f"(z));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%10,%10,%10,%10};\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                       "r"(b1), "f"(z));
+}
+
 // ---- dequantization (codes_minus_zero, apply_scale: common) ---------------
 
 // (a & b) | c in one instruction: a 16-bit lane's code under the exponent
@@ -163,28 +184,28 @@ constexpr bool FP16_HI = DEFER && !ACT_BF16 && BITS == 4 && !ZP;
 // prologue. The routing it reads first was written before that kernel.
 constexpr bool EARLY_B = GEMM == 2;
 
-// n / d for a divisor fixed for the CTA (the group size) and 0 <= n < 2^31,
-// by a multiply-high and a shift (the round-up method: l = ceil(log2 d),
-// m = floor(2^32 (2^l - d) / d) + 1, n / d = (umulhi(n, m) + n) >> l; the
-// sum stays below 2^32 for n < 2^31). The compiler's division by a run-time
-// value is a chain of about 20 dependent instructions through MUFU.RCP, and
-// the stage loop had three of them per stage in every warp, right after the
-// barrier, where all warps of the CTA wait on them at once.
-struct udiv {
-    u32 m;
-    int l;
-    __device__ __forceinline__ void init(u32 d)
-    {
-        l = 0;
-        while (l < 31 && (1u << l) < d)
-            l++;
-        m = (u32)((((u64)1 << 32) * (((u64)1 << l) - d)) / d + 1);
-    }
-    __device__ __forceinline__ int div(int n) const
-    {
-        return (int)((__umulhi((u32)n, m) + (u32)n) >> l);
-    }
-};
+// The group size is a constant of the unit (GS, the generator's
+// cfg.group_size) where grouped scales travel with the stages: a stage then
+// holds BK / GS whole groups or lies inside one group, so its rows of
+// scales and every group check are shifts and constants. (A run-time
+// group size cost three divisions a stage, then a multiply-high each, in
+// every thread right after the barrier: bench/RESULTS.md, smallm.)
+static_assert(!SMEM_SCALES || (GS >= 16 && GS % 16 == 0 &&
+                               (GS % BK == 0 || BK % GS == 0)),
+              "grouped scales: the unit's group size divides BK or BK it");
+constexpr int GSZ = SMEM_SCALES ? GS : BK;
+constexpr bool STAGE_GROUPS = SMEM_SCALES && GSZ % BK == 0; // whole stages
+constexpr int SGROUPS = STAGE_GROUPS ? 1 : BK / GSZ; // scale rows a stage
+// the group of a stage's first k, of k itself
+__device__ __forceinline__ int stage_group(int it)
+{
+    return STAGE_GROUPS ? it / (GSZ / BK) : it * (BK / GSZ);
+}
+__device__ __forceinline__ int group_of(int k) { return k / GSZ; }
+// Deferred scales with one group a stage: each warp's first k16 step of a
+// stage starts its partial sums with a zero C operand, so a group's flush
+// does not zero them (16 instructions a warp and stage).
+constexpr bool ZERO_C = DEFER && STAGE_GROUPS && GSZ == BK;
 
 // The 16 scales of a thread's accumulator columns in one 64-column tile
 // (`tile`: the tile's 64 scales of one group in shared memory, in the
@@ -201,12 +222,17 @@ __device__ __forceinline__ void acc_scales(const scale_t *tile, int tig,
         const int off = SCALE_LAYOUT == 0 ? 8 * (2 * tig + h) : 32 * h + 8 * tig;
         int4 x = *reinterpret_cast<const int4 *>(tile + off);
         const scale_t *v = reinterpret_cast<const scale_t *>(&x);
+        const u32 xw[4] = {(u32)x.x, (u32)x.y, (u32)x.z, (u32)x.w};
 #pragma unroll
         for (int e = 0; e < 8; e++) {
+            // bf16 is the high half of a float: one shift or mask a scale
+            float f = SCALE_BF16 ? __uint_as_float(e % 2 ? xw[e / 2] & 0xffff0000u
+                                                         : xw[e / 2] << 16)
+                                 : sca::to_f(v[e]);
             if (SCALE_LAYOUT == 0)
-                out[e][h] = sca::to_f(v[e]);
+                out[e][h] = f;
             else
-                out[4 * h + e / 2][e % 2] = sca::to_f(v[e]);
+                out[4 * h + e / 2][e % 2] = f;
         }
     }
 }
@@ -291,7 +317,7 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // would compute again for every stage, once: which B vectors exist (a
     // bit each; a missing one points at the stage's first vector, copied
     // with size 0), the K stride of a stage, each scale vector's row and
-    // column, and the groups by multiply-high (udiv). A stage is then, per
+    // column (the group rows are constants: GSZ). A stage is then, per
     // 16-byte copy, an address add and the cp.async: the stage loop executed
     // about 230 instructions per warp and stage in these copies' address
     // arithmetic and three run-time divisions (SASS, bench/RESULTS.md),
@@ -309,8 +335,6 @@ W16_KERNEL(W16_GEMM_PARAMS)
             b_off[q] = 0;
     }
     const size_t b_kstride = (size_t)(BK / 16) * tiles_n * TILE_VECS;
-    udiv gdiv;
-    gdiv.init(SMEM_SCALES ? (u32)group_size : 1u);
     constexpr int S_PER = SMEM_SCALES ? (S_STAGE + NTHREADS - 1) / NTHREADS : 1;
     int s_row[S_PER], s_col[S_PER]; // scale vector i = tid + q * NTHREADS
 #pragma unroll
@@ -323,24 +347,29 @@ W16_KERNEL(W16_GEMM_PARAMS)
     auto load_stage_a = [&](int it, int slot) {
         stage_copy_a(it, slot, a_src, a_dst, sA);
     };
+    // this split's K stages
+    const int iters_all = K / BK;
+    const int it0 = (int)((long long)split * iters_all / splits);
+    const int iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
+    // B: the stages are loaded in order, so the codes' source advances by
+    // one stage a load (a 64-bit add, not a multiply a stage)
+    const int4 *b_next = qw_e + (size_t)it0 * b_kstride;
     auto load_stage_b = [&](int it, int slot) { // the codes and scales
-        const int k0 = it * BK;
         int4 *dB = sB + slot * B_STAGE;
-        const int4 *qs = qw_e + (size_t)it * b_kstride;
 #pragma unroll
         for (int q = 0; q < B_PER; q++)
-            cp_async16(dB + tid + q * NTHREADS, qs + b_off[q],
+            cp_async16(dB + tid + q * NTHREADS, b_next + b_off[q],
                        (b_ok >> q) & 1u);
-        if constexpr (SMEM_SCALES) { // row r = group k0/group_size + r
+        b_next += b_kstride;
+        if constexpr (SMEM_SCALES) { // row r = group stage_group(it) + r
             int4 *dS = sS + slot * S_STAGE;
-            const int g0 = gdiv.div(k0);
-            const int rows = gdiv.div(k0 + BK - 1) - g0 + 1;
+            const size_t g0n = (size_t)stage_group(it) * N;
 #pragma unroll
             for (int q = 0; q < S_PER; q++) {
-                if (s_row[q] < rows) {
+                if (s_row[q] < SGROUPS) {
                     const bool ok = s_col[q] >= 0;
                     const scale_t *src =
-                        sc_e + (ok ? (size_t)(g0 + s_row[q]) * N + s_col[q] : 0);
+                        sc_e + (ok ? g0n + (size_t)s_row[q] * N + s_col[q] : 0);
                     cp_async16(dS + tid + q * NTHREADS, src, ok);
                 }
             }
@@ -389,16 +418,12 @@ W16_KERNEL(W16_GEMM_PARAMS)
         }
         cur_g[row] = g;
     };
-    // this split's K stages
-    const int iters_all = K / BK;
-    const int it0 = (int)((long long)split * iters_all / splits);
-    const int iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
     if constexpr (DEFER) {
         cur_g[0] = -1; // the first stage enters its group from shared memory
     } else {
 #pragma unroll
         for (int r = 0; r < SROWS; r++)
-            load_group(r, (GROUPED && !ACT_ORDER) ? it0 * BK / group_size : 0);
+            load_group(r, SMEM_SCALES ? stage_group(it0) : 0);
     }
 
     // The scales of group g from the stage in `slot` (its row g - the
@@ -483,7 +508,8 @@ W16_KERNEL(W16_GEMM_PARAMS)
                         acc[mb][t][j][c] = fmaf(sc[j][c & 1],
                                                 pacc[mb][t][j][c],
                                                 acc[mb][t][j][c]);
-                        pacc[mb][t][j][c] = 0.0f;
+                        if constexpr (!ZERO_C)
+                            pacc[mb][t][j][c] = 0.0f;
                     }
         }
     };
@@ -505,23 +531,18 @@ W16_KERNEL(W16_GEMM_PARAMS)
     };
 
     // ---- compute one stage ---------------------------------------------
-    // groups that are whole stages (group_size a multiple of BK): one
-    // scale check per stage instead of one per k16 step
-    const bool stage_groups = SMEM_SCALES && group_size % BK == 0;
-    int group_end = 0; // whole-stage groups: the first k past the group
+    // groups that are whole stages (STAGE_GROUPS): one scale check per
+    // stage instead of one per k16 step
     auto compute_stage = [&](int it, int slot, bool last) {
         const act_t *cA = sA + slot * A_STAGE;
         const int4 *cB = sB + slot * B_STAGE;
-        if constexpr (SMEM_SCALES) {
-            if (stage_groups) {
-                int g = gdiv.div(it * BK);
-                if (g != cur_g[0]) {
-                    if constexpr (DEFER)
-                        enter_group(g);
-                    else
-                        load_group_smem(slot, 0, g);
-                    group_end = (g + 1) * group_size;
-                }
+        if constexpr (STAGE_GROUPS) {
+            int g = stage_group(it);
+            if (g != cur_g[0]) {
+                if constexpr (DEFER)
+                    enter_group(g);
+                else
+                    load_group_smem(slot, 0, g);
             }
         }
         // Act-order reloads scales for four k rows per step: unrolling the
@@ -547,13 +568,13 @@ W16_KERNEL(W16_GEMM_PARAMS)
                         if (g != cur_g[r])
                             load_group(r, g);
                     }
-                } else if (!stage_groups) {
-                    int g = gdiv.div(kg);
+                } else if constexpr (!STAGE_GROUPS) {
+                    int g = group_of(kg);
                     if (g != cur_g[0]) {
                         if constexpr (DEFER)
                             enter_group(g);
                         else
-                            load_group_smem(slot, g - gdiv.div(it * BK), g);
+                            load_group_smem(slot, g - stage_group(it), g);
                     }
                 }
             }
@@ -606,9 +627,13 @@ W16_KERNEL(W16_GEMM_PARAMS)
                         }
                         u32 b0 = as_u32(d0), b1 = as_u32(d1);
 #pragma unroll
-                        for (int mb = 0; mb < MB; mb++)
-                            mma16816(pacc[DEFER ? mb : 0][DEFER ? t : 0][j],
-                                     af[mb], b0, b1);
+                        for (int mb = 0; mb < MB; mb++) {
+                            float (&d)[4] = pacc[DEFER ? mb : 0][DEFER ? t : 0][j];
+                            if (ZERO_C && s == 0)
+                                mma16816_zc(d, af[mb], b0, b1);
+                            else
+                                mma16816(d, af[mb], b0, b1);
+                        }
                     }
                 } else {
 #pragma unroll
@@ -650,15 +675,16 @@ W16_KERNEL(W16_GEMM_PARAMS)
                 // (the next of this stage, or its first of the next stage)
                 // is in another group, or there is none. Whole-stage groups
                 // decide once per stage, without a division.
-                if (stage_groups) {
-                    if (s + 1 == KS && (last || (it + 1) * BK == group_end))
+                if constexpr (STAGE_GROUPS) {
+                    if (s + 1 == KS &&
+                        (last || stage_group(it + 1) != stage_group(it)))
                         flush_group(slot, 0);
                 } else {
-                    const int g = gdiv.div(kg);
+                    const int g = group_of(kg);
                     const int next = s + 1 < KS ? kg + 16
                                                 : (it + 1) * BK + wk * KS * 16;
-                    if (last && s + 1 == KS ? true : gdiv.div(next) != g)
-                        flush_group(slot, g - gdiv.div(it * BK));
+                    if (last && s + 1 == KS ? true : group_of(next) != g)
+                        flush_group(slot, g - stage_group(it));
                 }
             }
         }

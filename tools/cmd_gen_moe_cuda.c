@@ -141,8 +141,7 @@ static int gemm_unit(wna16_context_t *ctx, const moe_opts_t *o,
     c.bits = (int)o->bits;
     c.zp = o->zp;
     c.act_order = o->act_order;
-    c.grouped = op.G > 1;
-    c.group_stages = c.grouped && (op.K / op.G) % 64 == 0;
+    w16_moe_cfg_groups(&c, op.G, p.GS);
     c.scales = op.scales;
     c.act_dtype = o->dtype;
     c.scale_dtype = o->scale_dtype;

@@ -53,7 +53,8 @@ wna16_status_t w16_nvrtc_compile(wna16_context_t *ctx, const char *source,
                                  wna16_error_t *err);
 /* w16_nvrtc_compile for a unit of `n_kernels` kernels: from 2 kernels on,
  * NVRTC optimizes them in parallel threads (--split-compile, where this
- * NVRTC has it), which leaves each kernel's code unchanged and the unit's
+ * NVRTC has it), which leaves each kernel's code as it is (up to ptxas's
+ * register numbering in kernels without launch bounds) and the unit's
  * compile time closer to its slowest kernel's. w16_nvrtc_compile is this
  * with 1. Thread safe. */
 wna16_status_t w16_nvrtc_compile_unit(wna16_context_t *ctx,

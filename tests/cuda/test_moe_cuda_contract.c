@@ -369,8 +369,7 @@ static void test_small_wgmma(wna16_context_t *ctx)
     TU_OK(w16_moe_cuda_tile(m, 16, true, WNA16_GEMM_W2, 4096, 14336, &c,
                             &path, &err), &err);
     c.bits = 4;
-    c.grouped = true;
-    c.group_stages = true;
+    w16_moe_cfg_groups(&c, 112, 128);
     c.act_dtype = c.scale_dtype = c.bias_dtype = WNA16_DTYPE_BF16;
     c.activation = WNA16_ACT_INVALID;
     w16_buf_t b;
