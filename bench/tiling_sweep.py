@@ -46,6 +46,10 @@ CANDIDATES = {
             # a group (128) a warp and stage: half the deferred-scale
             # flushes, two stages (RESULTS, night 3: 4-11% slower)
             "n256k256w4x2p2s16c2o2": (256, 256, 4, 2, 2, 16, 2, 2),
+            # a whole stage a warp (one flush a stage for twice the codes),
+            # three CTAs of four warps an SM
+            "n256k128w4x1p3s16c3o3": (256, 128, 4, 1, 3, 16, 3, 3),
+            "n128k128w2x2p4s16c4o4": (128, 128, 2, 2, 4, 16, 4, 4),
         },
         "w2": {
             "n128k128w2x2p3s8c4o5": (128, 128, 2, 2, 3, 8, 4, 5),
@@ -54,16 +58,25 @@ CANDIDATES = {
             "n128k128w2x2p4s16c4o3sb": (128, 128, 2, 2, 4, 16, 4, 3, True),
             "n128k128w2x2p3s4c4o5": (128, 128, 2, 2, 3, 4, 4, 5),
             "n128k256w2x2p2s8c4o4": (128, 256, 2, 2, 2, 8, 4, 4),
+            # launch bounds for 4 CTAs leave the deferred scales room
+            "n128k128w2x2p3s8c4o4": (128, 128, 2, 2, 3, 8, 4, 4),
+            "n128k128w2x2p4s8c4o4": (128, 128, 2, 2, 4, 8, 4, 4),
+            "n128k128w2x1p3s8c5o5": (128, 128, 2, 1, 3, 8, 5, 5),
+            "n256k128w4x2p3s8c2o2": (256, 128, 4, 2, 3, 8, 2, 2),
         },
     },
     32: {
         "w13": {
             "n256k128w4x1p4s16c2o2": (256, 128, 4, 1, 4, 16, 2, 2),
             "n256k128w4x1p4s16c2o2sb": (256, 128, 4, 1, 4, 16, 2, 2, True),
+            "n256k128w4x2p4s16c2o2": (256, 128, 4, 2, 4, 16, 2, 2),
+            "n128k128w2x2p4s16c4o3": (128, 128, 2, 2, 4, 16, 4, 3),
         },
         "w2": {
             "n128k128w2x2p4s16c2o1": (128, 128, 2, 2, 4, 16, 2, 1),
             "n128k128w2x2p4s16c2o1sb": (128, 128, 2, 2, 4, 16, 2, 1, True),
+            "n128k128w2x2p4s16c2o2": (128, 128, 2, 2, 4, 16, 2, 2),
+            "n128k128w2x2p4s16c3o3": (128, 128, 2, 2, 4, 16, 3, 3),
         },
     },
     64: {
