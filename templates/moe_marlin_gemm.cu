@@ -167,8 +167,11 @@ template <u32 B, u32 C> __device__ __forceinline__ u32 lop3_and_or(u32 a)
 // the other kernels multiply the scale into B as before.
 constexpr int REG_CAP = 65536 / (NTHREADS * MIN_CTAS) < 255
                             ? 65536 / (NTHREADS * MIN_CTAS) : 255;
+// (zero points keep 8 more words a tile for the group: without room for
+// them ptxas spills, so those tiles keep the scales in B)
 constexpr bool DEFER = !SCALES_IN_B && SMEM_SCALES && USE_MAGIC &&
-                       MB * NT <= 2 && 64 * MB * NT + 64 <= REG_CAP;
+                       MB * NT <= 2 &&
+                       64 * MB * NT + 64 + (ZP ? 16 * NT : 0) <= REG_CAP;
 constexpr u32 MAGIC2 = MAGIC_BITS | (MAGIC_BITS << 16);
 // the symmetric zero point 2^(BITS-1) under the exponent, both lanes
 constexpr u32 ZSYM2 = MAGIC2 | ((1u << (BITS - 1)) * 0x00010001u);
@@ -206,6 +209,19 @@ __device__ __forceinline__ int group_of(int k) { return k / GSZ; }
 // stage starts its partial sums with a zero C operand, so a group's flush
 // does not zero them (16 instructions a warp and stage).
 constexpr bool ZERO_C = DEFER && STAGE_GROUPS && GSZ == BK;
+// Deferred scales, bf16, symmetric: the mma takes the codes as they come
+// out of the exponent trick, 128 + q, exact, and the group's offset is
+// taken out once, in float32, when the group is flushed:
+//   sum_k a_k (q_k - 8) = sum_k a_k (128 + q_k) - 136 sum_k a_k,
+// with sum_k a_k, the A rows' sums over the warp's k16 steps of the group,
+// from one more mma a step against a B of ones (columns all equal). That
+// trades four subtractions a word (16 a step and tile) for one mma a step
+// and an fma per accumulator a group. The products are exact either way;
+// the float32 sums carry about 17 times the magnitude before the
+// subtraction, about 4 of float32's 24 bits. One m16 block only: at two
+// (block_m 32, 254 registers) the extra mma and sums measured 1.6% slower.
+constexpr bool FOLD = DEFER && ACT_BF16 && !ZP && MB == 1;
+constexpr float FOLD_ZB = MAGIC + (float)(1 << (BITS - 1)); // 136: 4-bit
 
 // The 16 scales of a thread's accumulator columns in one 64-column tile
 // (`tile`: the tile's 64 scales of one group in shared memory, in the
@@ -335,22 +351,48 @@ W16_KERNEL(W16_GEMM_PARAMS)
             b_off[q] = 0;
     }
     const size_t b_kstride = (size_t)(BK / 16) * tiles_n * TILE_VECS;
-    constexpr int S_PER = SMEM_SCALES ? (S_STAGE + NTHREADS - 1) / NTHREADS : 1;
-    int s_row[S_PER], s_col[S_PER]; // scale vector i = tid + q * NTHREADS
-#pragma unroll
-    for (int q = 0; q < S_PER; q++) {
-        int i = tid + q * NTHREADS, v = i % 8, rest = i / 8;
-        int col = i < S_STAGE ? tile_col(rest % TILES, ncol, N, ip) : -1;
-        s_row[q] = i < S_STAGE ? rest / TILES : BK; // BK: never a row
-        s_col[q] = col >= 0 ? col + 8 * v : -1;
-    }
-    auto load_stage_a = [&](int it, int slot) {
-        stage_copy_a(it, slot, a_src, a_dst, sA);
-    };
     // this split's K stages
     const int iters_all = K / BK;
     const int it0 = (int)((long long)split * iters_all / splits);
     const int iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
+    // Every source below advances in place: the stages are loaded in order
+    // (it0, it0 + 1, ...), so a stage costs a 64-bit add a source instead
+    // of a multiply, and validity is a bit a copy.
+    // A: the planned rows (padding rows stay zero)
+    u32 a_ok = 0;
+#pragma unroll
+    for (int q = 0; q < A_PER; q++) {
+        if (a_src[q])
+            a_ok |= 1u << q;
+        a_src[q] = a_src[q] ? a_src[q] + it0 * BK : a;
+    }
+    auto load_stage_a = [&](int slot) {
+        act_t *dA = sA + slot * A_STAGE;
+#pragma unroll
+        for (int q = 0; q < A_PER; q++) {
+            if ((a_ok >> q) & 1u) {
+                cp_async16(dA + a_dst[q], a_src[q], true);
+                a_src[q] += BK;
+            }
+        }
+    };
+    // Scales: the stage's SGROUPS rows of TILES x 64 (8 vectors a tile)
+    constexpr int S_USED = SMEM_SCALES ? SGROUPS * TILES * 8 : 0;
+    constexpr int S_PER = (S_USED + NTHREADS - 1) / NTHREADS;
+    const scale_t *s_src[S_PER > 0 ? S_PER : 1];
+    u32 s_ok = 0, s_mine = 0; // a column past N copies zeros
+#pragma unroll
+    for (int q = 0; q < S_PER; q++) {
+        int i = tid + q * NTHREADS, v = i % 8, rest = i / 8;
+        int col = i < S_USED ? tile_col(rest % TILES, ncol, N, ip) : -1;
+        if (i < S_USED)
+            s_mine |= 1u << q;
+        if (col >= 0)
+            s_ok |= 1u << q;
+        s_src[q] = sc_e + (col >= 0 ? (size_t)(stage_group(it0) + rest / TILES) * N +
+                                          col + 8 * v
+                                    : 0);
+    }
     // B: the stages are loaded in order, so the codes' source advances by
     // one stage a load (a 64-bit add, not a multiply a stage)
     const int4 *b_next = qw_e + (size_t)it0 * b_kstride;
@@ -363,20 +405,20 @@ W16_KERNEL(W16_GEMM_PARAMS)
         b_next += b_kstride;
         if constexpr (SMEM_SCALES) { // row r = group stage_group(it) + r
             int4 *dS = sS + slot * S_STAGE;
-            const size_t g0n = (size_t)stage_group(it) * N;
+            // the next stage's first group, SGROUPS rows or none further
+            const int adv = (stage_group(it + 1) - stage_group(it)) * N;
 #pragma unroll
             for (int q = 0; q < S_PER; q++) {
-                if (s_row[q] < SGROUPS) {
-                    const bool ok = s_col[q] >= 0;
-                    const scale_t *src =
-                        sc_e + (ok ? g0n + (size_t)s_row[q] * N + s_col[q] : 0);
-                    cp_async16(dS + tid + q * NTHREADS, src, ok);
-                }
+                const bool ok = (s_ok >> q) & 1u;
+                if ((s_mine >> q) & 1u)
+                    cp_async16(dS + tid + q * NTHREADS, s_src[q], ok);
+                if (ok)
+                    s_src[q] += adv;
             }
         }
     };
     auto load_stage = [&](int it, int slot) {
-        load_stage_a(it, slot);
+        load_stage_a(slot);
         load_stage_b(it, slot);
     };
 
@@ -477,6 +519,8 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // column, zero points only (read when a group begins).
     constexpr int DM = DEFER ? MB : 1, DN = DEFER ? NT : 1;
     float pacc[DM][DN][8][4];
+    // FOLD: the A rows' sums over the group (c 0, 1: row gid; 2, 3: + 8)
+    float rsum[FOLD ? MB : 1][4] = {};
     u32 z2[ZP && DEFER ? NT : 1][8];
 #pragma unroll
     for (int t = 0; t < DN; t++)
@@ -505,13 +549,21 @@ W16_KERNEL(W16_GEMM_PARAMS)
                 for (int mb = 0; mb < DM; mb++)
 #pragma unroll
                     for (int c = 0; c < 4; c++) {
-                        acc[mb][t][j][c] = fmaf(sc[j][c & 1],
-                                                pacc[mb][t][j][c],
+                        float p = pacc[mb][t][j][c];
+                        if constexpr (FOLD)
+                            p = fmaf(-FOLD_ZB, rsum[mb][c], p);
+                        acc[mb][t][j][c] = fmaf(sc[j][c & 1], p,
                                                 acc[mb][t][j][c]);
                         if constexpr (!ZERO_C)
                             pacc[mb][t][j][c] = 0.0f;
                     }
         }
+        if constexpr (FOLD && !ZERO_C)
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    rsum[mb][c] = 0.0f;
     };
     // group g begins: its zero points, if any, from global memory
     auto enter_group = [&](int g) {
@@ -557,6 +609,16 @@ W16_KERNEL(W16_GEMM_PARAMS)
                 int row = mb * 16 + lane % 16;
                 int chunk = (2 * kk + lane / 16) ^ (row % 8);
                 ldmatrix_x4(af[mb], cA + row * BK + chunk * 8);
+            }
+            if constexpr (FOLD) { // the rows' sums: B = ones (bf16 1.0)
+                constexpr u32 ONES = 0x3f803f80u;
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++) {
+                    if (ZERO_C && s == 0)
+                        mma16816_zc(rsum[FOLD ? mb : 0], af[mb], ONES, ONES);
+                    else
+                        mma16816(rsum[FOLD ? mb : 0], af[mb], ONES, ONES);
+                }
             }
             if constexpr (GROUPED) {
                 if constexpr (ACT_ORDER) {
@@ -620,10 +682,15 @@ W16_KERNEL(W16_GEMM_PARAMS)
                                 x0 = lop3_and_or<0x00ff00ffu, MAGIC2>(word);
                                 x1 = lop3_and_or<0x00ff00ffu, MAGIC2>(word >> 8);
                             }
-                            d0 = __hsub2(from_u32<act2_t>(x0),
-                                         from_u32<act2_t>(zb));
-                            d1 = __hsub2(from_u32<act2_t>(x1),
-                                         from_u32<act2_t>(zb));
+                            if constexpr (FOLD) { // 128 + q as it is
+                                d0 = from_u32<act2_t>(x0);
+                                d1 = from_u32<act2_t>(x1);
+                            } else {
+                                d0 = __hsub2(from_u32<act2_t>(x0),
+                                             from_u32<act2_t>(zb));
+                                d1 = __hsub2(from_u32<act2_t>(x1),
+                                             from_u32<act2_t>(zb));
+                            }
                         }
                         u32 b0 = as_u32(d0), b1 = as_u32(d1);
 #pragma unroll
@@ -709,9 +776,11 @@ W16_KERNEL(W16_GEMM_PARAMS)
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++)
             if (s < iters)
-                load_stage_a(it0 + s, s);
+                load_stage_a(s);
         cp_async_commit();
     }
+    // the slots of the next stage to load and of the stage to compute
+    int ld_slot = STAGES - 1, cp_slot = 0;
     for (int it = 0; it < iters; it++) {
         if (EARLY_B && it == 0)
             cp_async_wait<0>();
@@ -720,9 +789,11 @@ W16_KERNEL(W16_GEMM_PARAMS)
         __syncthreads(); // stage `it` visible; stage it-1 fully consumed
         int next = it + STAGES - 1;
         if (next < iters)
-            load_stage(it0 + next, next % STAGES);
+            load_stage(it0 + next, ld_slot);
         cp_async_commit();
-        compute_stage(it0 + it, it % STAGES, it + 1 == iters);
+        compute_stage(it0 + it, cp_slot, it + 1 == iters);
+        ld_slot = ld_slot + 1 == STAGES ? 0 : ld_slot + 1;
+        cp_slot = cp_slot + 1 == STAGES ? 0 : cp_slot + 1;
     }
     cp_async_wait<0>();
     __syncthreads();
