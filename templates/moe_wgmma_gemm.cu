@@ -30,9 +30,10 @@
 // and g + 8 are columns 8 j0 + g and 8 j1 + g). So an m64 row r of warp w,
 // slice s, is the column 16 (4h + 2s) / 2 + r = 16 (2h + s) + r of tile
 // 2wg + w/2: the slices cover each tile's 64 columns in order.
-// At BM 256 (SLICES = 1) warpgroup wg owns tile wg alone (64 columns, BN =
-// 64 * WGS) with one m64n256k16 product a step: warp w takes n8 blocks
-// 2w and 2w + 1, the lane's word w (4-bit; words 2w, 2w + 1 for 8-bit).
+// With one slice (SLICES = 1: BM 256, or four consumer warpgroups, WN
+// 16) warpgroup wg owns tile wg alone (64 columns, BN = 64 * WGS) with one
+// m64nBMk16 product a step: warp w takes n8 blocks 2w and 2w + 1, the
+// lane's word w (4-bit; words 2w, 2w + 1 for 8-bit).
 //
 // Activations. BK is 64: a row of a stage's A tile is 128 bytes, its
 // 16-byte chunks XOR-swizzled by row % 8, which is exactly wgmma's 128-byte
@@ -49,7 +50,8 @@
 //
 // Warp-specialized variant (WS, the tiling row's "warp_specialized"):
 // one more warpgroup, the producer, issues every stage's cp.async copies
-// (the same plan and copies, two plan threads per producer thread) into
+// (the same plan and copies, NTHREADS / 128 plan threads per producer
+// thread) into
 // a ring of STAGES buffers; each copy's completion arrives on the stage's
 // "full" mbarrier (cp.async.mbarrier.arrive.noinc), and each consumer
 // thread arrives on the stage's "empty" mbarrier once its products that
@@ -76,18 +78,25 @@ constexpr int WGS = WN / 4; // warpgroups: NTHREADS = 128 * WGS
 // WS: the producer warpgroup follows the consumers (tid >= NTHREADS), so
 // the consumers' thread ids are the ones the shared epilogue expects
 constexpr int CTA_THREADS = WS ? NTHREADS + 128 : NTHREADS;
-// 128 * PRODUCER_REGS + NTHREADS * CONSUMER_REGS stays within the
-// registers the launch gives the CTA (CTA_THREADS * 168 for 384 threads).
-// The consumers fit in about 160 registers; the producer keeps two plan
-// threads' addresses (40 or 72 registers spilled them: ptxas -v).
-constexpr int PRODUCER_REGS = 104, CONSUMER_REGS = 200;
+// setmaxnreg only moves the registers the launch gave the CTA: 128 *
+// PRODUCER_REGS + NTHREADS * CONSUMER_REGS stays within CTA_THREADS times
+// the launch's registers a thread (168 for 384 threads, 96 for 640).
+// Two consumer warpgroups (two slices each) fit in about 160 registers;
+// the producer keeps two plan threads' addresses (40 or 72 registers
+// spilled them: ptxas -v). Four consumer warpgroups of one slice hold half
+// the accumulators; their producer keeps four plan threads' addresses.
+constexpr int PRODUCER_REGS = WGS == 4 ? 32 : 104;
+constexpr int CONSUMER_REGS = WGS == 4 ? 112 : 200;
 // + 1024: the dynamic shared memory is aligned up to the swizzle atom
 constexpr int NEED_BYTES = (PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES) + 1024;
 constexpr int ACC = BM / 2; // accumulator floats per slice (m64 x BM / 128)
-// m64 slices a warpgroup computes: two (128 columns, two Marlin tiles)
-// for BM 16 to 128; one (64 columns, one tile) for BM 256, whose
-// m64n256k16 products reuse each dequantized fragment for twice the rows
-constexpr int SLICES = BM == 256 ? 1 : 2;
+// m64 slices a warpgroup computes (BN = 64 * SLICES * WGS): two (128
+// columns, two Marlin tiles) for BM 16 to 128 with one or two warpgroups;
+// one (64 columns, one tile) for BM 256, whose m64n256k16 products reuse
+// each dequantized fragment for twice the rows, and for four consumer
+// warpgroups (WN 16, warp-specialized), which keep twice the warps
+// dequantizing beside the same products
+constexpr int SLICES = BN / (16 * WN);
 // SOA (the row's "scales_on_acc", grouped layers; measured 11% slower
 // than the scales in the dequantization, unused by the built-in tables):
 // the A fragments are the exact codes minus zero, and the group scales
@@ -107,16 +116,25 @@ static_assert(!ACT_ORDER, "act-order runs on the mma.sync kernel");
 static_assert(BM == 16 || BM == 32 || BM == 48 || BM == 64 || BM == 128 ||
                   BM == 256,
               "block_m (wgmma N) is 16, 32, 48, 64, 128 or 256");
-static_assert(WN == 4 || WN == 8, "one or two warpgroups");
+static_assert(WN == 4 || WN == 8 || (WN == 16 && WS),
+              "one or two warpgroups, or four warp-specialized ones");
 static_assert(WK == 1, "no K split between warps");
-static_assert(BN == 64 * SLICES * WGS, "SLICES Marlin tiles a warpgroup");
+static_assert((SLICES == 1 || SLICES == 2) && BN == 64 * SLICES * WGS,
+              "one or two Marlin tiles a warpgroup");
+static_assert(BM != 256 || SLICES == 1, "block_m 256: one slice");
+static_assert(WGS != 4 || (SLICES == 1 && BM <= 128 &&
+                           128 * PRODUCER_REGS + NTHREADS * CONSUMER_REGS <=
+                               CTA_THREADS * 96),
+              "four consumer warpgroups: one slice, block_m <= 128, the "
+              "registers of a 640-thread launch");
 static_assert(BK == 64, "a stage's A rows are one 128-byte swizzle row");
 static_assert(STAGES >= 3 && STAGES <= 8, "pipeline depth (STAGES - 2 "
               "loads in flight)");
 static_assert((A_STAGE * 2) % 1024 == 0, "stage buffers stay 1024-aligned");
 static_assert(SMEM_BYTES == NEED_BYTES, "shared memory size (prelude)");
-static_assert(!WS || NTHREADS == 256, "warp-specialized: two consumer "
-              "warpgroups (the producer's registers are sized for them)");
+static_assert(!WS || NTHREADS == 256 || NTHREADS == 512,
+              "warp-specialized: two or four consumer warpgroups (the "
+              "register split is sized for them)");
 static_assert(!WS || NTHREADS % 128 == 0, "plan threads per producer "
               "thread");
 static_assert(DEPTH == 1 || DEPTH == 2, "one or two wgmma groups in flight");
@@ -440,31 +458,57 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // plan zeroes reach the consumers through the named barrier 2.
     if constexpr (WS) {
         if (warp >= WN) {
+            // Two plan threads' addresses stay in registers; four (four
+            // consumer warpgroups) spilled 150-400 bytes at the registers
+            // left to the producer, so their addresses are planned again
+            // for every stage (a few shared loads and integer operations a
+            // stage, off the consumers' path)
             constexpr int V = NTHREADS / 128;
+            constexpr bool REPLAN = V > 2;
+            constexpr int VK = REPLAN ? 1 : V; // plans kept
             const int ptid = tid - NTHREADS;
-            const act_t *p_src[V][A_PER];
-            int p_dst[V][A_PER], p_off[V][B_PER];
+            act_t *pA = reinterpret_cast<act_t *>(smem4);
+            const act_t *p_src[VK][A_PER];
+            int p_dst[VK][A_PER], p_off[VK][B_PER];
 #pragma unroll
-            for (int v = 0; v < V; v++)
-                stage_plan(p_src[v], p_dst[v], p_off[v], a, a_row_div, K,
-                           s_rows, reinterpret_cast<act_t *>(smem4),
-                           ptid + 128 * v, ncol, N, ip, tiles_n);
+            for (int v = 0; v < V; v++) {
+                if constexpr (REPLAN)
+                    stage_zero_pad(s_rows, pA, ptid + 128 * v);
+                else
+                    stage_plan(p_src[v], p_dst[v], p_off[v], a, a_row_div,
+                               K, s_rows, pA, ptid + 128 * v, ncol, N, ip,
+                               tiles_n);
+            }
             fence_proxy_async();
             bar_arrive<2, CTA_THREADS>();
             setmaxnreg_dec<PRODUCER_REGS>();
-            act_t *pA = reinterpret_cast<act_t *>(smem4);
             int4 *pB = smem4 + STAGES * A_STAGE / 8;
             int4 *pS = pB + STAGES * B_STAGE;
             for (int it = 0; it < iters; it++) {
                 const int slot = it % STAGES;
                 if (it >= STAGES) // consumed STAGES stages ago
                     mbar_wait(&s_empty[slot], (it / STAGES - 1) & 1);
+                if constexpr (REPLAN) {
+                    // (one plan at a time: unrolled, ptxas kept them all)
+#pragma unroll 1
+                    for (int v = 0; v < V; v++) {
+                        stage_plan_addrs(p_src[0], p_dst[0], p_off[0], a,
+                                         a_row_div, K, s_rows,
+                                         ptid + 128 * v, ncol, N, ip,
+                                         tiles_n);
+                        stage_copy(it0 + it, slot, p_src[0], p_dst[0],
+                                   p_off[0], pA, pB, pS, qw_e, qweight, sc_e,
+                                   scales, tiles_n, ptid + 128 * v, ncol, N,
+                                   ip, group_size);
+                    }
+                } else {
 #pragma unroll
-                for (int v = 0; v < V; v++)
-                    stage_copy(it0 + it, slot, p_src[v], p_dst[v], p_off[v],
-                               pA, pB, pS, qw_e, qweight, sc_e, scales,
-                               tiles_n, ptid + 128 * v, ncol, N, ip,
-                               group_size);
+                    for (int v = 0; v < V; v++)
+                        stage_copy(it0 + it, slot, p_src[v], p_dst[v],
+                                   p_off[v], pA, pB, pS, qw_e, qweight, sc_e,
+                                   scales, tiles_n, ptid + 128 * v, ncol, N,
+                                   ip, group_size);
+                }
                 cp_async_arrive(&s_full[slot]);
             }
             cp_async_wait<0>();
