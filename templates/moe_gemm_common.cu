@@ -257,12 +257,10 @@ constexpr int A_PER = (BM * A_CHUNKS + NTHREADS - 1) / NTHREADS;
 constexpr int B_PER = B_STAGE / NTHREADS;
 static_assert(B_STAGE % NTHREADS == 0, "B vectors per thread");
 
-// (stage_plan_addrs: the addresses alone; stage_zero_pad: the padding
-// rows; stage_plan: both)
-__device__ __forceinline__ void stage_plan_addrs(
+__device__ __forceinline__ void stage_plan(
     const act_t *(&a_src)[A_PER], int (&a_dst)[A_PER], int (&b_off)[B_PER],
-    const act_t *a, int a_row_div, int K, const int *s_rows, int tid,
-    int ncol, int N, int ip, size_t tiles_n)
+    const act_t *a, int a_row_div, int K, const int *s_rows, act_t *sA,
+    int tid, int ncol, int N, int ip, size_t tiles_n)
 {
 #pragma unroll
     for (int q = 0; q < A_PER; q++) {
@@ -280,24 +278,11 @@ __device__ __forceinline__ void stage_plan_addrs(
         b_off[q] = col >= 0 ? (int)((ks * tiles_n + col / 64) * TILE_VECS + v)
                             : -1;
     }
-}
-__device__ __forceinline__ void stage_zero_pad(const int *s_rows, act_t *sA,
-                                               int tid)
-{
     for (int i = tid; i < STAGES * BM * A_CHUNKS; i += NTHREADS) {
         int r = (i / A_CHUNKS) % BM;
         if (s_rows[r] < 0)
             reinterpret_cast<int4 *>(sA)[i] = make_int4(0, 0, 0, 0);
     }
-}
-__device__ __forceinline__ void stage_plan(
-    const act_t *(&a_src)[A_PER], int (&a_dst)[A_PER], int (&b_off)[B_PER],
-    const act_t *a, int a_row_div, int K, const int *s_rows, act_t *sA,
-    int tid, int ncol, int N, int ip, size_t tiles_n)
-{
-    stage_plan_addrs(a_src, a_dst, b_off, a, a_row_div, K, s_rows, tid, ncol,
-                     N, ip, tiles_n);
-    stage_zero_pad(s_rows, sA, tid);
 }
 
 // The A rows for k in [it*BK, +BK) into stage `slot` (planned rows only:

@@ -50,8 +50,7 @@
 //
 // Warp-specialized variant (WS, the tiling row's "warp_specialized"):
 // one more warpgroup, the producer, issues every stage's cp.async copies
-// (the same plan and copies, NTHREADS / 128 plan threads per producer
-// thread) into
+// (the same stage layout, planned for its 128 threads) into
 // a ring of STAGES buffers; each copy's completion arrives on the stage's
 // "full" mbarrier (cp.async.mbarrier.arrive.noinc), and each consumer
 // thread arrives on the stage's "empty" mbarrier once its products that
@@ -85,8 +84,8 @@ constexpr int CTA_THREADS = WS ? NTHREADS + 128 : NTHREADS;
 // the producer keeps two plan threads' addresses (40 or 72 registers
 // spilled them: ptxas -v). Four consumer warpgroups of one slice hold half
 // the accumulators; their producer keeps four plan threads' addresses.
-constexpr int PRODUCER_REGS = WGS == 4 ? 32 : 104;
-constexpr int CONSUMER_REGS = WGS == 4 ? 112 : 200;
+constexpr int PRODUCER_REGS = WGS == 4 ? 64 : 104;
+constexpr int CONSUMER_REGS = WGS == 4 ? 104 : 200;
 // + 1024: the dynamic shared memory is aligned up to the swizzle atom
 constexpr int NEED_BYTES = (PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES) + 1024;
 constexpr int ACC = BM / 2; // accumulator floats per slice (m64 x BM / 128)
@@ -453,61 +452,135 @@ W16_KERNEL(W16_GEMM_PARAMS)
     const int iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
 
     // ---- WS: the producer warpgroup ------------------------------------------
-    // Plan threads ptid and ptid + 128 (the consumers' thread count), so
-    // the shared plan and copies cover the stage; the padding rows the
-    // plan zeroes reach the consumers through the named barrier 2.
+    // The copies are planned for the producer's 128 threads, once: a stage
+    // is then, per 16-byte copy, an address add and the cp.async, and the
+    // groups of a stage follow from the last stage's without a division.
+    // (Before, the producer ran the consumers' plan, NTHREADS / 128 plan
+    // threads a producer thread, and moe_gemm_common.cu's stage_copy with
+    // two run-time divisions each a stage: with four consumer warpgroups
+    // the consumers waited on the full barrier about half of their time,
+    // ncu's source view.) The split codes keep that plan and stage_copy;
+    // its zeroed padding rows reach the consumers through barrier 2.
     if constexpr (WS) {
         if (warp >= WN) {
-            // Two plan threads' addresses stay in registers; four (four
-            // consumer warpgroups) spilled 150-400 bytes at the registers
-            // left to the producer, so their addresses are planned again
-            // for every stage (a few shared loads and integer operations a
-            // stage, off the consumers' path)
             constexpr int V = NTHREADS / 128;
-            constexpr bool REPLAN = V > 2;
-            constexpr int VK = REPLAN ? 1 : V; // plans kept
             const int ptid = tid - NTHREADS;
             act_t *pA = reinterpret_cast<act_t *>(smem4);
-            const act_t *p_src[VK][A_PER];
-            int p_dst[VK][A_PER], p_off[VK][B_PER];
+            int4 *pB = smem4 + STAGES * A_STAGE / 8;
+            int4 *pS = pB + STAGES * B_STAGE;
+            if constexpr (SPLIT_CODES) {
+                // the split codes' copies are stage_copy's (two consumer
+                // warpgroups: two plan threads' addresses kept)
+                const act_t *p_src[V][A_PER];
+                int p_dst[V][A_PER], p_off[V][B_PER];
 #pragma unroll
-            for (int v = 0; v < V; v++) {
-                if constexpr (REPLAN)
-                    stage_zero_pad(s_rows, pA, ptid + 128 * v);
-                else
+                for (int v = 0; v < V; v++)
                     stage_plan(p_src[v], p_dst[v], p_off[v], a, a_row_div,
                                K, s_rows, pA, ptid + 128 * v, ncol, N, ip,
                                tiles_n);
-            }
-            fence_proxy_async();
-            bar_arrive<2, CTA_THREADS>();
-            setmaxnreg_dec<PRODUCER_REGS>();
-            int4 *pB = smem4 + STAGES * A_STAGE / 8;
-            int4 *pS = pB + STAGES * B_STAGE;
-            for (int it = 0; it < iters; it++) {
-                const int slot = it % STAGES;
-                if (it >= STAGES) // consumed STAGES stages ago
-                    mbar_wait(&s_empty[slot], (it / STAGES - 1) & 1);
-                if constexpr (REPLAN) {
-                    // (one plan at a time: unrolled, ptxas kept them all)
-#pragma unroll 1
-                    for (int v = 0; v < V; v++) {
-                        stage_plan_addrs(p_src[0], p_dst[0], p_off[0], a,
-                                         a_row_div, K, s_rows,
-                                         ptid + 128 * v, ncol, N, ip,
-                                         tiles_n);
-                        stage_copy(it0 + it, slot, p_src[0], p_dst[0],
-                                   p_off[0], pA, pB, pS, qw_e, qweight, sc_e,
-                                   scales, tiles_n, ptid + 128 * v, ncol, N,
-                                   ip, group_size);
-                    }
-                } else {
+                fence_proxy_async();
+                bar_arrive<2, CTA_THREADS>();
+                setmaxnreg_dec<PRODUCER_REGS>();
+                for (int it = 0; it < iters; it++) {
+                    const int slot = it % STAGES;
+                    if (it >= STAGES) // consumed STAGES stages ago
+                        mbar_wait(&s_empty[slot], (it / STAGES - 1) & 1);
 #pragma unroll
                     for (int v = 0; v < V; v++)
                         stage_copy(it0 + it, slot, p_src[v], p_dst[v],
                                    p_off[v], pA, pB, pS, qw_e, qweight, sc_e,
                                    scales, tiles_n, ptid + 128 * v, ncol, N,
                                    ip, group_size);
+                    cp_async_arrive(&s_full[slot]);
+                }
+                cp_async_wait<0>();
+                return;
+            }
+            // A: chunk ptid + 128 q is row r0 + 16 q, 16-byte chunk c8 of
+            // the row (rows 16 apart share their swizzle, r % 8); a padding
+            // row (no routed slot) is copied with size 0 from row 0, which
+            // writes its zeros
+            constexpr int PA = BM * A_CHUNKS / 128;
+            constexpr int PB = B_STAGE / 128;
+            static_assert(A_CHUNKS == 8 && (BM * A_CHUNKS) % 128 == 0 &&
+                              B_STAGE % 128 == 0 && S_STAGE <= 128,
+                          "the producer's copies: whole rounds of 128");
+            const int r0 = ptid / A_CHUNKS, c8 = ptid % A_CHUNKS;
+            const act_t *p_a[PA];
+            u32 a_ok = 0;
+#pragma unroll
+            for (int q = 0; q < PA; q++) {
+                const int t = s_rows[r0 + 16 * q];
+                p_a[q] = a + (size_t)(t >= 0 ? t / a_row_div : 0) * K + c8 * 8;
+                a_ok |= (t >= 0 ? 1u : 0u) << q;
+            }
+            const int a_dst0 = r0 * BK + ((c8 ^ (r0 % 8)) * 8);
+            // B: vector ptid + 128 q of the stage (stage_plan's formula;
+            // a tile past N or IP: copied with size 0)
+            int p_b[PB];
+            u32 b_ok = 0;
+#pragma unroll
+            for (int q = 0; q < PB; q++) {
+                const int i = ptid + 128 * q, v = i % TILE_VECS;
+                const int rest = i / TILE_VECS, tt = rest % TILES,
+                          ks = rest / TILES;
+                const int col = tile_col(tt, ncol, N, ip);
+                p_b[q] = col >= 0 ? (int)((ks * tiles_n + col / 64) *
+                                              TILE_VECS + v)
+                                  : 0;
+                b_ok |= (col >= 0 ? 1u : 0u) << q;
+            }
+            const size_t b_kstride = (size_t)(BK / 16) * tiles_n * TILE_VECS;
+            // grouped scales: vector ptid of the stage, row s_row (of the
+            // stage's groups), columns s_col .. + 7 (-1: past N or IP)
+            int s_row = BK, s_col = -1; // BK: never a row
+            if (SMEM_SCALES && ptid < S_STAGE) {
+                const int v = ptid % 8, rest = ptid / 8;
+                const int col = tile_col(rest % TILES, ncol, N, ip);
+                s_row = rest / TILES;
+                s_col = col >= 0 ? col + 8 * v : -1;
+            }
+            // the groups of the stage's first and last k: g0, g1, and the
+            // first k of the group after each
+            int g0 = 0, g1 = 0, n0 = 0, n1 = 0;
+            if constexpr (SMEM_SCALES) {
+                const int k0 = it0 * BK;
+                g0 = k0 / group_size;
+                g1 = (k0 + BK - 1) / group_size;
+                n0 = (g0 + 1) * group_size;
+                n1 = (g1 + 1) * group_size;
+            }
+            fence_proxy_async();
+            bar_arrive<2, CTA_THREADS>();
+            setmaxnreg_dec<PRODUCER_REGS>();
+            for (int it = 0; it < iters; it++) {
+                const int slot = it % STAGES;
+                if (it >= STAGES) // consumed STAGES stages ago
+                    mbar_wait(&s_empty[slot], (it / STAGES - 1) & 1);
+                const int k0 = (it0 + it) * BK;
+                act_t *dA = pA + slot * A_STAGE + a_dst0;
+#pragma unroll
+                for (int q = 0; q < PA; q++)
+                    cp_async16(dA + q * 16 * BK, p_a[q] + k0,
+                               (a_ok >> q) & 1u);
+                int4 *dB = pB + slot * B_STAGE + ptid;
+                const int4 *qs = qw_e + (size_t)(it0 + it) * b_kstride;
+#pragma unroll
+                for (int q = 0; q < PB; q++)
+                    cp_async16(dB + 128 * q, qs + p_b[q], (b_ok >> q) & 1u);
+                if constexpr (SMEM_SCALES) { // row r = group g0 + r
+                    while (n0 <= k0)
+                        g0++, n0 += group_size;
+                    while (n1 <= k0 + BK - 1)
+                        g1++, n1 += group_size;
+                    if (s_row <= g1 - g0) {
+                        const bool ok = s_col >= 0;
+                        cp_async16(pS + slot * S_STAGE + ptid,
+                                   sc_e + (ok ? (size_t)(g0 + s_row) * N +
+                                                    s_col
+                                              : 0),
+                                   ok);
+                    }
                 }
                 cp_async_arrive(&s_full[slot]);
             }
@@ -708,6 +781,10 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // from 6740 to 6417 us on the H200
     const bool stage_groups =
         GROUPED && (GROUP_STAGES || group_size % BK == 0);
+    // the group of the stage (stage_groups), followed from stage to stage
+    // (stages come in order) without a run-time division: sg_next is the
+    // first k of the next group
+    int sg = it0_group, sg_next = GROUPED ? (it0_group + 1) * group_size : 0;
     // release (WS): the ring slot of the previous stage, whose products
     // are done after this stage's first wgmma.wait_group 1 (-1: none)
     auto compute_stage = [&](int it, int slot, int release) {
@@ -715,9 +792,10 @@ W16_KERNEL(W16_GEMM_PARAMS)
         const u32 a_base = smem_addr(sA + slot * A_STAGE);
         if constexpr (GROUPED) {
             if (stage_groups) {
-                int g = it * BK / group_size;
-                if (g != cur_g)
-                    load_group_smem(slot, 0, g);
+                while (sg_next <= it * BK)
+                    sg++, sg_next += group_size;
+                if (sg != cur_g)
+                    load_group_smem(slot, 0, sg);
             }
         }
         // WS: the codes of step kk + 1 are read from shared memory before
