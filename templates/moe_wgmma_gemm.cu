@@ -217,6 +217,14 @@ template <int R> __device__ __forceinline__ void setmaxnreg_inc()
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
 }
 
+// (a & b) | c in one instruction
+__device__ __forceinline__ u32 and_or(u32 a, u32 b, u32 c)
+{
+    u32 r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
 // The descriptor of a K-major operand in 128-byte swizzled atoms of 8 rows
 // (1024 bytes apart: the stride byte offset); the leading byte offset is
 // unused for this layout (1 by convention).
@@ -742,7 +750,19 @@ W16_KERNEL(W16_GEMM_PARAMS)
                 }
                 act2_t zb = act::pair(z_reg[s][x], z_reg[s][x]);
                 act2_t d0, d1;
-                if constexpr (SOA) {
+                if constexpr (BITS == 4 && USE_MAGIC && !SOA) {
+                    // the mask and the exponent in one lop3 ((a & b) | c:
+                    // ptxas kept an AND and an OR), then the exact
+                    // subtraction of codes_minus_zero
+                    d0 = __hsub2(from_u32<act2_t>(and_or(
+                                     wd[s][x] >> (8 * x), 0x000f000fu,
+                                     MAGIC_BITS * 0x00010001u)),
+                                 zb);
+                    d1 = __hsub2(from_u32<act2_t>(and_or(
+                                     wd[s][x] >> (8 * x + 4), 0x000f000fu,
+                                     MAGIC_BITS * 0x00010001u)),
+                                 zb);
+                } else if constexpr (SOA) {
                     // m (c + MAGIC) - m (z + MAGIC), m = 0 or 1: exact
                     act2_t mb = act::pair(m_reg[s][x], m_reg[s][x]);
                     act2_t nz = __hneg2(__hmul2(zb, mb));
@@ -790,6 +810,7 @@ W16_KERNEL(W16_GEMM_PARAMS)
     auto compute_stage = [&](int it, int slot, int release) {
         const int4 *cB = sB + slot * B_STAGE;
         const u32 a_base = smem_addr(sA + slot * A_STAGE);
+        const u64 desc0 = smem_desc(a_base);
         if constexpr (GROUPED) {
             if (stage_groups) {
                 while (sg_next <= it * BK)
@@ -840,7 +861,10 @@ W16_KERNEL(W16_GEMM_PARAMS)
             } else {
                 dequant(cB, kk, af[kk % NSETS]);
             }
-            const u64 desc = smem_desc(a_base + 32u * (u32)kk);
+            // (the stage's descriptor plus 32 kk bytes, 2 kk in the
+            // address field: a_base is 1024-aligned, the field does not
+            // carry; before, ptxas rebuilt the descriptor every step)
+            const u64 desc = desc0 + 2u * (u32)kk;
             const int scale_d = it > it0 || kk > 0;
             wgmma_fence();
 #pragma unroll
