@@ -517,6 +517,9 @@ static const char *check_wgmma(const w16_moe_gemm_cfg_t *c)
         return "wgmma: one warpgroup (4 warps_n) per 128 columns (64 at "
                "block_m 256), one or two warpgroups, or four of 64 columns, "
                "warps_k 1";
+    if (four && c->split_codes)
+        return "wgmma: split codes are for two consumer warpgroups "
+               "(warps_n 8)";
     if (four && (!c->ws || c->block_m > 128))
         return "wgmma: four consumer warpgroups (warps_n 16) are "
                "warp-specialized, block_m 128 at most";

@@ -426,6 +426,9 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
         else if (g->split_codes && !g->warp_specialized)
             key = "split_codes", why = "only a warp_specialized row splits "
                   "the codes";
+        else if (g->split_codes && v[2] == 16)
+            key = "split_codes", why = "the codes are split for two "
+                  "consumer warpgroups (warps_n 8) only";
         if (why) {
             snprintf(pk, sizeof pk, "%s.%s", p, key);
             return tfail(L, pk, "%s", why);

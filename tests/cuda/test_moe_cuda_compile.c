@@ -472,6 +472,10 @@ static void test_refusals(wna16_context_t *ctx)
     EXPECT_REFUSED((c.wgmma = c.ws = true, c.block_m = 256, c.block_n = 256,
                     c.block_k = 64, c.warps_n = 16, c.warps_k = 1),
                    "block_m 128 at most");
+    EXPECT_REFUSED((c.wgmma = c.ws = c.split_codes = true, c.block_m = 128,
+                    c.block_n = 256, c.block_k = 64, c.warps_n = 16,
+                    c.warps_k = 1),
+                   "split codes");
     EXPECT_REFUSED(c.activation = WNA16_ACT_SILU_NO_MUL, "gated activation");
     EXPECT_REFUSED(c.act_dtype = WNA16_DTYPE_F32, "dtypes");
 #undef EXPECT_REFUSED

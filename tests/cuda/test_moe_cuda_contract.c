@@ -133,6 +133,12 @@ static void e_wg4_plain(cJSON *r, int a)
     cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", 5),
                                             "warp_specialized");
 }
+static void e_wg4_sc(cJSON *r, int a)
+{
+    (void)a;
+    set_num(row(r, "gemm", 5), "warps_n", 16);
+    cJSON_AddBoolToObject(row(r, "gemm", 5), "split_codes", 1);
+}
 static void e_wg4_256(cJSON *r, int a)
 {
     e_wg_256(r, a);
@@ -204,6 +210,8 @@ static void test_tiling_refusals(wna16_context_t *ctx)
                    "computes 64 columns: block_n 256 needs warps_n 16"},
         {e_wg4_plain, "$.tiling.gemm[5].warps_n: four wgmma warpgroups "
                       "(warps_n 16) need \"warp_specialized\""},
+        {e_wg4_sc, "$.tiling.gemm[5].split_codes: the codes are split for "
+                   "two consumer warpgroups"},
         {e_wg4_256, "$.tiling.gemm[5]: with block_m 256 (from "
                     "$.tiling.block_m[3]): four consumer warpgroups"},
         {e_missing, "$.tiling: \"block_m\" and \"gemm\" are required"},
