@@ -81,11 +81,14 @@ constexpr int CTA_THREADS = WS ? NTHREADS + 128 : NTHREADS;
 // PRODUCER_REGS + NTHREADS * CONSUMER_REGS stays within CTA_THREADS times
 // the launch's registers a thread (168 for 384 threads, 96 for 640).
 // Two consumer warpgroups (two slices each) fit in about 160 registers;
-// the producer keeps two plan threads' addresses (40 or 72 registers
-// spilled them: ptxas -v). Four consumer warpgroups of one slice hold half
-// the accumulators; their producer keeps four plan threads' addresses.
-constexpr int PRODUCER_REGS = WGS == 4 ? 64 : 104;
-constexpr int CONSUMER_REGS = WGS == 4 ? 104 : 200;
+// the producer keeps its copy plan in 104 (40 or 72 spilled the earlier
+// plan of two plan threads: ptxas -v). Four consumer warpgroups of one
+// slice hold half
+// the accumulators, but at 104 registers ptxas serialized their wgmmas
+// (C7512), so they take 112 and leave the producer 32, at which it spills
+// its copy plan (about 200-350 bytes, ptxas -v).
+constexpr int PRODUCER_REGS = WGS == 4 ? 32 : 104;
+constexpr int CONSUMER_REGS = WGS == 4 ? 112 : 200;
 // + 1024: the dynamic shared memory is aligned up to the swizzle atom
 constexpr int NEED_BYTES = (PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES) + 1024;
 constexpr int ACC = BM / 2; // accumulator floats per slice (m64 x BM / 128)
