@@ -512,12 +512,23 @@ static const char *check_wgmma(const w16_moe_gemm_cfg_t *c)
     if (c->block_m != 16 && c->block_m != 32 && c->block_m != 48 &&
         c->block_m != 64 && c->block_m != 128 && c->block_m != 256)
         return "wgmma: block_m is 16, 32, 48, 64, 128 or 256";
-    /* a warpgroup's columns: 128 (two m64 slices), 64 at block_m 256 */
-    int wg_cols = c->block_m == 256 ? 64 : 128;
-    if ((c->block_n != wg_cols && c->block_n != 2 * wg_cols) ||
-        c->warps_n != 4 * c->block_n / wg_cols || c->warps_k != 1)
+    /* a warpgroup's columns: 128 (two m64 slices), or 64 (one slice: at
+     * block_m 256, and for four warp-specialized consumer warpgroups) */
+    int slices = c->warps_n > 0 ? c->block_n / (16 * c->warps_n) : 0;
+    bool four = c->warps_n == 16;
+    if ((c->warps_n != 4 && c->warps_n != 8 && !four) || c->warps_k != 1 ||
+        (slices != 1 && slices != 2) ||
+        c->block_n != 16 * slices * c->warps_n ||
+        ((c->block_m == 256 || four) && slices != 1))
         return "wgmma: one warpgroup (4 warps_n) per 128 columns (64 at "
-               "block_m 256), one or two warpgroups, warps_k 1";
+               "block_m 256), one or two warpgroups, or four of 64 columns, "
+               "warps_k 1";
+    if (four && c->split_codes)
+        return "wgmma: split codes are for two consumer warpgroups "
+               "(warps_n 8)";
+    if (four && (!c->ws || c->block_m > 128))
+        return "wgmma: four consumer warpgroups (warps_n 16) are "
+               "warp-specialized, block_m 128 at most";
     if (c->block_k != 64)
         return "wgmma: block_k is 64";
     if (c->stages < 3 || c->stages > 8)
@@ -525,9 +536,9 @@ static const char *check_wgmma(const w16_moe_gemm_cfg_t *c)
     if (c->min_ctas < 0 || c->min_ctas > 8 ||
         (32 * c->warps_n + (c->ws ? 128 : 0)) * c->min_ctas > 2048)
         return "min_ctas is 0 to 8, with at most 2048 threads an SM";
-    if (c->ws && (c->warps_n != 8 || c->min_ctas > 1))
-        return "wgmma warp-specialized: block_n 256 (two consumer "
-               "warpgroups), one CTA an SM";
+    if (c->ws && ((c->warps_n != 8 && !four) || c->min_ctas > 1))
+        return "wgmma warp-specialized: two or four consumer warpgroups "
+               "(warps_n 8 or 16), one CTA an SM";
     if ((c->acc_scales || c->wgmma_groups > 1 || c->split_codes) && !c->ws)
         return "wgmma: scales on the accumulators, two groups in flight "
                "and split codes are for warp-specialized rows";
@@ -662,7 +673,8 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     /* the stage copies (moe_gemm_common.cu) split the codes: wgmma
      * warp-specialized 4-bit tiles of two m64 slices a warpgroup only */
     def_bool(b, "SPLIT_CODES", c->wgmma && c->ws && c->split_codes &&
-                                   c->bits == 4 && c->block_m != 256);
+                                   c->bits == 4 && c->block_m != 256 &&
+                                   c->warps_n == 8);
     if (!c->wgmma) { /* the mma.sync template's choices only */
         def_bool(b, "SCALES_IN_B", c->scales_in_b);
         def_int(b, "GS", c->grouped && !c->act_order ? c->group_size : 0);

@@ -248,12 +248,17 @@ static bool check_rule(tload_t *L, const char *p, const w16_tile_rule_t *g,
         if (bm < g->bm_lo || bm > g->bm_hi || t->bm[i].wgmma != g->wgmma ||
             caught_before(t, idx, g->wgmma, bm))
             continue;
-        if (g->wgmma && g->warps_n != 4 * g->block_n / (bm == 256 ? 64 : 128))
+        /* four consumer warpgroups (warps_n 16) compute 64 columns each */
+        int wg_cols = bm == 256 || g->warps_n == 16 ? 64 : 128;
+        if (g->wgmma && g->warps_n != 4 * g->block_n / wg_cols)
             return tfail(L, p, "with block_m %d (from %s) a wgmma warpgroup "
                          "(4 warps_n) computes %d columns: block_n %d needs "
-                         "warps_n %d", bm, t->bm[i].json_path,
-                         bm == 256 ? 64 : 128, g->block_n,
-                         4 * g->block_n / (bm == 256 ? 64 : 128));
+                         "warps_n %d", bm, t->bm[i].json_path, wg_cols,
+                         g->block_n, 4 * g->block_n / wg_cols);
+        if (g->wgmma && g->warps_n == 16 && bm > 128)
+            return tfail(L, p, "with block_m %d (from %s): four consumer "
+                         "warpgroups (warps_n 16) take block_m 128 at most",
+                         bm, t->bm[i].json_path);
         if (!g->wgmma && (bm / 16) * nt > 4)
             return tfail(L, p, "with block_m %d (from %s) a warp would hold "
                          "%d x %d m16 x 64 accumulator tiles: at most 4 (128 "
@@ -317,7 +322,7 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
         static const char *const num_keys[] = {"block_n", "block_k",
                                                "warps_n", "warps_k", "stages"};
         static const int64_t lo[] = {64, 64, 1, 1, 2};
-        static const int64_t hi[] = {256, 256, 8, 8, 8};
+        static const int64_t hi[] = {256, 256, 16, 8, 8};
         int64_t v[5];
         for (int k = 0; k < 5; k++) {
             char pk[TPATH];
@@ -341,10 +346,11 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
         /* (block_m 256: 64 columns a warpgroup, checked in check_rule) */
         if (g->wgmma && (v[1] != 64 || v[3] != 1 ||
                          (v[2] != v[0] / 32 && v[2] != v[0] / 16) ||
-                         (v[2] != 4 && v[2] != 8) || v[4] < 3))
+                         (v[2] != 4 && v[2] != 8 && v[2] != 16) || v[4] < 3))
             return tfail(L, p, "a wgmma row has block_k 64, warps_k 1, "
                          "one or two warpgroups (4 warps_n each), one per "
-                         "128 columns (64 at block_m 256), and at least 3 "
+                         "128 columns (64 at block_m 256), or four of 64 "
+                         "columns (warp-specialized), and at least 3 "
                          "stages");
         if (!g->wgmma && (!is_pow2(v[2]) || (v[0] / 64) % v[2] != 0)) {
             snprintf(pk, sizeof pk, "%s.warps_n", p);
@@ -403,10 +409,14 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
                 return tfail(L, pk, "expected 1 or 2");
             g->wgmma_groups = (int)wgr->valuedouble;
         }
-        if (g->warp_specialized && (!g->wgmma || v[2] != 8 || sk[2] > 1))
-            key = "warp_specialized", why = "only a wgmma row with two "
-                  "consumer warpgroups (warps_n 8) and one CTA an SM is "
-                  "warp-specialized";
+        if (g->warp_specialized &&
+            (!g->wgmma || (v[2] != 8 && v[2] != 16) || sk[2] > 1))
+            key = "warp_specialized", why = "only a wgmma row with two or "
+                  "four consumer warpgroups (warps_n 8 or 16) and one CTA "
+                  "an SM is warp-specialized";
+        else if (g->wgmma && v[2] == 16 && !g->warp_specialized)
+            key = "warps_n", why = "four wgmma warpgroups (warps_n 16) "
+                  "need \"warp_specialized\"";
         else if (g->scales_on_acc && !g->warp_specialized)
             key = "scales_on_acc", why = "only a warp_specialized row "
                   "applies scales on the accumulators";
@@ -416,6 +426,9 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
         else if (g->split_codes && !g->warp_specialized)
             key = "split_codes", why = "only a warp_specialized row splits "
                   "the codes";
+        else if (g->split_codes && v[2] == 16)
+            key = "split_codes", why = "the codes are split for two "
+                  "consumer warpgroups (warps_n 8) only";
         if (why) {
             snprintf(pk, sizeof pk, "%s.%s", p, key);
             return tfail(L, pk, "%s", why);

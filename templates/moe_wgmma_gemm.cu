@@ -30,9 +30,10 @@
 // and g + 8 are columns 8 j0 + g and 8 j1 + g). So an m64 row r of warp w,
 // slice s, is the column 16 (4h + 2s) / 2 + r = 16 (2h + s) + r of tile
 // 2wg + w/2: the slices cover each tile's 64 columns in order.
-// At BM 256 (SLICES = 1) warpgroup wg owns tile wg alone (64 columns, BN =
-// 64 * WGS) with one m64n256k16 product a step: warp w takes n8 blocks
-// 2w and 2w + 1, the lane's word w (4-bit; words 2w, 2w + 1 for 8-bit).
+// With one slice (SLICES = 1: BM 256, or four consumer warpgroups, WN
+// 16) warpgroup wg owns tile wg alone (64 columns, BN = 64 * WGS) with one
+// m64nBMk16 product a step: warp w takes n8 blocks 2w and 2w + 1, the
+// lane's word w (4-bit; words 2w, 2w + 1 for 8-bit).
 //
 // Activations. BK is 64: a row of a stage's A tile is 128 bytes, its
 // 16-byte chunks XOR-swizzled by row % 8, which is exactly wgmma's 128-byte
@@ -49,7 +50,7 @@
 //
 // Warp-specialized variant (WS, the tiling row's "warp_specialized"):
 // one more warpgroup, the producer, issues every stage's cp.async copies
-// (the same plan and copies, two plan threads per producer thread) into
+// (the same stage layout, planned for its 128 threads) into
 // a ring of STAGES buffers; each copy's completion arrives on the stage's
 // "full" mbarrier (cp.async.mbarrier.arrive.noinc), and each consumer
 // thread arrives on the stage's "empty" mbarrier once its products that
@@ -76,18 +77,28 @@ constexpr int WGS = WN / 4; // warpgroups: NTHREADS = 128 * WGS
 // WS: the producer warpgroup follows the consumers (tid >= NTHREADS), so
 // the consumers' thread ids are the ones the shared epilogue expects
 constexpr int CTA_THREADS = WS ? NTHREADS + 128 : NTHREADS;
-// 128 * PRODUCER_REGS + NTHREADS * CONSUMER_REGS stays within the
-// registers the launch gives the CTA (CTA_THREADS * 168 for 384 threads).
-// The consumers fit in about 160 registers; the producer keeps two plan
-// threads' addresses (40 or 72 registers spilled them: ptxas -v).
-constexpr int PRODUCER_REGS = 104, CONSUMER_REGS = 200;
+// setmaxnreg only moves the registers the launch gave the CTA: 128 *
+// PRODUCER_REGS + NTHREADS * CONSUMER_REGS stays within CTA_THREADS times
+// the launch's registers a thread (168 for 384 threads, 96 for 640).
+// Two consumer warpgroups (two slices each) fit in about 160 registers;
+// the producer keeps its copy plan in 104 (40 or 72 spilled the earlier
+// plan of two plan threads: ptxas -v). Four consumer warpgroups of one
+// slice hold half
+// the accumulators, but at 104 registers ptxas serialized their wgmmas
+// (C7512), so they take 112 and leave the producer 32, at which it spills
+// its copy plan (about 200-350 bytes, ptxas -v).
+constexpr int PRODUCER_REGS = WGS == 4 ? 32 : 104;
+constexpr int CONSUMER_REGS = WGS == 4 ? 112 : 200;
 // + 1024: the dynamic shared memory is aligned up to the swizzle atom
 constexpr int NEED_BYTES = (PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES) + 1024;
 constexpr int ACC = BM / 2; // accumulator floats per slice (m64 x BM / 128)
-// m64 slices a warpgroup computes: two (128 columns, two Marlin tiles)
-// for BM 16 to 128; one (64 columns, one tile) for BM 256, whose
-// m64n256k16 products reuse each dequantized fragment for twice the rows
-constexpr int SLICES = BM == 256 ? 1 : 2;
+// m64 slices a warpgroup computes (BN = 64 * SLICES * WGS): two (128
+// columns, two Marlin tiles) for BM 16 to 128 with one or two warpgroups;
+// one (64 columns, one tile) for BM 256, whose m64n256k16 products reuse
+// each dequantized fragment for twice the rows, and for four consumer
+// warpgroups (WN 16, warp-specialized), which keep twice the warps
+// dequantizing beside the same products
+constexpr int SLICES = BN / (16 * WN);
 // SOA (the row's "scales_on_acc", grouped layers; measured 11% slower
 // than the scales in the dequantization, unused by the built-in tables):
 // the A fragments are the exact codes minus zero, and the group scales
@@ -107,16 +118,25 @@ static_assert(!ACT_ORDER, "act-order runs on the mma.sync kernel");
 static_assert(BM == 16 || BM == 32 || BM == 48 || BM == 64 || BM == 128 ||
                   BM == 256,
               "block_m (wgmma N) is 16, 32, 48, 64, 128 or 256");
-static_assert(WN == 4 || WN == 8, "one or two warpgroups");
+static_assert(WN == 4 || WN == 8 || (WN == 16 && WS),
+              "one or two warpgroups, or four warp-specialized ones");
 static_assert(WK == 1, "no K split between warps");
-static_assert(BN == 64 * SLICES * WGS, "SLICES Marlin tiles a warpgroup");
+static_assert((SLICES == 1 || SLICES == 2) && BN == 64 * SLICES * WGS,
+              "one or two Marlin tiles a warpgroup");
+static_assert(BM != 256 || SLICES == 1, "block_m 256: one slice");
+static_assert(WGS != 4 || (SLICES == 1 && BM <= 128 &&
+                           128 * PRODUCER_REGS + NTHREADS * CONSUMER_REGS <=
+                               CTA_THREADS * 96),
+              "four consumer warpgroups: one slice, block_m <= 128, the "
+              "registers of a 640-thread launch");
 static_assert(BK == 64, "a stage's A rows are one 128-byte swizzle row");
 static_assert(STAGES >= 3 && STAGES <= 8, "pipeline depth (STAGES - 2 "
               "loads in flight)");
 static_assert((A_STAGE * 2) % 1024 == 0, "stage buffers stay 1024-aligned");
 static_assert(SMEM_BYTES == NEED_BYTES, "shared memory size (prelude)");
-static_assert(!WS || NTHREADS == 256, "warp-specialized: two consumer "
-              "warpgroups (the producer's registers are sized for them)");
+static_assert(!WS || NTHREADS == 256 || NTHREADS == 512,
+              "warp-specialized: two or four consumer warpgroups (the "
+              "register split is sized for them)");
 static_assert(!WS || NTHREADS % 128 == 0, "plan threads per producer "
               "thread");
 static_assert(DEPTH == 1 || DEPTH == 2, "one or two wgmma groups in flight");
@@ -198,6 +218,14 @@ template <int R> __device__ __forceinline__ void setmaxnreg_dec()
 template <int R> __device__ __forceinline__ void setmaxnreg_inc()
 {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+
+// (a & b) | c in one instruction
+__device__ __forceinline__ u32 and_or(u32 a, u32 b, u32 c)
+{
+    u32 r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
 }
 
 // The descriptor of a K-major operand in 128-byte swizzled atoms of 8 rows
@@ -435,36 +463,136 @@ W16_KERNEL(W16_GEMM_PARAMS)
     const int iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
 
     // ---- WS: the producer warpgroup ------------------------------------------
-    // Plan threads ptid and ptid + 128 (the consumers' thread count), so
-    // the shared plan and copies cover the stage; the padding rows the
-    // plan zeroes reach the consumers through the named barrier 2.
+    // The copies are planned for the producer's 128 threads, once: a stage
+    // is then, per 16-byte copy, an address add and the cp.async, and the
+    // groups of a stage follow from the last stage's without a division.
+    // (Before, the producer ran the consumers' plan, NTHREADS / 128 plan
+    // threads a producer thread, and moe_gemm_common.cu's stage_copy with
+    // two run-time divisions each a stage: with four consumer warpgroups
+    // the consumers waited on the full barrier about half of their time,
+    // ncu's source view.) The split codes keep that plan and stage_copy;
+    // its zeroed padding rows reach the consumers through barrier 2.
     if constexpr (WS) {
         if (warp >= WN) {
             constexpr int V = NTHREADS / 128;
             const int ptid = tid - NTHREADS;
-            const act_t *p_src[V][A_PER];
-            int p_dst[V][A_PER], p_off[V][B_PER];
-#pragma unroll
-            for (int v = 0; v < V; v++)
-                stage_plan(p_src[v], p_dst[v], p_off[v], a, a_row_div, K,
-                           s_rows, reinterpret_cast<act_t *>(smem4),
-                           ptid + 128 * v, ncol, N, ip, tiles_n);
-            fence_proxy_async();
-            bar_arrive<2, CTA_THREADS>();
-            setmaxnreg_dec<PRODUCER_REGS>();
             act_t *pA = reinterpret_cast<act_t *>(smem4);
             int4 *pB = smem4 + STAGES * A_STAGE / 8;
             int4 *pS = pB + STAGES * B_STAGE;
+            if constexpr (SPLIT_CODES) {
+                // the split codes' copies are stage_copy's (two consumer
+                // warpgroups: two plan threads' addresses kept)
+                const act_t *p_src[V][A_PER];
+                int p_dst[V][A_PER], p_off[V][B_PER];
+#pragma unroll
+                for (int v = 0; v < V; v++)
+                    stage_plan(p_src[v], p_dst[v], p_off[v], a, a_row_div,
+                               K, s_rows, pA, ptid + 128 * v, ncol, N, ip,
+                               tiles_n);
+                fence_proxy_async();
+                bar_arrive<2, CTA_THREADS>();
+                setmaxnreg_dec<PRODUCER_REGS>();
+                for (int it = 0; it < iters; it++) {
+                    const int slot = it % STAGES;
+                    if (it >= STAGES) // consumed STAGES stages ago
+                        mbar_wait(&s_empty[slot], (it / STAGES - 1) & 1);
+#pragma unroll
+                    for (int v = 0; v < V; v++)
+                        stage_copy(it0 + it, slot, p_src[v], p_dst[v],
+                                   p_off[v], pA, pB, pS, qw_e, qweight, sc_e,
+                                   scales, tiles_n, ptid + 128 * v, ncol, N,
+                                   ip, group_size);
+                    cp_async_arrive(&s_full[slot]);
+                }
+                cp_async_wait<0>();
+                return;
+            }
+            // A: chunk ptid + 128 q is row r0 + 16 q, 16-byte chunk c8 of
+            // the row (rows 16 apart share their swizzle, r % 8); a padding
+            // row (no routed slot) is copied with size 0 from row 0, which
+            // writes its zeros
+            constexpr int PA = BM * A_CHUNKS / 128;
+            constexpr int PB = B_STAGE / 128;
+            static_assert(A_CHUNKS == 8 && (BM * A_CHUNKS) % 128 == 0 &&
+                              B_STAGE % 128 == 0 && S_STAGE <= 128,
+                          "the producer's copies: whole rounds of 128");
+            const int r0 = ptid / A_CHUNKS, c8 = ptid % A_CHUNKS;
+            const act_t *p_a[PA];
+            u32 a_ok = 0;
+#pragma unroll
+            for (int q = 0; q < PA; q++) {
+                const int t = s_rows[r0 + 16 * q];
+                p_a[q] = a + (size_t)(t >= 0 ? t / a_row_div : 0) * K + c8 * 8;
+                a_ok |= (t >= 0 ? 1u : 0u) << q;
+            }
+            const int a_dst0 = r0 * BK + ((c8 ^ (r0 % 8)) * 8);
+            // B: vector ptid + 128 q of the stage (stage_plan's formula;
+            // a tile past N or IP: copied with size 0)
+            int p_b[PB];
+            u32 b_ok = 0;
+#pragma unroll
+            for (int q = 0; q < PB; q++) {
+                const int i = ptid + 128 * q, v = i % TILE_VECS;
+                const int rest = i / TILE_VECS, tt = rest % TILES,
+                          ks = rest / TILES;
+                const int col = tile_col(tt, ncol, N, ip);
+                p_b[q] = col >= 0 ? (int)((ks * tiles_n + col / 64) *
+                                              TILE_VECS + v)
+                                  : 0;
+                b_ok |= (col >= 0 ? 1u : 0u) << q;
+            }
+            const size_t b_kstride = (size_t)(BK / 16) * tiles_n * TILE_VECS;
+            // grouped scales: vector ptid of the stage, row s_row (of the
+            // stage's groups), columns s_col .. + 7 (-1: past N or IP)
+            int s_row = BK, s_col = -1; // BK: never a row
+            if (SMEM_SCALES && ptid < S_STAGE) {
+                const int v = ptid % 8, rest = ptid / 8;
+                const int col = tile_col(rest % TILES, ncol, N, ip);
+                s_row = rest / TILES;
+                s_col = col >= 0 ? col + 8 * v : -1;
+            }
+            // the groups of the stage's first and last k: g0, g1, and the
+            // first k of the group after each
+            int g0 = 0, g1 = 0, n0 = 0, n1 = 0;
+            if constexpr (SMEM_SCALES) {
+                const int k0 = it0 * BK;
+                g0 = k0 / group_size;
+                g1 = (k0 + BK - 1) / group_size;
+                n0 = (g0 + 1) * group_size;
+                n1 = (g1 + 1) * group_size;
+            }
+            fence_proxy_async();
+            bar_arrive<2, CTA_THREADS>();
+            setmaxnreg_dec<PRODUCER_REGS>();
             for (int it = 0; it < iters; it++) {
                 const int slot = it % STAGES;
                 if (it >= STAGES) // consumed STAGES stages ago
                     mbar_wait(&s_empty[slot], (it / STAGES - 1) & 1);
+                const int k0 = (it0 + it) * BK;
+                act_t *dA = pA + slot * A_STAGE + a_dst0;
 #pragma unroll
-                for (int v = 0; v < V; v++)
-                    stage_copy(it0 + it, slot, p_src[v], p_dst[v], p_off[v],
-                               pA, pB, pS, qw_e, qweight, sc_e, scales,
-                               tiles_n, ptid + 128 * v, ncol, N, ip,
-                               group_size);
+                for (int q = 0; q < PA; q++)
+                    cp_async16(dA + q * 16 * BK, p_a[q] + k0,
+                               (a_ok >> q) & 1u);
+                int4 *dB = pB + slot * B_STAGE + ptid;
+                const int4 *qs = qw_e + (size_t)(it0 + it) * b_kstride;
+#pragma unroll
+                for (int q = 0; q < PB; q++)
+                    cp_async16(dB + 128 * q, qs + p_b[q], (b_ok >> q) & 1u);
+                if constexpr (SMEM_SCALES) { // row r = group g0 + r
+                    while (n0 <= k0)
+                        g0++, n0 += group_size;
+                    while (n1 <= k0 + BK - 1)
+                        g1++, n1 += group_size;
+                    if (s_row <= g1 - g0) {
+                        const bool ok = s_col >= 0;
+                        cp_async16(pS + slot * S_STAGE + ptid,
+                                   sc_e + (ok ? (size_t)(g0 + s_row) * N +
+                                                    s_col
+                                              : 0),
+                                   ok);
+                    }
+                }
                 cp_async_arrive(&s_full[slot]);
             }
             cp_async_wait<0>();
@@ -625,7 +753,19 @@ W16_KERNEL(W16_GEMM_PARAMS)
                 }
                 act2_t zb = act::pair(z_reg[s][x], z_reg[s][x]);
                 act2_t d0, d1;
-                if constexpr (SOA) {
+                if constexpr (BITS == 4 && USE_MAGIC && !SOA) {
+                    // the mask and the exponent in one lop3 ((a & b) | c:
+                    // ptxas kept an AND and an OR), then the exact
+                    // subtraction of codes_minus_zero
+                    d0 = __hsub2(from_u32<act2_t>(and_or(
+                                     wd[s][x] >> (8 * x), 0x000f000fu,
+                                     MAGIC_BITS * 0x00010001u)),
+                                 zb);
+                    d1 = __hsub2(from_u32<act2_t>(and_or(
+                                     wd[s][x] >> (8 * x + 4), 0x000f000fu,
+                                     MAGIC_BITS * 0x00010001u)),
+                                 zb);
+                } else if constexpr (SOA) {
                     // m (c + MAGIC) - m (z + MAGIC), m = 0 or 1: exact
                     act2_t mb = act::pair(m_reg[s][x], m_reg[s][x]);
                     act2_t nz = __hneg2(__hmul2(zb, mb));
@@ -664,16 +804,22 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // from 6740 to 6417 us on the H200
     const bool stage_groups =
         GROUPED && (GROUP_STAGES || group_size % BK == 0);
+    // the group of the stage (stage_groups), followed from stage to stage
+    // (stages come in order) without a run-time division: sg_next is the
+    // first k of the next group
+    int sg = it0_group, sg_next = GROUPED ? (it0_group + 1) * group_size : 0;
     // release (WS): the ring slot of the previous stage, whose products
     // are done after this stage's first wgmma.wait_group 1 (-1: none)
     auto compute_stage = [&](int it, int slot, int release) {
         const int4 *cB = sB + slot * B_STAGE;
         const u32 a_base = smem_addr(sA + slot * A_STAGE);
+        const u64 desc0 = smem_desc(a_base);
         if constexpr (GROUPED) {
             if (stage_groups) {
-                int g = it * BK / group_size;
-                if (g != cur_g)
-                    load_group_smem(slot, 0, g);
+                while (sg_next <= it * BK)
+                    sg++, sg_next += group_size;
+                if (sg != cur_g)
+                    load_group_smem(slot, 0, sg);
             }
         }
         // WS: the codes of step kk + 1 are read from shared memory before
@@ -718,7 +864,10 @@ W16_KERNEL(W16_GEMM_PARAMS)
             } else {
                 dequant(cB, kk, af[kk % NSETS]);
             }
-            const u64 desc = smem_desc(a_base + 32u * (u32)kk);
+            // (the stage's descriptor plus 32 kk bytes, 2 kk in the
+            // address field: a_base is 1024-aligned, the field does not
+            // carry; before, ptxas rebuilt the descriptor every step)
+            const u64 desc = desc0 + 2u * (u32)kk;
             const int scale_d = it > it0 || kk > 0;
             wgmma_fence();
 #pragma unroll

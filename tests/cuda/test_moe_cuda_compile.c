@@ -269,10 +269,11 @@ static void test_variants(wna16_context_t *ctx)
  * group scales on the accumulators and split codes, with one and two
  * wgmma groups in flight, then two groups in flight alone; then the small
  * products (block_m 16, 32, 48: m64n16k16 to m64n48k16) on the plain
- * pipeline and on the warp-specialized one with 8 stages. */
+ * pipeline and on the warp-specialized one with 8 stages; then four
+ * consumer warpgroups of one m64 slice (warps_n 16). */
 static void test_variants_wgmma(wna16_context_t *ctx)
 {
-    for (int ws = 0; ws < 8; ws++)
+    for (int ws = 0; ws < 9; ws++)
         for (size_t v = 0; v < W16_ARRAY_LEN(VARIANTS); v++) {
             if (VARIANTS[v].act_order)
                 continue;
@@ -285,7 +286,7 @@ static void test_variants_wgmma(wna16_context_t *ctx)
                             : ws == 2 ? 256 : v % 2 ? 64 : 128;
                 c.block_n = plain || ws == 2 ? 128 : 256;
                 c.block_k = 64;
-                c.warps_n = plain ? 4 : 8;
+                c.warps_n = plain ? 4 : ws == 8 ? 16 : 8;
                 c.warps_k = 1;
                 c.stages = ws == 7 ? 8 : ws ? 5 : 3;
                 c.wgmma = true;
@@ -470,6 +471,17 @@ static void test_refusals(wna16_context_t *ctx)
     EXPECT_REFUSED((c.block_m = 64, c.block_n = 256, c.warps_n = 2),
                    "accumulator");
     EXPECT_REFUSED(c.stages = 1, "stages");
+    /* four wgmma warpgroups (warps_n 16): warp-specialized, block_m <= 128 */
+    EXPECT_REFUSED((c.wgmma = true, c.block_m = 128, c.block_n = 256,
+                    c.block_k = 64, c.warps_n = 16, c.warps_k = 1),
+                   "warp-specialized");
+    EXPECT_REFUSED((c.wgmma = c.ws = true, c.block_m = 256, c.block_n = 256,
+                    c.block_k = 64, c.warps_n = 16, c.warps_k = 1),
+                   "block_m 128 at most");
+    EXPECT_REFUSED((c.wgmma = c.ws = c.split_codes = true, c.block_m = 128,
+                    c.block_n = 256, c.block_k = 64, c.warps_n = 16,
+                    c.warps_k = 1),
+                   "split codes");
     EXPECT_REFUSED(c.activation = WNA16_ACT_SILU_NO_MUL, "gated activation");
     EXPECT_REFUSED(c.act_dtype = WNA16_DTYPE_F32, "dtypes");
     EXPECT_REFUSED(c.group_size = 0, "group_size");

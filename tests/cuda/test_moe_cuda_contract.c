@@ -117,7 +117,7 @@ static void e_wg_bm(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 3), "b
 static void e_wg_shape(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "warps_n", 4); }
 static void e_wg_catch(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 5), "n", 1, 4096); }
 static void e_wg_mma(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 5), "mma", cJSON_CreateString("tcgen05")); }
-/* warp_specialized: a wgmma row with two consumer warpgroups only, a
+/* warp_specialized: a wgmma row with two or four consumer warpgroups, a
  * boolean; block_m 256 needs 64 columns a warpgroup */
 static void e_ws_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", 4), "warp_specialized", 1); }
 static void e_ws_bool(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 5), "warp_specialized", cJSON_CreateString("yes")); }
@@ -125,6 +125,25 @@ static void e_ws_bool(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseS
 static void e_sa_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", 4), "scales_on_acc", 1); }
 static void e_sa_bool(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", 5), "wgmma_groups", 3); }
 static void e_wg_256(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 3), "block_m", 256); }
+/* four consumer warpgroups (warps_n 16): warp-specialized, block_m <= 128 */
+static void e_wg4_plain(cJSON *r, int a)
+{
+    (void)a;
+    set_num(row(r, "gemm", 5), "warps_n", 16);
+    cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", 5),
+                                            "warp_specialized");
+}
+static void e_wg4_sc(cJSON *r, int a)
+{
+    (void)a;
+    set_num(row(r, "gemm", 5), "warps_n", 16);
+    cJSON_AddBoolToObject(row(r, "gemm", 5), "split_codes", 1);
+}
+static void e_wg4_256(cJSON *r, int a)
+{
+    e_wg_256(r, a);
+    set_num(row(r, "gemm", 5), "warps_n", 16);
+}
 static void e_wg_last(cJSON *r, int a)
 {
     (void)a; /* the catch-all block_m row marked wgmma */
@@ -180,7 +199,7 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         {e_wg_last, "$.tiling.block_m[4]: the last row is the one every "
                     "device can run"},
         {e_ws_plain, "$.tiling.gemm[4].warp_specialized: only a wgmma row "
-                     "with two consumer warpgroups"},
+                     "with two or four consumer warpgroups"},
         {e_ws_bool, "$.tiling.gemm[5].warp_specialized: expected true or "
                     "false"},
         {e_sa_plain, "$.tiling.gemm[4].scales_on_acc: only a "
@@ -189,6 +208,12 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         {e_wg_256, "$.tiling.gemm[5]: with block_m 256 (from "
                    "$.tiling.block_m[3]) a wgmma warpgroup (4 warps_n) "
                    "computes 64 columns: block_n 256 needs warps_n 16"},
+        {e_wg4_plain, "$.tiling.gemm[5].warps_n: four wgmma warpgroups "
+                      "(warps_n 16) need \"warp_specialized\""},
+        {e_wg4_sc, "$.tiling.gemm[5].split_codes: the codes are split for "
+                   "two consumer warpgroups"},
+        {e_wg4_256, "$.tiling.gemm[5]: with block_m 256 (from "
+                    "$.tiling.block_m[3]): four consumer warpgroups"},
         {e_missing, "$.tiling: \"block_m\" and \"gemm\" are required"},
         {e_stages, "$.tiling.gemm[1].stages: 1 is out of range [2, 8]"},
         {e_split, "$.tiling.gemm[0].max_split_k: expected a power of two"},
@@ -242,14 +267,14 @@ static void test_lookups(wna16_context_t *ctx)
                      bm);
     }
     /* w2 at block_m 16: row 1 (block_n 128, block_k 128, 2 K warps,
-     * split-K up to 8, launch bounds for 5 CTAs); K = 192 halves block_k
+     * split-K up to 8, launch bounds for 4 CTAs); K = 192 halves block_k
      * to 64 */
     w16_moe_gemm_cfg_t c;
     const char *path = NULL;
     TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 2048, 768, &c, &path, &err),
           &err);
     TU_CHECK(c.block_n == 128 && c.block_k == 128 && c.warps_k == 2 &&
-             c.min_ctas == 5 && strcmp(path, "$.tiling.gemm[1]") == 0);
+             c.min_ctas == 4 && strcmp(path, "$.tiling.gemm[1]") == 0);
     int max_split = 0, cps = 0;
     w16_moe_cuda_split(m, 16, false, WNA16_GEMM_W2, 2048, 768, &max_split, &cps);
     TU_CHECK_MSG(max_split == 8 && cps == 4, "split %d cps %d", max_split,
