@@ -19,14 +19,20 @@
 //                     wait, so at most two grids of the chain are resident
 //                     at once and the waiting one holds no SM the running
 //                     one could still use for CTAs it has not started.
-// One kernel reads before its wait: GEMM 2 of the mma.sync template
-// (EARLY_B in moe_marlin_gemm.cu) reads the routing (num_post, expert_ids,
+// Three kernels read before their wait, what was written at least two
+// kernels back. GEMM 2 of the mma.sync template (EARLY_B in
+// moe_marlin_gemm.cu) reads the routing (num_post, expert_ids,
 // sorted_ids) and issues its first stages' weight loads, then waits for
-// its activations. The routing is two kernels back: GEMM 2 starts only
-// once every CTA of the kernel ahead of it (GEMM 1, its reduce or the
-// second gather) has returned from its own wait, so the kernels before
-// that one, the routing among them, have completed and their writes are
-// visible. GEMM 2 writes no global memory before its wait.
+// its activations. GEMM 1's split-K reduce (W16_REDUCE in
+// moe_gemm_common.cu) reads the routing (num_post, sorted_ids) of its
+// first position, then waits for the partial sums. The small-M finalize
+// (w16_finalize_small in moe_aux.cu) reads the layer's top-k ids and the
+// expert map of its first row (the routing read them after its own wait),
+// then waits for y. Why that is safe: a kernel starts only once every CTA of
+// the kernel ahead of it has returned from its own wait, so the kernels
+// before that one, the routing among them (and whatever wrote the ids
+// before the routing waited), have completed and their writes are
+// visible. None of them writes global memory before its wait.
 // Both are no-ops before sm_90 (and on a plain launch), so sm_80 runs the
 // same code serialized by the stream.
 
