@@ -494,9 +494,8 @@ w16_finalize(const float *__restrict__ y, int M, int topk, int N,
 // entry, then the slabs. Here the ids and map entries of a row's slots are
 // read eight at a time (row_slots) and before the wait: they are the
 // layer's inputs, which the routing read three kernels back (templates/
-// moe_pdl.cu), after letting the next kernel in (so that they do not
-// delay its launch); after the wait, the slabs of four slots and eight
-// splits are in flight at once. That takes about 80 registers (launch
+// moe_pdl.cu); after the wait, the slabs of four slots and eight splits
+// are in flight at once. That takes about 80 registers (launch
 // bounds: 3 CTAs an SM), so the host runs it only while its grid is at
 // most two waves (runtime/moe_cuda.c); larger M keeps w16_finalize's
 // occupancy.
@@ -507,7 +506,6 @@ w16_finalize_small(const float *__restrict__ y, int M, int topk, int N,
                    const float *__restrict__ w, act_t *__restrict__ out,
                    int splits, int round_sum)
 {
-    w16_pdl_launch(); // before the wait: moe_pdl.cu
     const size_t total = (size_t)M * N;
     const size_t slab = (size_t)M * topk * N;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -516,7 +514,7 @@ w16_finalize_small(const float *__restrict__ y, int M, int topk, int N,
     int cm = i < total ? (int)(i / N) : -1;
     unsigned cmask = cm >= 0 ? row_slots(ids, expert_map, n_ids, cm, topk, 0)
                              : 0u;
-    w16_pdl_wait(); // GEMM 2 wrote y
+    w16_pdl_enter(); // GEMM 2 wrote y
     for (; i < total; i += stride) {
         const int m = (int)(i / N), n = (int)(i % N);
         if (m != cm) {

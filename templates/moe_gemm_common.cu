@@ -459,22 +459,19 @@ using namespace w16;
 // before the wait (templates/moe_pdl.cu): a thread's first position and
 // slot are known when GEMM 1 completes, and what is left after the wait
 // is the partial sums' loads (eight splits in flight) and a store.
-// Padded positions hold the sentinel n_slots, so they are skipped. The
-// next kernel (GEMM 2, whose prologue loads weights) is let in first:
-// those reads must not delay it.
+// Padded positions hold the sentinel n_slots, so they are skipped.
 extern "C" __global__ void __launch_bounds__(256)
 W16_REDUCE(const float *__restrict__ part, int n_slots, int ip, int splits,
            const int *__restrict__ sorted_ids,
            const int *__restrict__ num_post, act_t *__restrict__ out,
            int round_out, float limit, float alpha, float beta)
 {
-    w16_pdl_launch(); // before the wait: moe_pdl.cu
     const size_t total = (size_t)*num_post * ip;
     const size_t slab = (size_t)n_slots * 2 * ip;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     int t = i < total ? sorted_ids[i / ip] : -1;
-    w16_pdl_wait(); // GEMM 1 wrote part
+    w16_pdl_enter(); // GEMM 1 wrote part
     for (bool first = true; i < total; i += stride, first = false) {
         if (!first)
             t = sorted_ids[i / ip];
