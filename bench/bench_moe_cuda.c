@@ -21,7 +21,9 @@
  * bandwidth (read + write counted, as the copy moves 2x its size), and
  * TFLOP/s (2 * local routed rows * (H * 2I + I * H) per run). The first
  * run of every configuration reports the cold NVRTC compile time of each
- * kernel it needed (0 when the kernel cache had it). A program, not a
+ * kernel it needed (0 when the kernel cache had it); "out" is a hash of
+ * the last run's output (the inputs are seeded: two source trees that
+ * mean to give the same bits must print the same hash). A program, not a
  * test: without a GPU it says so and exits 0.
  *
  *   bench_moe_cuda [quick|all] [--model NAME] [--tokens 1,16,...]
@@ -314,18 +316,28 @@ static void bench_spec(wna16_context_t *ctx, const wna16_spec_t *spec,
         for (int c = 0; c < nc; c++)
             CHECK(wna16_cuda_moe_sync(moe[c], st, &err));
         w16_cuda_graph_destroy(cuda, graph);
+        /* the last run's output, hashed: two trees' lines with the same
+         * tiling must show the same hash (bench/ab.sh: a change that is
+         * meant to keep the results bit for bit) */
+        unsigned char *o = malloc(nx);
+        CHECK(w16_cuda_copy_d2h(cuda, o, dout, nx, &err));
+        uint64_t hash = 0xcbf29ce484222325ull; /* FNV-1a */
+        for (size_t i = 0; i < nx; i++)
+            hash = (hash ^ o[i]) * 0x100000001b3ull;
+        free(o);
         qsort(t, REPS, sizeof *t, cmp_f);
         double us = t[REPS / 2] * 1e3, gbs = (double)bytes / (us * 1e-6) / 1e9;
         if (*tag)
             printf("[%s] ", tag);
         printf("%-16s b%d %5d tok %6zu rows %3zu/%-3d exp %9.1f us %7.1f MB "
                "%7.1f GB/s %5.1f%% copy %6.1f TFLOP/s  bm %2d split %d/%d  "
-               "compile %.0f+%.0f+%.0f ms  %s | %s\n",
+               "compile %.0f+%.0f+%.0f ms  %s | %s  out %016llx\n",
                s->model, bits, M, R.local_slots, R.experts, s->E, us,
                (double)bytes / 1e6, gbs, 100.0 * gbs / copy_bw,
                flops / (us * 1e-6) / 1e12, rep.block_m, rep.split_k[0],
                rep.split_k[1], rep.compile_ms[0], rep.compile_ms[1],
-               rep.compile_ms[2], rep.tile_rule[0], rep.tile_rule[1]);
+               rep.compile_ms[2], rep.tile_rule[0], rep.tile_rule[1],
+               (unsigned long long)hash);
         fflush(stdout);
         w16_cuda_free(cuda, d);
         free(x);

@@ -710,6 +710,7 @@ const char *const w16_moe_aux_names[W16_AUX_COUNT] = {
     [W16_AUX_CHECK_ACT_ORDER] = "w16_check_act_order",
     [W16_AUX_CHECK_SEEN] = "w16_check_seen",
     [W16_AUX_ROUTE_SMALL] = "w16_route_small",
+    [W16_AUX_FINALIZE_SMALL] = "w16_finalize_small",
 };
 
 const char *w16_moe_aux_unit(wna16_dtype_t act_dtype)

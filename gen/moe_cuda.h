@@ -143,6 +143,7 @@ enum {
     W16_AUX_CHECK_ACT_ORDER,
     W16_AUX_CHECK_SEEN,
     W16_AUX_ROUTE_SMALL,
+    W16_AUX_FINALIZE_SMALL,
     W16_AUX_COUNT
 };
 extern const char *const w16_moe_aux_names[W16_AUX_COUNT];

@@ -746,11 +746,19 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     /* one chunk of slots: the four steps in one launch (route_small) */
     bool small = !a->batched && C == 1;
     if (small) {
+        /* a thread a slot, expert or padded position, in whole warps: the
+         * kernel is all latency (barriers, shared memory), and fewer warps
+         * make each barrier shorter */
+        int64_t most = P > E ? P : E;
+        most = most > cap ? most : cap;
+        most = (most + 31) / 32 * 32;
+        unsigned threads = (unsigned)(most < W16_AUX_SCAN_THREADS
+                                          ? most : W16_AUX_SCAN_THREADS);
         void *ar[] = {(void *)&a->ids, &iP, &map, &n_ids, &iE, &ibm, &icap,
                       &sentinel, &d_num, &d_sorted, &d_eids, &m->err_dev};
         st = w16_cuda_launch_chained(m->cuda, aux[W16_AUX_ROUTE_SMALL], 1,
-                                     W16_AUX_SCAN_THREADS,
-                                     (unsigned)((2 * E + 1) * 4), s, ar, err);
+                                     threads, (unsigned)((2 * E + 1 + P) * 4),
+                                     s, ar, err);
     }
     if (!small && !a->batched) {
         void *ac[] = {(void *)&a->ids, &iP, &map, &n_ids, &iE, &d_hist,
@@ -855,9 +863,17 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
             int32_t M = a->M;
             void *af[] = {&d_y, &M, &topk, &N, (void *)&a->ids, &map, &n_ids,
                           &wgt, (void *)&a->out, &split[1], &round_sum};
-            st = w16_cuda_launch_chained(m->cuda, aux[W16_AUX_FINALIZE],
-                                         grid_stride((size_t)a->M * (size_t)H),
-                                         256, 0, s, af, err);
+            /* few outputs with split-K sums to add: the latency-bound
+             * form, while its CTAs (3 an SM by its launch bounds) take at
+             * most two waves; otherwise the plain form's occupancy
+             * (templates/moe_aux.cu; the small form measured 0.6-0.8%
+             * slower at M = 16 without a split, bench/RESULTS.md) */
+            unsigned g = grid_stride((size_t)a->M * (size_t)H);
+            bool few = split[1] > 1 &&
+                       (int64_t)g <= 6 * (int64_t)w16_cuda_sm_count(m->cuda);
+            st = w16_cuda_launch_chained(
+                m->cuda, aux[few ? W16_AUX_FINALIZE_SMALL : W16_AUX_FINALIZE],
+                g, 256, 0, s, af, err);
         }
     }
     if (st != WNA16_OK)

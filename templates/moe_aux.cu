@@ -240,11 +240,52 @@ w16_route_scatter(const int *__restrict__ ids, int P,
     }
 }
 
+// The exclusive scan of v over the CTA's threads (blockDim.x, a multiple
+// of 32): warp shuffles, then one warp over the warps' sums (two
+// barriers, where scan_padded's Hillis-Steele over SCAN_THREADS takes
+// twenty). Integer sums, so any order gives the same result. *total: the
+// sum over all threads. s_warp: blockDim.x / 32 ints.
+__device__ __forceinline__ int block_scan_excl(int v, int *s_warp, int *total)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int nw = blockDim.x / 32;
+    int x = v;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+        int y = __shfl_up_sync(0xffffffffu, x, d);
+        if (lane >= d)
+            x += y;
+    }
+    if (lane == 31)
+        s_warp[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        int w = lane < nw ? s_warp[lane] : 0;
+#pragma unroll
+        for (int d = 1; d < 32; d *= 2) {
+            int y = __shfl_up_sync(0xffffffffu, w, d);
+            if (lane >= d)
+                w += y;
+        }
+        __syncwarp(); // every lane has read s_warp
+        if (lane < nw)
+            s_warp[lane] = w;
+    }
+    __syncthreads();
+    *total = s_warp[nw - 1];
+    return (warp ? s_warp[warp - 1] : 0) + x - v;
+}
+
 // The four routing steps for P <= CHUNK slots (standard format) in one
-// CTA of SCAN_THREADS threads: the count in shared memory, the scan of the
-// padded sizes, the fill of the padded order and the stable scatter, as
-// route_count, route_scan, route_fill and route_scatter compute them for
-// one chunk (their hist_off is 0). Dynamic shared memory: 2 * E + 1 ints.
+// CTA, with the results of route_count, route_scan, route_fill and
+// route_scatter for one chunk (their hist_off is 0): the count in shared
+// memory, the scan of the padded sizes, the fill of the padded order and
+// the stable scatter. It starts the chain, so all of it follows the wait:
+// the host launches about max(P, E, cap) threads (a multiple of 32, at
+// most SCAN_THREADS), not SCAN_THREADS, so that each barrier waits for few
+// warps; the slots' experts are read once (ids and expert_map are global
+// loads, two dependent round trips) and kept in shared memory for the
+// scatter. Dynamic shared memory: 2 * E + 1 + P ints.
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
 w16_route_small(const int *__restrict__ ids, int P,
                 const int *__restrict__ expert_map, int n_ids, int E, int BM,
@@ -253,31 +294,43 @@ w16_route_small(const int *__restrict__ ids, int P,
                 int *__restrict__ err)
 {
     extern __shared__ int s_small[];
-    int *s_cnt = s_small;          // [E]: counts, then the scatter's bases
-    int *s_start = s_small + E;    // [E + 1]
-    __shared__ int s_part[SCAN_THREADS];
-    for (int e = threadIdx.x; e < E; e += SCAN_THREADS)
+    int *s_cnt = s_small;              // [E]: counts, then the scatter's bases
+    int *s_start = s_small + E;        // [E + 1]
+    int *s_exp = s_small + 2 * E + 1;  // [P]: slot t's local expert, or -1
+    __shared__ int s_warp[SCAN_THREADS / 32];
+    const int T = blockDim.x;
+    for (int e = threadIdx.x; e < E; e += T)
         s_cnt[e] = 0;
     w16_pdl_enter(); // ids may come from the previous kernel
     __syncthreads();
     // count (integer atomics: the counts do not depend on their order)
-    for (int t = threadIdx.x; t < P; t += SCAN_THREADS) {
+    for (int t = threadIdx.x; t < P; t += T) {
         int e = slot_expert(ids, t, expert_map, n_ids, err);
+        s_exp[t] = e;
         if (e >= 0)
             atomicAdd(&s_cnt[e], 1);
     }
     __syncthreads();
-    // scan of the sizes padded to BM (as route_scan)
-    const int per = (E + SCAN_THREADS - 1) / SCAN_THREADS;
+    // scan of the sizes padded to BM (as route_scan): thread i owns
+    // experts e0 .. e0 + per - 1
+    const int per = (E + T - 1) / T;
     const int e0 = threadIdx.x * per;
     int mine = 0;
     for (int e = e0; e < e0 + per && e < E; e++)
         mine += (s_cnt[e] + BM - 1) / BM * BM;
-    scan_padded(s_cnt, E, BM, e0, per, mine, s_start, num_post, s_part);
+    int used;
+    int run = block_scan_excl(mine, s_warp, &used);
+    for (int e = e0; e < e0 + per && e < E; e++) {
+        s_start[e] = run;
+        run += (s_cnt[e] + BM - 1) / BM * BM;
+    }
+    if (threadIdx.x == 0) {
+        s_start[E] = used;
+        *num_post = used;
+    }
     __syncthreads();
     // fill: block experts and padding (as route_fill, standard format)
-    const int used = s_start[E];
-    for (int p = threadIdx.x; p < cap; p += SCAN_THREADS) {
+    for (int p = threadIdx.x; p < cap; p += T) {
         if (p >= used) {
             sorted_ids[p] = sentinel;
             if (p % BM == 0)
@@ -297,18 +350,20 @@ w16_route_small(const int *__restrict__ ids, int P,
         if (p - s_start[lo] >= s_cnt[lo])
             sorted_ids[p] = sentinel;
     }
+    // scatter: slots in order, one warp at a time (as route_scatter); the
+    // bases start at s_start (s_cnt is no longer read by the fill after
+    // this barrier)
     __syncthreads();
-    // scatter: slots in order, one warp at a time (as route_scatter)
-    for (int e = threadIdx.x; e < E; e += SCAN_THREADS)
+    for (int e = threadIdx.x; e < E; e += T)
         s_cnt[e] = s_start[e];
     __syncthreads();
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const unsigned lt = (1u << lane) - 1u;
-    for (int r0 = 0; r0 < P; r0 += SCAN_THREADS) {
+    for (int r0 = 0; r0 < P; r0 += T) {
         int t = r0 + threadIdx.x;
-        int e = t < P ? slot_expert(ids, t, expert_map, n_ids, err) : -1;
+        int e = t < P ? s_exp[t] : -1;
         // only the warps that hold slots take a turn (M = 1: one warp)
-        const int rest = P - r0 < SCAN_THREADS ? P - r0 : SCAN_THREADS;
+        const int rest = P - r0 < T ? P - r0 : T;
         for (int w = 0; w < (rest + 31) / 32; w++) {
             if (warp == w) {
                 unsigned peers = __match_any_sync(0xffffffffu, e);
@@ -383,6 +438,29 @@ __device__ __forceinline__ float y_at(const float *y, size_t i, int splits,
     return round_sum ? round_act(v) : v;
 }
 
+// The slots j0 .. j0 + 31 (j < topk) of output row m that reach a local
+// expert, as bits j - j0: the ids of eight slots in flight, then their
+// expert_map entries.
+__device__ __forceinline__ unsigned row_slots(const int *ids,
+                                              const int *expert_map,
+                                              int n_ids, int m, int topk,
+                                              int j0)
+{
+    unsigned mask = 0;
+    for (int b = 0; b < 32 && j0 + b < topk; b += 8) {
+        int id[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            id[u] = j0 + b + u < topk ? ids[m * topk + j0 + b + u] : -1;
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (id[u] >= 0 && id[u] < n_ids &&
+                (!expert_map || expert_map[id[u]] >= 0))
+                mask |= 1u << (b + u);
+    }
+    return mask;
+}
+
 // out[m][n] = R(sum_j c_j y[m*topk + j][n]) over the slots that reach a
 // local expert, in order j = 0, 1, ...; c_j = w[m][j], or 1 when w is NULL
 // (router weights applied on the input).
@@ -405,6 +483,84 @@ w16_finalize(const float *__restrict__ y, int M, int topk, int N,
                 continue;
             float c = w ? w[t] : 1.0f;
             acc += c * y_at(y, (size_t)t * N + n, splits, slab, round_sum);
+        }
+        out[i] = act::from_f(acc);
+    }
+}
+
+// w16_finalize's results (the same sums in the same order) for few output
+// elements, where the kernel is a chain of dependent loads, not bytes:
+// w16_finalize's thread reads, for each j in turn, the id, then the map
+// entry, then the slabs. Here the ids and map entries of a row's slots are
+// read eight at a time (row_slots) and before the wait: they are the
+// layer's inputs, which the routing read three kernels back (templates/
+// moe_pdl.cu); after the wait, the slabs of four slots and eight splits
+// are in flight at once. That takes about 80 registers (launch
+// bounds: 3 CTAs an SM), so the host runs it only while its grid is at
+// most two waves (runtime/moe_cuda.c); larger M keeps w16_finalize's
+// occupancy.
+extern "C" __global__ void __launch_bounds__(256, 3)
+w16_finalize_small(const float *__restrict__ y, int M, int topk, int N,
+                   const int *__restrict__ ids,
+                   const int *__restrict__ expert_map, int n_ids,
+                   const float *__restrict__ w, act_t *__restrict__ out,
+                   int splits, int round_sum)
+{
+    const size_t total = (size_t)M * N;
+    const size_t slab = (size_t)M * topk * N;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    // slots 0..31 of row cm (the thread's current row)
+    int cm = i < total ? (int)(i / N) : -1;
+    unsigned cmask = cm >= 0 ? row_slots(ids, expert_map, n_ids, cm, topk, 0)
+                             : 0u;
+    w16_pdl_enter(); // GEMM 2 wrote y
+    for (; i < total; i += stride) {
+        const int m = (int)(i / N), n = (int)(i % N);
+        if (m != cm) {
+            cm = m;
+            cmask = row_slots(ids, expert_map, n_ids, m, topk, 0);
+        }
+        float acc = 0.0f;
+        for (int j0 = 0; j0 < topk; j0 += 32) {
+            unsigned mask = j0 == 0 ? cmask
+                                    : row_slots(ids, expert_map, n_ids, m,
+                                                topk, j0);
+            while (mask) {
+                // the next four slots (ascending j), -1 past the last
+                int t[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    t[u] = mask ? m * topk + j0 + __ffs(mask) - 1 : -1;
+                    mask &= mask - 1u;
+                }
+                float c[4], v[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    c[u] = t[u] >= 0 && w ? w[t[u]] : 1.0f;
+                    v[u] = 0.0f; // replaced by split 0's slab below
+                }
+                for (int s0 = 0; s0 < splits; s0 += 8) {
+                    float x[4][8];
+#pragma unroll
+                    for (int u = 0; u < 4; u++)
+#pragma unroll
+                        for (int k = 0; k < 8; k++)
+                            if (t[u] >= 0 && s0 + k < splits)
+                                x[u][k] = y[(size_t)t[u] * N + n +
+                                            (size_t)(s0 + k) * slab];
+#pragma unroll
+                    for (int u = 0; u < 4; u++)
+#pragma unroll
+                        for (int k = 0; k < 8; k++)
+                            if (t[u] >= 0 && s0 + k < splits)
+                                v[u] = s0 + k == 0 ? x[u][k] : v[u] + x[u][k];
+                }
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    if (t[u] >= 0)
+                        acc += c[u] * (round_sum ? round_act(v[u]) : v[u]);
+            }
         }
         out[i] = act::from_f(acc);
     }

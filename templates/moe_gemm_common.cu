@@ -455,40 +455,47 @@ using namespace w16;
 // sorted_ids) and output column n < IP, the gate and up sums over the
 // splits in order s = 0, 1, ..., optional rounding, the activation, the
 // activation-dtype result: out [slots][IP].
+// The routing (num_post, sorted_ids) is two kernels back, so it is read
+// before the wait (templates/moe_pdl.cu): a thread's first position and
+// slot are known when GEMM 1 completes, and what is left after the wait
+// is the partial sums' loads (eight splits in flight) and a store.
+// Padded positions hold the sentinel n_slots, so they are skipped.
 extern "C" __global__ void __launch_bounds__(256)
 W16_REDUCE(const float *__restrict__ part, int n_slots, int ip, int splits,
            const int *__restrict__ sorted_ids,
            const int *__restrict__ num_post, act_t *__restrict__ out,
            int round_out, float limit, float alpha, float beta)
 {
-    w16_pdl_enter(); // GEMM 1 wrote part
     const size_t total = (size_t)*num_post * ip;
     const size_t slab = (size_t)n_slots * 2 * ip;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
-        int p = (int)(i / ip), n = (int)(i % ip), t = sorted_ids[p];
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int t = i < total ? sorted_ids[i / ip] : -1;
+    w16_pdl_enter(); // GEMM 1 wrote part
+    for (bool first = true; i < total; i += stride, first = false) {
+        if (!first)
+            t = sorted_ids[i / ip];
         if (t < 0 || t >= n_slots)
             continue;
+        const int n = (int)(i % ip);
         const float *g = part + (size_t)t * 2 * ip + n;
         float hg = 0.0f, hu = 0.0f;
-        // four splits' loads in flight before their sums (in order)
-        int s = 0;
-        for (; s + 4 <= splits; s += 4) {
-            float xg[4], xu[4];
+        // eight splits' loads in flight before their sums (in order):
+        // sixteen would take 64 registers, half the CTAs an SM
+        for (int s0 = 0; s0 < splits; s0 += 8) {
+            float xg[8], xu[8];
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                xg[u] = g[(s + u) * slab];
-                xu[u] = g[(s + u) * slab + ip];
-            }
+            for (int u = 0; u < 8; u++)
+                if (s0 + u < splits) {
+                    xg[u] = g[(size_t)(s0 + u) * slab];
+                    xu[u] = g[(size_t)(s0 + u) * slab + ip];
+                }
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                hg += xg[u];
-                hu += xu[u];
-            }
-        }
-        for (; s < splits; s++) {
-            hg += g[s * slab];
-            hu += g[s * slab + ip];
+            for (int u = 0; u < 8; u++)
+                if (s0 + u < splits) {
+                    hg += xg[u];
+                    hu += xu[u];
+                }
         }
         if (round_out) {
             hg = round_act(hg);

@@ -19,14 +19,29 @@
 //                     wait, so at most two grids of the chain are resident
 //                     at once and the waiting one holds no SM the running
 //                     one could still use for CTAs it has not started.
-// One kernel reads before its wait: GEMM 2 of the mma.sync template
-// (EARLY_B in moe_marlin_gemm.cu) reads the routing (num_post, expert_ids,
-// sorted_ids) and issues its first stages' weight loads, then waits for
-// its activations. The routing is two kernels back: GEMM 2 starts only
-// once every CTA of the kernel ahead of it (GEMM 1, its reduce or the
-// second gather) has returned from its own wait, so the kernels before
-// that one, the routing among them, have completed and their writes are
-// visible. GEMM 2 writes no global memory before its wait.
+// Reads before the wait, of what a kernel W wrote: safe when a kernel
+// between W and the reader (W excluded) calls w16_pdl_launch after its
+// wait (all of them do): the reader starts after that kernel's CTAs
+// returned from their wait, so W had completed and its writes are
+// visible. Three kernels read before their wait:
+//   GEMM 2 of the mma.sync template (EARLY_B in moe_marlin_gemm.cu) reads
+//     the routing (num_post, expert_ids, sorted_ids) and issues its first
+//     stages' weight loads, then waits for its activations;
+//   GEMM 1's split-K reduce (W16_REDUCE in moe_gemm_common.cu) reads the
+//     routing (num_post, sorted_ids) of its first position, then waits
+//     for the partial sums;
+//   the small-M finalize (w16_finalize_small in moe_aux.cu) reads the
+//     layer's top-k ids and the expert map of its first row (their writers
+//     finished before the routing's wait returned), then waits for y.
+// (Calling w16_pdl_launch before those reads, so that they cannot delay
+// the next launch, was measured and not kept: bench/RESULTS.md,
+// 2026-11-30.) No kernel writes global memory before its wait. Every CTA
+// waits except GEMM 2's CTAs past num_post (EARLY_B), which return before
+// it: with no slot routed to this rank all of them do, and GEMM 2 (then
+// the finalize) may complete while CTAs of the kernel ahead still have
+// their num_post (0) to read and nothing to write. A later run of the
+// same layer rewrites num_post only after its routing's wait and a scan,
+// some microseconds after those reads were issued.
 // Both are no-ops before sm_90 (and on a plain launch), so sm_80 runs the
 // same code serialized by the stream.
 

@@ -524,7 +524,8 @@ typedef struct result {
     double compile_ms[3];
 } result_t;
 
-/* Shared by the worker threads. */
+/* Shared by the worker threads (at most MAX_THREADS: --threads). */
+enum { MAX_THREADS = 32 };
 static wna16_context_t *g_ctx;
 static w16_cuda_t *g_cuda;
 static const wna16_spec_t *g_marlin, *g_batched;
@@ -914,14 +915,19 @@ int main(int argc, char **argv)
                w16_cuda_driver_version(g_cuda));
     build_cases();
     /* argv: N runs only case N (a reproducer); --stride S runs every S-th
-     * case (the dry run in CI) */
-    int only = -1, stride = 1;
+     * case (the dry run in CI); --threads T runs T cases at once (default
+     * 8; the cases' NVRTC compiles and CPU references are most of the
+     * time, so a machine with more cores finishes sooner) */
+    int only = -1, stride = 1, nt = 8;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--stride") == 0 && i + 1 < argc)
             stride = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
+        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            nt = atoi(argv[++i]);
         else
             only = atoi(argv[i]);
     }
+    nt = nt < 1 ? 1 : nt > MAX_THREADS ? MAX_THREADS : nt;
     if (only >= 0 && only < n_cases) {
         run_case(&cases[only], &results[only]);
     } else {
@@ -932,8 +938,7 @@ int main(int argc, char **argv)
                 cases[k++] = cases[i];
             n_cases = k;
         }
-        int nt = 8;
-        pthread_t th[8];
+        pthread_t th[MAX_THREADS];
         for (int i = 0; i < nt; i++)
             pthread_create(&th[i], NULL, worker, NULL);
         for (int i = 0; i < nt; i++)
@@ -976,8 +981,8 @@ int main(int argc, char **argv)
     printf("%d cases; largest |gpu - ref| / bound: %.3f (limit 2)\n",
            only >= 0 ? 1 : n_cases, worst);
     if (n_cold)
-        printf("%d cold NVRTC compiles, %.0f ms each on average (8 threads "
-               "compiling at once)\n", n_cold, cold_ms / n_cold);
+        printf("%d cold NVRTC compiles, %.0f ms each on average (%d threads "
+               "compiling at once)\n", n_cold, cold_ms / n_cold, nt);
     if (only < 0 && !dry)
         test_device_errors();
     wna16_context_destroy(g_ctx);
