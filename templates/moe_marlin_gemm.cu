@@ -102,45 +102,35 @@ __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void *p)
                  : "memory");
 }
 
-// D = A * B + D, m16n8k16, fp32 accumulate.
+// D = A * B + C, m16n8k16, fp32 accumulate (C may be D itself)
+__device__ __forceinline__ void mma16816_c(float (&d)[4], const u32 (&a)[4],
+                                           u32 b0, u32 b1, float c0, float c1,
+                                           float c2, float c3)
+{
+#define W16_MMA(T)                                                           \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 "     \
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "                     \
+                 "{%10,%11,%12,%13};\n"                                        \
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])             \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),       \
+                   "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3))
+    if constexpr (ACT_BF16)
+        W16_MMA("bf16");
+    else
+        W16_MMA("f16");
+#undef W16_MMA
+}
+// D = A * B + D
 __device__ __forceinline__ void mma16816(float (&d)[4], const u32 (&a)[4],
                                          u32 b0, u32 b1)
 {
-    if constexpr (ACT_BF16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                       "r"(b1));
-    else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                       "r"(b1));
+    mma16816_c(d, a, b0, b1, d[0], d[1], d[2], d[3]);
 }
-
-// D = A * B, m16n8k16, fp32 (a zero C operand)
+// D = A * B (a zero C operand)
 __device__ __forceinline__ void mma16816_zc(float (&d)[4], const u32 (&a)[4],
                                             u32 b0, u32 b1)
 {
-    const float z = 0.0f;
-    if constexpr (ACT_BF16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%10,%10,%10,%10};\n"
-                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                       "r"(b1), "f"(z));
-    else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%10,%10,%10,%10};\n"
-                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                       "r"(b1), "f"(z));
+    mma16816_c(d, a, b0, b1, 0.0f, 0.0f, 0.0f, 0.0f);
 }
 
 // ---- dequantization (codes_minus_zero, apply_scale: common) ---------------
