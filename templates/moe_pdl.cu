@@ -35,13 +35,12 @@
 //     finished before the routing's wait returned), then waits for y.
 // (Calling w16_pdl_launch before those reads, so that they cannot delay
 // the next launch, was measured and not kept: bench/RESULTS.md,
-// 2026-11-30.) No kernel writes global memory before its wait. Every CTA
-// waits except GEMM 2's CTAs past num_post (EARLY_B), which return before
-// it: with no slot routed to this rank all of them do, and GEMM 2 (then
-// the finalize) may complete while CTAs of the kernel ahead still have
-// their num_post (0) to read and nothing to write. A later run of the
-// same layer rewrites num_post only after its routing's wait and a scan,
-// some microseconds after those reads were issued.
+// 2026-11-30.) No kernel writes global memory before its wait, and every
+// CTA waits, also one that has nothing to do (GEMM 2's CTAs past num_post
+// wait before they return: were they to return at once, with no slot
+// routed to this rank GEMM 2 and then the finalize could complete while
+// CTAs of the kernel ahead still read num_post, which the next run's
+// routing rewrites).
 // Both are no-ops before sm_90 (and on a plain launch), so sm_80 runs the
 // same code serialized by the stream.
 
