@@ -47,6 +47,13 @@ gen=; command -v ninja >/dev/null && gen="-G Ninja"
 jobs=$(nproc)
 for side in $sides; do
   src=${tree[$side]}
+  # a build directory configured from another tree is started afresh
+  # (CMake refuses a second source directory)
+  cache=/tmp/ab-$side/CMakeCache.txt
+  if [ -f "$cache" ] &&
+     ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$src" "$cache"; then
+    rm -rf /tmp/ab-$side
+  fi
   (
     cmake -S "$src" -B /tmp/ab-$side $gen -DCMAKE_BUILD_TYPE=Release \
       > /tmp/ab-$side.log 2>&1 &&
