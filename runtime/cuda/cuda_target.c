@@ -936,7 +936,7 @@ static wna16_status_t opt_in_shared(w16_cuda_t *c, CUfunction f,
  * which is logged once per context. */
 static bool pdl_usable(w16_cuda_t *c)
 {
-    if (c->cc_major >= 9 && c->cu.cuLaunchKernelEx)
+    if (w16_cuda_chained_overlaps(c))
         return true;
     w16_log_once(c->ctx, WNA16_LOG_INFO, "cuda-pdl",
                  "CUDA: %s: kernels of a chain launch one after the other "
