@@ -37,6 +37,10 @@ CANDIDATES = {
     # sets the row's scales_in_b (the same tile with the scales in B)
     16: {
         "w13": {
+            # the table's row, the base (the other GEMM's candidates run
+            # with it): a whole stage a warp (one flush a stage for twice
+            # the codes), three CTAs of four warps an SM
+            "n256k128w4x1p3s16c3o3": (256, 128, 4, 1, 3, 16, 3, 3),
             "n256k128w4x2p4s16c2o2": (256, 128, 4, 2, 4, 16, 2, 2),
             "n256k128w4x2p4s16c2o2sb": (256, 128, 4, 2, 4, 16, 2, 2, True),
             "n256k128w4x1p4s16c4o2": (256, 128, 4, 1, 4, 16, 4, 2),
@@ -46,12 +50,13 @@ CANDIDATES = {
             # a group (128) a warp and stage: half the deferred-scale
             # flushes, two stages (RESULTS, night 3: 4-11% slower)
             "n256k256w4x2p2s16c2o2": (256, 256, 4, 2, 2, 16, 2, 2),
-            # a whole stage a warp (one flush a stage for twice the codes),
-            # three CTAs of four warps an SM
-            "n256k128w4x1p3s16c3o3": (256, 128, 4, 1, 3, 16, 3, 3),
             "n128k128w2x2p4s16c4o4": (128, 128, 2, 2, 4, 16, 4, 4),
+            # 64-thread CTAs (a gate and an up tile), six an SM
+            "n128k128w2x1p3s16c6o6": (128, 128, 2, 1, 3, 16, 6, 6),
         },
         "w2": {
+            # the table's row, the base
+            "n128k128w2x2p3s8c4o4": (128, 128, 2, 2, 3, 8, 4, 4),
             "n128k128w2x2p3s8c4o5": (128, 128, 2, 2, 3, 8, 4, 5),
             "n128k128w2x2p3s16c4o5": (128, 128, 2, 2, 3, 16, 4, 5),
             "n128k128w2x2p4s16c4o3": (128, 128, 2, 2, 4, 16, 4, 3),
@@ -59,10 +64,15 @@ CANDIDATES = {
             "n128k128w2x2p3s4c4o5": (128, 128, 2, 2, 3, 4, 4, 5),
             "n128k256w2x2p2s8c4o4": (128, 256, 2, 2, 2, 8, 4, 4),
             # launch bounds for 4 CTAs leave the deferred scales room
-            "n128k128w2x2p3s8c4o4": (128, 128, 2, 2, 3, 8, 4, 4),
             "n128k128w2x2p4s8c4o4": (128, 128, 2, 2, 4, 8, 4, 4),
             "n128k128w2x1p3s8c5o5": (128, 128, 2, 1, 3, 8, 5, 5),
             "n256k128w4x2p3s8c2o2": (256, 128, 4, 2, 3, 8, 2, 2),
+            # w13's row: a whole stage a warp (one flush a stage), three CTAs
+            "n256k128w4x1p3s8c3o3": (256, 128, 4, 1, 3, 8, 3, 3),
+            "n256k128w4x1p3s16c3o3": (256, 128, 4, 1, 3, 16, 3, 3),
+            # a whole stage a warp, 64-thread CTAs, six an SM
+            "n128k128w2x1p3s8c6o6": (128, 128, 2, 1, 3, 8, 6, 6),
+            "n128k128w2x1p3s16c6o6": (128, 128, 2, 1, 3, 16, 6, 6),
         },
     },
     32: {
@@ -71,12 +81,32 @@ CANDIDATES = {
             "n256k128w4x1p4s16c2o2sb": (256, 128, 4, 1, 4, 16, 2, 2, True),
             "n256k128w4x2p4s16c2o2": (256, 128, 4, 2, 4, 16, 2, 2),
             "n128k128w2x2p4s16c4o3": (128, 128, 2, 2, 4, 16, 4, 3),
+            # scales in B free the deferred sums' 64 registers: launch
+            # bounds for three or four CTAs an SM instead of two
+            "n256k128w4x1p3s16c3o3sb": (256, 128, 4, 1, 3, 16, 3, 3, True),
+            "n256k128w4x1p4s16c3o3sb": (256, 128, 4, 1, 4, 16, 3, 3, True),
+            "n256k128w4x1p3s16c4o4sb": (256, 128, 4, 1, 3, 16, 4, 4, True),
+            "n256k128w4x1p3s16c2o2": (256, 128, 4, 1, 3, 16, 2, 2),
+            "n128k128w2x1p3s16c6o6sb": (128, 128, 2, 1, 3, 16, 6, 6, True),
+            # block_k 64 halves a stage's shared memory (four stages of
+            # 14 KB), so three or four CTAs fit beside their registers
+            "n256k64w4x1p4s16c3o3sb": (256, 64, 4, 1, 4, 16, 3, 3, True),
+            "n256k64w4x1p3s16c4o4sb": (256, 64, 4, 1, 3, 16, 4, 4, True),
+            "n256k64w4x1p3s16c3o3sb": (256, 64, 4, 1, 3, 16, 3, 3, True),
+            "n256k128w4x1p2s16c3o3sb": (256, 128, 4, 1, 2, 16, 3, 3, True),
+            "n256k64w4x1p4s16c2o2": (256, 64, 4, 1, 4, 16, 2, 2),
         },
         "w2": {
             "n128k128w2x2p4s16c2o1": (128, 128, 2, 2, 4, 16, 2, 1),
+            "n128k128w2x2p3s16c3o3sb": (128, 128, 2, 2, 3, 16, 3, 3, True),
+            "n128k128w2x2p3s16c4o4sb": (128, 128, 2, 2, 3, 16, 4, 4, True),
+            "n128k128w2x1p3s16c6o6sb": (128, 128, 2, 1, 3, 16, 6, 6, True),
             "n128k128w2x2p4s16c2o1sb": (128, 128, 2, 2, 4, 16, 2, 1, True),
             "n128k128w2x2p4s16c2o2": (128, 128, 2, 2, 4, 16, 2, 2),
             "n128k128w2x2p4s16c3o3": (128, 128, 2, 2, 4, 16, 3, 3),
+            "n128k64w2x2p4s16c4o4sb": (128, 64, 2, 2, 4, 16, 4, 4, True),
+            "n128k128w2x2p2s16c4o4sb": (128, 128, 2, 2, 2, 16, 4, 4, True),
+            "n128k64w2x2p3s16c5o5sb": (128, 64, 2, 2, 3, 16, 5, 5, True),
         },
     },
     64: {
@@ -116,6 +146,9 @@ def main():
     ap.add_argument("--block-m", type=int, default=16, choices=[16, 32, 64])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--out", default="/tmp/tiling_sweep")
+    ap.add_argument("--only", default=None,
+                    help="a regex: only the candidates it matches (and the "
+                         "base rows)")
     args = ap.parse_args()
     bm = args.block_m
     if not args.tokens:
@@ -123,6 +156,11 @@ def main():
     models = args.models.split(",")
     W13, W2 = CANDIDATES[bm]["w13"], CANDIDATES[bm]["w2"]
     BASE_W13, BASE_W2 = next(iter(W13)), next(iter(W2))
+    if args.only:
+        keep = re.compile(args.only)
+        W13 = {k: v for k, v in W13.items()
+               if k == BASE_W13 or keep.search(k)}
+        W2 = {k: v for k, v in W2.items() if k == BASE_W2 or keep.search(k)}
     os.makedirs(args.out, exist_ok=True)
     base = json.load(open(SPEC))
     files = []

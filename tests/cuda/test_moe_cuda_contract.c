@@ -176,7 +176,7 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         {e_bk, "$.tiling.gemm[1].block_k: 32 is out of range [64, 256]"},
         {e_bk192, "$.tiling.gemm[2].block_k: expected 64, 128 or 256"},
         {e_wn, "$.tiling.gemm[1].warps_n: expected a power of two dividing "
-               "block_n / 64 = 2"},
+               "block_n / 64 = 4"},
         {e_wk, "$.tiling.gemm[6].warps_k: expected a power of two dividing "
                "block_k / 16 = 4"},
         {e_acc, "$.tiling.gemm[4]: with block_m 48 (from $.tiling.block_m[2]) "
@@ -266,22 +266,22 @@ static void test_lookups(wna16_context_t *ctx)
         TU_CHECK_MSG(bm == want[i], "tpe %lld: block_m %d", (long long)tpe[i],
                      bm);
     }
-    /* w2 at block_m 16: row 1 (block_n 128, block_k 128, 2 K warps,
-     * split-K up to 8, launch bounds for 4 CTAs); K = 192 halves block_k
+    /* w2 at block_m 16: row 1 (block_n 256, block_k 128, one K warp,
+     * split-K up to 8, launch bounds for 3 CTAs); K = 192 halves block_k
      * to 64 */
     w16_moe_gemm_cfg_t c;
     const char *path = NULL;
     TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 2048, 768, &c, &path, &err),
           &err);
-    TU_CHECK(c.block_n == 128 && c.block_k == 128 && c.warps_k == 2 &&
-             c.min_ctas == 4 && strcmp(path, "$.tiling.gemm[1]") == 0);
+    TU_CHECK(c.block_n == 256 && c.block_k == 128 && c.warps_k == 1 &&
+             c.min_ctas == 3 && strcmp(path, "$.tiling.gemm[1]") == 0);
     int max_split = 0, cps = 0;
     w16_moe_cuda_split(m, 16, false, WNA16_GEMM_W2, 2048, 768, &max_split, &cps);
-    TU_CHECK_MSG(max_split == 8 && cps == 4, "split %d cps %d", max_split,
+    TU_CHECK_MSG(max_split == 8 && cps == 3, "split %d cps %d", max_split,
                  cps);
     TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 2048, 192, &c, &path, &err),
           &err);
-    TU_CHECK_MSG(c.block_k == 64 && c.warps_k == 2, "bk %d wk %d", c.block_k,
+    TU_CHECK_MSG(c.block_k == 64 && c.warps_k == 1, "bk %d wk %d", c.block_k,
                  c.warps_k);
     TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W13, 1536, 2048, &c, &path,
                             &err), &err);
