@@ -40,6 +40,9 @@ CANDIDATES = {
             # the table's row, the base (the other GEMM's candidates run
             # with it): a whole stage a warp (one flush a stage for twice
             # the codes), three CTAs of four warps an SM
+            # (split-K aimed at two)
+            "n256k128w4x1p3s16c2o3": (256, 128, 4, 1, 3, 16, 2, 3),
+            "n256k128w4x1p3s16c1o3": (256, 128, 4, 1, 3, 16, 1, 3),
             "n256k128w4x1p3s16c3o3": (256, 128, 4, 1, 3, 16, 3, 3),
             "n256k128w4x2p4s16c2o2": (256, 128, 4, 2, 4, 16, 2, 2),
             "n256k128w4x2p4s16c2o2sb": (256, 128, 4, 2, 4, 16, 2, 2, True),
@@ -55,7 +58,13 @@ CANDIDATES = {
             "n128k128w2x1p3s16c6o6": (128, 128, 2, 1, 3, 16, 6, 6),
         },
         "w2": {
-            # the table's row, the base
+            # the table's row, the base: w13's shape (a whole stage a warp,
+            # one flush a stage), three CTAs
+            "n256k128w4x1p3s8c2o3": (256, 128, 4, 1, 3, 8, 2, 3),
+            # split-K aimed at one or three CTAs an SM under the same
+            # launch bounds
+            "n256k128w4x1p3s8c1o3": (256, 128, 4, 1, 3, 8, 1, 3),
+            "n256k128w4x1p3s8c3o3": (256, 128, 4, 1, 3, 8, 3, 3),
             "n128k128w2x2p3s8c4o4": (128, 128, 2, 2, 3, 8, 4, 4),
             "n128k128w2x2p3s8c4o5": (128, 128, 2, 2, 3, 8, 4, 5),
             "n128k128w2x2p3s16c4o5": (128, 128, 2, 2, 3, 16, 4, 5),
@@ -67,8 +76,6 @@ CANDIDATES = {
             "n128k128w2x2p4s8c4o4": (128, 128, 2, 2, 4, 8, 4, 4),
             "n128k128w2x1p3s8c5o5": (128, 128, 2, 1, 3, 8, 5, 5),
             "n256k128w4x2p3s8c2o2": (256, 128, 4, 2, 3, 8, 2, 2),
-            # w13's row: a whole stage a warp (one flush a stage), three CTAs
-            "n256k128w4x1p3s8c3o3": (256, 128, 4, 1, 3, 8, 3, 3),
             "n256k128w4x1p3s16c3o3": (256, 128, 4, 1, 3, 16, 3, 3),
             # a whole stage a warp, 64-thread CTAs, six an SM
             "n128k128w2x1p3s8c6o6": (128, 128, 2, 1, 3, 8, 6, 6),
