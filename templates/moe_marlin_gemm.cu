@@ -330,9 +330,12 @@ W16_KERNEL(W16_GEMM_PARAMS)
 
     // ---- the stage loads, planned once ----------------------------------
     // The plan of moe_gemm_common.cu (stage_plan), then what stage_copy
-    // would compute again for every stage, once: which B vectors exist (a
-    // bit each; a missing one points at the stage's first vector, copied
-    // with size 0), the K stride of a stage, each scale vector's row and
+    // would compute again for every stage, once: the B vectors' offsets (a
+    // vector of a tile past N or IP copies the stage's first vector: its
+    // columns' sums are never stored and their scales are zero-filled, so
+    // what they hold does not matter, and an unpredicated copy saves a
+    // predicate a copy on the ALU pipe), the K stride of a stage, each
+    // scale vector's row and
     // column (the group rows are constants: GSZ). A stage is then, per
     // 16-byte copy, an address add and the cp.async: the stage loop executed
     // about 230 instructions per warp and stage in these copies' address
@@ -342,14 +345,9 @@ W16_KERNEL(W16_GEMM_PARAMS)
     int a_dst[A_PER], b_off[B_PER];
     stage_plan(a_src, a_dst, b_off, a, a_row_div, K, s_rows, sA, tid, ncol, N,
                ip, tiles_n);
-    u32 b_ok = 0;
 #pragma unroll
-    for (int q = 0; q < B_PER; q++) {
-        if (b_off[q] >= 0)
-            b_ok |= 1u << q;
-        else
-            b_off[q] = 0;
-    }
+    for (int q = 0; q < B_PER; q++)
+        b_off[q] = b_off[q] >= 0 ? b_off[q] : 0;
     const size_t b_kstride = (size_t)(BK / 16) * tiles_n * TILE_VECS;
     // this split's K stages
     const int iters_all = K / BK;
@@ -400,8 +398,7 @@ W16_KERNEL(W16_GEMM_PARAMS)
         int4 *dB = sB + slot * B_STAGE;
 #pragma unroll
         for (int q = 0; q < B_PER; q++)
-            cp_async16(dB + tid + q * NTHREADS, b_next + b_off[q],
-                       (b_ok >> q) & 1u);
+            cp_async16(dB + tid + q * NTHREADS, b_next + b_off[q], true);
         b_next += b_kstride;
         if constexpr (SMEM_SCALES) { // row r = group stage_group(it) + r
             int4 *dS = sS + slot * S_STAGE;
