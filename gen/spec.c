@@ -183,6 +183,7 @@ static const char *get_name(loader_t *L, const cJSON *j, const char *path)
 static bool get_int(loader_t *L, const cJSON *j, const char *path, int64_t lo,
                     int64_t hi, int64_t *out)
 {
+    *out = 0; /* defined on failure too (optimizing compilers ask) */
     if (!cJSON_IsNumber(j))
         return lfail(L, path, "expected an integer, found %s", type_name(j));
     double d = j->valuedouble;

@@ -78,6 +78,7 @@ static bool keys_ok(tload_t *L, const cJSON *obj, const char *path,
 static bool int_at(tload_t *L, const cJSON *j, const char *path, int64_t lo,
                    int64_t hi, int64_t *out)
 {
+    *out = 0; /* defined on failure too (optimizing compilers ask) */
     if (!cJSON_IsNumber(j) || j->valuedouble != (double)(int64_t)j->valuedouble)
         return tfail(L, path, "expected an integer");
     if (!(j->valuedouble >= (double)lo && j->valuedouble <= (double)hi))

@@ -700,7 +700,7 @@ wna16_status_t wna16_safetensors_open_memory(wna16_context_t *ctx,
     if (!data && size)
         return w16_err(err, WNA16_EINVAL,
                        "wna16_safetensors_open_memory: data is NULL");
-    wna16_safetensors_t *st;
+    wna16_safetensors_t *st = NULL;
     wna16_status_t s = st_new(ctx, origin ? origin : "<memory>", &st, err);
     if (s != WNA16_OK)
         return s;
@@ -760,7 +760,7 @@ wna16_status_t wna16_safetensors_open(wna16_context_t *ctx, const char *path,
         return w16_err(err, WNA16_EINVAL,
                        "wna16_safetensors_open: path and out are required");
     *out = NULL;
-    wna16_safetensors_t *st;
+    wna16_safetensors_t *st = NULL;
     wna16_status_t s = st_new(ctx, path, &st, err);
     if (s != WNA16_OK)
         return s;
