@@ -33,9 +33,6 @@
 // on int: deterministic) and reported by the host after it synchronizes;
 // offending slots are dropped, never read out of bounds.
 
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-
 namespace w16 {
 
 using namespace w16cfg;
@@ -46,16 +43,53 @@ using namespace w16cfg;
 // the sort indices are not a permutation.
 static_assert(CHUNK % ROUTE_THREADS == 0 && ROUTE_THREADS % 32 == 0, "chunks");
 
+// The activation element: 16 bits of fp16 or bf16, moved as they are and
+// converted with the single PTX instruction cuda_fp16.h / cuda_bf16.h use
+// for these conversions on sm_80 and later (bf16 to float: a shift into
+// the high half before sm_90): the CUBIN is the same bytes as with those
+// headers, and NVRTC no longer parses them, about 11 ms of every compile
+// of these kernels (bench/RESULTS.md). The rounding float -> bf16 in one
+// instruction needs sm_80, as the GEMMs do.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "the fused MoE's kernels need sm_80 or later"
+#endif
+struct alignas(2) f16_bits { unsigned short x; };
+struct alignas(2) bf16_bits { unsigned short x; };
+
 template <bool BF16> struct elem;
 template <> struct elem<false> {
-    typedef __half t;
-    static __device__ __forceinline__ float to_f(t v) { return __half2float(v); }
-    static __device__ __forceinline__ t from_f(float v) { return __float2half_rn(v); }
+    typedef f16_bits t;
+    static __device__ __forceinline__ float to_f(t v)
+    {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.x));
+        return f;
+    }
+    static __device__ __forceinline__ t from_f(float v)
+    {
+        t h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.x) : "f"(v));
+        return h;
+    }
 };
 template <> struct elem<true> {
-    typedef __nv_bfloat16 t;
-    static __device__ __forceinline__ float to_f(t v) { return __bfloat162float(v); }
-    static __device__ __forceinline__ t from_f(float v) { return __float2bfloat16_rn(v); }
+    typedef bf16_bits t;
+    static __device__ __forceinline__ float to_f(t v)
+    {
+        float f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        asm("cvt.f32.bf16 %0, %1;" : "=f"(f) : "h"(v.x));
+#else
+        asm("mov.b32 %0, {0, %1};" : "=f"(f) : "h"(v.x));
+#endif
+        return f;
+    }
+    static __device__ __forceinline__ t from_f(float v)
+    {
+        t h;
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.x) : "f"(v));
+        return h;
+    }
 };
 typedef elem<ACT_BF16> act;
 typedef act::t act_t;
