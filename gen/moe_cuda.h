@@ -133,10 +133,10 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
 /* The routing / gather / finalize kernels of templates/moe_aux.cu, in the
  * order of w16_moe_aux_names; specialized on the activation dtype only.
  * They compile in W16_AUX_PIECES units ("pieces"), each a run of this
- * enum: one unit of all eleven cost NVRTC 0.6-0.8 s on a 2-core machine,
- * most of it the optimizer and ptxas on w16_finalize_small; a piece costs
- * at most about 0.35 s, the pieces compile in parallel threads, and a
- * layer compiles only the pieces it launches (bench/RESULTS.md). */
+ * enum: one unit of all eleven cost NVRTC 0.6-0.8 s on a 2-core machine
+ * (the optimizer and ptxas; w16_finalize_small alone 0.3 s), a piece at
+ * most about 0.35 s. The pieces compile in parallel threads, and a layer
+ * compiles only the pieces it launches (bench/RESULTS.md). */
 enum {
     /* W16_AUX_PIECE_ROUTE: the routing, every run */
     W16_AUX_ROUTE_COUNT,
