@@ -1,14 +1,21 @@
 /*
  * bench_nvrtc_moe.c - the cold NVRTC compile time of the CUDA fused MoE's
  * translation units (templates/ specialized by gen/moe_cuda.c), per unit
- * and per variant, and what a layer's first call waits for: its three
- * units (aux, GEMM 1, GEMM 2). Two ways, interleaved in every round so
+ * and per variant, and what a layer's first call waits for: its GEMM
+ * units and the routing/gather/finalize kernels. Each unit is compiled as
+ * the runtime compiles it (w16_nvrtc_compile_unit: the kernels of a unit
+ * of several optimized in parallel threads), alone, one after another
+ * (the per-unit figures); then a first call's units all at once in
+ * parallel threads (wall time), two ways, interleaved in every round so
  * that both see the same machine:
- *   before  each unit compiled in one piece, the units one after another
- *           (the runtime until this bench: the first call waits the sum);
- *   after   each unit as the runtime compiles it now (w16_nvrtc_compile_unit:
- *           the kernels of a unit of several optimized in parallel
- *           threads), the three units in three threads (wall time).
+ *   before  the routing kernels in one unit (the runtime until they were
+ *           split): aux, GEMM 1, GEMM 2 in three threads;
+ *   after   the routing kernels in the runtime's three pieces
+ *           (gen/moe_cuda.h): the GEMMs, the route piece and the piece
+ *           of w16_finalize_small in four threads (what a run with few
+ *           outputs and GEMM 2 split along K compiles; a run with another
+ *           finalize compiles the gather_finalize piece instead, which is
+ *           faster), and all five units in five threads (a bound).
  * Calls NVRTC directly, so the kernel cache plays no part: every compile
  * is cold. Needs NVRTC and the toolkit's headers, no GPU (compiling for
  * sm_90 runs on the CPU).
@@ -47,7 +54,6 @@ typedef struct unit {
     char name[176];
     w16_buf_t src;
     int n_kernels;
-    bool split; /* this compile: its kernels optimized in parallel */
     double ms; /* of the last compile */
     wna16_status_t st;
     wna16_error_t err;
@@ -60,16 +66,17 @@ static void *compile_thread(void *arg)
     unit_t *u = arg;
     w16_cuda_image_t img;
     double t0 = (bench_seconds() * 1e3);
-    u->st = w16_nvrtc_compile_unit(ctx, u->src.data, u->name,
-                                   u->split ? u->n_kernels : 1, arch / 10,
-                                   arch % 10, &img, &u->err);
+    u->st = w16_nvrtc_compile_unit(ctx, u->src.data, u->name, u->n_kernels,
+                                   arch / 10, arch % 10, &img, &u->err);
     u->ms = (bench_seconds() * 1e3) - t0;
     if (u->st == WNA16_OK)
         w16_cuda_image_free(&img);
     return NULL;
 }
 
-/* The three units of one first call: [0] aux, [1] GEMM 1, [2] GEMM 2. */
+/* The units of one first call: [0] the routing kernels in one unit,
+ * [1 .. W16_AUX_PIECES] in the runtime's pieces, then GEMM 1 and GEMM 2. */
+enum { U_WHOLE = 0, U_GEMM1 = 1 + W16_AUX_PIECES, U_GEMM2, N_UNITS };
 typedef struct variant {
     const char *what;
     int tokens;
@@ -80,7 +87,7 @@ typedef struct variant {
 } variant_t;
 
 static wna16_status_t make_units(const wna16_spec_t *spec, const variant_t *v,
-                                 unit_t u[3], wna16_error_t *err)
+                                 unit_t u[N_UNITS], wna16_error_t *err)
 {
     wna16_quant_desc_t q = {.bits = v->bits, .group_size = v->group,
                             .zero_point = v->zp, .act_order = v->act_order};
@@ -92,14 +99,18 @@ static wna16_status_t make_units(const wna16_spec_t *spec, const variant_t *v,
     bool wgmma = false;
     wna16_status_t st = w16_moe_cuda_block_m(spec, tpe, arch == 90 &&
                                              !v->act_order, &bm, &wgmma, err);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < N_UNITS; i++)
         w16_buf_init(&u[i].src, ctx);
-    snprintf(u[0].name, sizeof u[0].name, "%s", w16_moe_aux_unit(v->act));
-    u[0].n_kernels = W16_AUX_COUNT;
-    u[1].n_kernels = 2; /* GEMM 1 and its split-K reduce */
-    u[2].n_kernels = 1;
-    if (st == WNA16_OK)
-        st = w16_moe_aux_source(v->act, &u[0].src, err);
+    for (int piece = 0; piece <= W16_AUX_WHOLE && st == WNA16_OK; piece++) {
+        unit_t *a = &u[piece == W16_AUX_WHOLE ? U_WHOLE : 1 + piece];
+        int first;
+        w16_moe_aux_range(piece, &first, &a->n_kernels);
+        snprintf(a->name, sizeof a->name, "%s",
+                 w16_moe_aux_unit(v->act, piece));
+        st = w16_moe_aux_source(v->act, piece, &a->src, err);
+    }
+    u[U_GEMM1].n_kernels = 2; /* GEMM 1 and its split-K reduce */
+    u[U_GEMM2].n_kernels = 1;
     for (int g = 0; g < 2 && st == WNA16_OK; g++) {
         st = w16_moe_cuda_contract(spec, &p, (wna16_gemm_t)g, &op[g], err);
         w16_moe_gemm_cfg_t c;
@@ -118,43 +129,39 @@ static wna16_status_t make_units(const wna16_spec_t *spec, const variant_t *v,
         c.bias_dtype = WNA16_DTYPE_F16;
         c.activation = g == 0 ? WNA16_ACT_SILU : WNA16_ACT_INVALID;
         if (st == WNA16_OK)
-            st = w16_moe_gemm_source(&c, &u[1 + g].src, err);
-        w16_moe_gemm_name(&c, u[1 + g].name, sizeof u[1 + g].name);
+            st = w16_moe_gemm_source(&c, &u[U_GEMM1 + g].src, err);
+        w16_moe_gemm_name(&c, u[U_GEMM1 + g].name, sizeof u[U_GEMM1 + g].name);
     }
-    for (int i = 0; i < 3 && st == WNA16_OK; i++)
+    for (int i = 0; i < N_UNITS && st == WNA16_OK; i++)
         if (u[i].src.failed)
             st = w16_err_nomem(err, "writing a unit");
     return st;
 }
 
-/* The three units one after another (t[i]: each unit's time) or in three
- * threads; returns the wall time, or a negative value on failure. */
-static double first_call(unit_t u[3], bool split, bool threads, double t[3])
+/* The units pick[0 .. n) one after another (each unit's time in its ms)
+ * or in n threads; returns the wall time, or a negative value on
+ * failure. */
+static double compile_units(unit_t *u, const int *pick, int n, bool threads)
 {
-    for (int i = 0; i < 3; i++)
-        u[i].split = split;
+    pthread_t th[N_UNITS];
     double t0 = (bench_seconds() * 1e3);
-    if (threads) {
-        pthread_t th[3];
-        for (int i = 0; i < 3; i++)
-            if (pthread_create(&th[i], NULL, compile_thread, &u[i]) != 0) {
-                fprintf(stderr, "pthread_create failed\n");
-                return -1;
-            }
-        for (int i = 0; i < 3; i++)
-            pthread_join(th[i], NULL);
-    } else {
-        for (int i = 0; i < 3; i++)
-            compile_thread(&u[i]);
-    }
-    double wall = (bench_seconds() * 1e3) - t0;
-    for (int i = 0; i < 3; i++) {
-        if (u[i].st != WNA16_OK) {
-            fprintf(stderr, "%s: %s\n", u[i].name, u[i].err.message);
+    for (int i = 0; i < n; i++) {
+        if (!threads)
+            compile_thread(&u[pick[i]]);
+        else if (pthread_create(&th[i], NULL, compile_thread, &u[pick[i]])) {
+            fprintf(stderr, "pthread_create failed\n");
             return -1;
         }
-        t[i] = u[i].ms;
     }
+    for (int i = 0; threads && i < n; i++)
+        pthread_join(th[i], NULL);
+    double wall = (bench_seconds() * 1e3) - t0;
+    for (int i = 0; i < n; i++)
+        if (u[pick[i]].st != WNA16_OK) {
+            fprintf(stderr, "%s: %s\n", u[pick[i]].name,
+                    u[pick[i]].err.message);
+            return -1;
+        }
     return wall;
 }
 
@@ -198,55 +205,74 @@ int main(int argc, char **argv)
     };
     /* a warm-up compile: loads NVRTC's builtins, so the first figure is
      * not the library's load time */
-    unit_t warm[3];
+    unit_t warm[N_UNITS];
     memset(warm, 0, sizeof warm);
     if (make_units(spec, &variants[0], warm, &err) == WNA16_OK)
-        compile_thread(&warm[0]);
-    for (int i = 0; i < 3; i++)
+        compile_thread(&warm[1]);
+    for (int i = 0; i < N_UNITS; i++)
         w16_buf_free(&warm[i].src);
 
     printf("%s, sm_%d, median of %d rounds, every compile cold (no kernel "
            "cache)\n", w16_nvrtc_version(), arch, reps);
-    printf("per unit: one piece -> split; first call: before (one piece, "
-           "one after another) -> after (split, 3 threads)\n");
-    double worst[2] = {0, 0}, worst_call[2] = {0, 0};
+    printf("per unit: alone, as the runtime compiles it; first call, units "
+           "in parallel threads: before (routing in one unit: 3 units) -> "
+           "after (GEMMs, route and finalize_small pieces: 4 units) / (all "
+           "%d units)\n", N_UNITS - 1);
+    static const int before_units[] = {U_WHOLE, U_GEMM1, U_GEMM2};
+    static const int after_units[] = {U_GEMM1, U_GEMM2,
+                                      1 + W16_AUX_PIECE_ROUTE,
+                                      1 + W16_AUX_PIECE_FINALIZE_SMALL};
+    int all_units[N_UNITS - 1];
+    for (int i = 0; i < N_UNITS - 1; i++)
+        all_units[i] = 1 + i;
+    double worst_gemm = 0, worst_piece = 0, worst_whole = 0;
+    double worst_call[3] = {0, 0, 0};
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
         const variant_t *v = &variants[vi];
-        unit_t u[3];
+        unit_t u[N_UNITS];
         memset(u, 0, sizeof u);
         if (make_units(spec, v, u, &err) != WNA16_OK) {
             fprintf(stderr, "%s: %s\n", v->what, err.message);
             return 1;
         }
-        /* [0] one piece, one after another; [1] split, one after another
-         * (per-unit times); [2] split, in threads (the first call) */
-        double t[3][3][MAX_REPS], call[3][MAX_REPS], tt[3];
+        /* each unit alone, then the two first calls */
+        double t[N_UNITS][MAX_REPS], call[3][MAX_REPS];
         for (int r = 0; r < reps; r++) {
-            for (int mode = 0; mode < 3; mode++) {
-                call[mode][r] = first_call(u, mode > 0, mode == 2, tt);
-                if (call[mode][r] < 0)
+            for (int i = 0; i < N_UNITS; i++) {
+                int one = i;
+                if (compile_units(u, &one, 1, false) < 0)
                     return 1;
-                for (int i = 0; i < 3; i++)
-                    t[mode][i][r] = tt[i];
+                t[i][r] = u[i].ms;
             }
+            call[0][r] = compile_units(u, before_units, 3, true);
+            call[1][r] = compile_units(u, after_units, 4, true);
+            call[2][r] = compile_units(u, all_units, N_UNITS - 1, true);
+            if (call[0][r] < 0 || call[1][r] < 0 || call[2][r] < 0)
+                return 1;
         }
         printf("%s, %d tokens:\n", v->what, v->tokens);
-        for (int i = 0; i < 3; i++) {
-            double a = median(t[0][i], reps), b = median(t[1][i], reps);
-            worst[0] = a > worst[0] ? a : worst[0];
-            worst[1] = b > worst[1] ? b : worst[1];
-            printf("  %6.1f -> %6.1f ms  %s (%d kernel%s)\n", a, b, u[i].name,
-                   u[i].n_kernels, u[i].n_kernels > 1 ? "s" : "");
+        for (int i = 0; i < N_UNITS; i++) {
+            double a = median(t[i], reps);
+            double *worst = i == U_WHOLE ? &worst_whole
+                            : i < U_GEMM1 ? &worst_piece : &worst_gemm;
+            *worst = a > *worst ? a : *worst;
+            printf("  %6.1f ms  %s (%d kernel%s)%s\n", a, u[i].name,
+                   u[i].n_kernels, u[i].n_kernels > 1 ? "s" : "",
+                   i == U_WHOLE ? ", before" : "");
         }
-        double before = median(call[0], reps), after = median(call[2], reps);
-        worst_call[0] = before > worst_call[0] ? before : worst_call[0];
-        worst_call[1] = after > worst_call[1] ? after : worst_call[1];
-        printf("  first call: %.1f -> %.1f ms\n", before, after);
-        for (int i = 0; i < 3; i++)
+        double c[3];
+        for (int k = 0; k < 3; k++) {
+            c[k] = median(call[k], reps);
+            worst_call[k] = c[k] > worst_call[k] ? c[k] : worst_call[k];
+        }
+        printf("  first call: %.1f -> %.1f / %.1f ms\n", c[0], c[1], c[2]);
+        for (int i = 0; i < N_UNITS; i++)
             w16_buf_free(&u[i].src);
     }
-    printf("slowest unit: %.1f -> %.1f ms; slowest first call: %.1f -> %.1f "
-           "ms\n", worst[0], worst[1], worst_call[0], worst_call[1]);
+    printf("slowest unit: GEMM %.1f ms, routing %.1f ms in one unit -> %.1f "
+           "ms the slowest piece; slowest first call: %.1f -> %.1f / %.1f "
+           "ms\n", worst_gemm, worst_whole, worst_piece, worst_call[0],
+           worst_call[1], worst_call[2]);
     wna16_context_destroy(ctx);
     return 0;
 }

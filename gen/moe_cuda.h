@@ -131,20 +131,36 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
                                    wna16_error_t *err);
 
 /* The routing / gather / finalize kernels of templates/moe_aux.cu, in the
- * order of w16_moe_aux_names; specialized on the activation dtype only. */
+ * order of w16_moe_aux_names; specialized on the activation dtype only.
+ * They compile in W16_AUX_PIECES units ("pieces"), each a run of this
+ * enum: one unit of all eleven cost NVRTC 0.6-0.8 s on a 2-core machine
+ * (the optimizer and ptxas; w16_finalize_small alone 0.3 s), a piece at
+ * most about 0.35 s. The pieces compile in parallel threads, and a layer
+ * compiles only the pieces it launches (bench/RESULTS.md). */
 enum {
+    /* W16_AUX_PIECE_ROUTE: the routing, every run */
     W16_AUX_ROUTE_COUNT,
     W16_AUX_ROUTE_SCAN,
     W16_AUX_ROUTE_FILL,
     W16_AUX_ROUTE_SCATTER,
+    W16_AUX_ROUTE_SMALL,
+    /* W16_AUX_PIECE_FINALIZE_SMALL: the latency-bound finalize */
+    W16_AUX_FINALIZE_SMALL,
+    /* W16_AUX_PIECE_GATHER_FINALIZE: the gather, the other finalizes and
+     * the act-order checks (small kernels) */
     W16_AUX_GATHER,
     W16_AUX_FINALIZE,
     W16_AUX_FINALIZE_BATCHED,
     W16_AUX_CHECK_ACT_ORDER,
     W16_AUX_CHECK_SEEN,
-    W16_AUX_ROUTE_SMALL,
-    W16_AUX_FINALIZE_SMALL,
     W16_AUX_COUNT
+};
+enum {
+    W16_AUX_PIECE_ROUTE,
+    W16_AUX_PIECE_FINALIZE_SMALL,
+    W16_AUX_PIECE_GATHER_FINALIZE,
+    W16_AUX_PIECES,
+    W16_AUX_WHOLE = W16_AUX_PIECES /* every kernel in one unit */
 };
 extern const char *const w16_moe_aux_names[W16_AUX_COUNT];
 /* Routing constants the host must agree on (templates/moe_aux.cu). */
@@ -155,9 +171,15 @@ extern const char *const w16_moe_aux_names[W16_AUX_COUNT];
 enum { W16_AUX_ERR_ID, W16_AUX_ERR_COUNT, W16_AUX_ERR_GIDX, W16_AUX_ERR_PERM,
        W16_AUX_ERR_SLOTS };
 
-/* "w16_moe_aux_f16" / "w16_moe_aux_bf16" */
-const char *w16_moe_aux_unit(wna16_dtype_t act_dtype);
-wna16_status_t w16_moe_aux_source(wna16_dtype_t act_dtype, w16_buf_t *b,
-                                  wna16_error_t *err);
+/* The kernels of piece p (W16_AUX_WHOLE: all), [*first, *first + *n) of
+ * the enum above. */
+void w16_moe_aux_range(int piece, int *first, int *n);
+/* The piece's unit name: "w16_moe_aux_route_bf16", ... ("w16_moe_aux_f16"
+ * / "w16_moe_aux_bf16" for W16_AUX_WHOLE). */
+const char *w16_moe_aux_unit(wna16_dtype_t act_dtype, int piece);
+/* The piece's translation unit (NUL-terminated in b): the template with
+ * only the piece's kernels defined. */
+wna16_status_t w16_moe_aux_source(wna16_dtype_t act_dtype, int piece,
+                                  w16_buf_t *b, wna16_error_t *err);
 
 #endif

@@ -1215,7 +1215,7 @@ typedef struct wna16_cuda_moe_report {
     int32_t block_m;
     char kernel[2][160];      /* [0] w13 + activation, [1] w2 */
     char tile_rule[2][64];    /* "$.tiling.gemm[1]" */
-    double compile_ms[3];     /* w13, w2, the routing/finalize unit */
+    double compile_ms[3];     /* w13, w2, the routing/finalize units */
     int32_t split_k[2];       /* K slices of w13, w2 (1: no split-K) */
 } wna16_cuda_moe_report_t;
 

@@ -68,7 +68,7 @@ struct wna16_cuda_moe {
     } memo[MEMO_MAX];
     int n_memo, memo_next;
     w16_cuda_function_t *aux[2][W16_AUX_COUNT]; /* [bf16] */
-    bool aux_ready[2];
+    bool aux_ready[2][W16_AUX_PIECES];            /* [bf16][piece] */
     /* what the last device run looked like, for sync's messages */
     int32_t last_topk;
     bool last_batched;
@@ -97,70 +97,56 @@ static void memo_put(wna16_cuda_moe_t *m, const w16_moe_gemm_cfg_t *c,
     m->memo[slot].fn[1] = fn[1];
 }
 
-/* The request for the routing/gather/finalize unit of `act` (its text in
- * src, its functions into m->aux). */
+/* The request for the routing/gather/finalize piece `piece` of `act` (its
+ * text in src, its functions into m->aux: the pieces are runs of the
+ * kernels' enum, gen/moe_cuda.h). */
 static wna16_status_t aux_request(wna16_cuda_moe_t *m, wna16_dtype_t act,
-                                  w16_buf_t *src, w16_cuda_unit_req_t *req,
+                                  int piece, w16_buf_t *src,
+                                  w16_cuda_unit_req_t *req,
                                   wna16_error_t *err)
 {
-    wna16_status_t st = w16_moe_aux_source(act, src, err);
+    wna16_status_t st = w16_moe_aux_source(act, piece, src, err);
     if (st == WNA16_OK && src->failed)
         st = w16_err_nomem(err, "writing the MoE routing kernels");
+    int first, n;
+    w16_moe_aux_range(piece, &first, &n);
     *req = (w16_cuda_unit_req_t){
-        .unit = w16_moe_aux_unit(act), .source = src->data,
-        .fn_names = w16_moe_aux_names, .n_fns = W16_AUX_COUNT,
-        .fns = m->aux[act == WNA16_DTYPE_BF16]};
+        .unit = w16_moe_aux_unit(act, piece), .source = src->data,
+        .fn_names = w16_moe_aux_names + first, .n_fns = n,
+        .fns = m->aux[act == WNA16_DTYPE_BF16] + first};
     return st;
 }
 
-/* The routing/gather/finalize unit alone (the act-order check at
- * creation). */
-static wna16_status_t get_aux(wna16_cuda_moe_t *m, wna16_dtype_t act,
-                              w16_cuda_function_t ***fns, wna16_error_t *err)
-{
-    int b = act == WNA16_DTYPE_BF16;
-    if (!m->aux_ready[b]) {
-        w16_buf_t src;
-        w16_buf_init(&src, m->ctx);
-        w16_cuda_unit_req_t req;
-        wna16_status_t st = aux_request(m, act, &src, &req, err);
-        if (st == WNA16_OK)
-            st = w16_cuda_modules_get(m->ctx, &req, 1, err);
-        w16_buf_free(&src);
-        if (st != WNA16_OK)
-            return st;
-        m->aux_ready[b] = true;
-    }
-    *fns = m->aux[b];
-    return WNA16_OK;
-}
-
-/* The kernels of one run: the routing/gather/finalize unit of the
- * activation dtype into *aux, GEMM g's kernel and (w13) its split-K reduce
- * into fn[g][0..1]. The units this object has not used yet are fetched
- * together (w16_cuda_modules_get): on a cold cache they compile in
- * parallel threads, so the first call waits for the slowest unit, not for
- * the sum. ms[g] (ms[2]: aux) receives NVRTC's time of each unit compiled
- * here, 0 otherwise. */
+/* The kernels of one run: the routing/gather/finalize pieces `need` (bit
+ * p: piece p) of the activation dtype into *aux, and when cfg is not
+ * NULL GEMM g's kernel and (w13) its split-K reduce into fn[g][0..1].
+ * The units this object has not used yet are fetched together
+ * (w16_cuda_modules_get): on a cold cache they compile in parallel
+ * threads, so the first call waits for the slowest unit, not for the sum.
+ * ms (may be NULL) receives NVRTC's time of the units compiled here, 0
+ * otherwise: ms[g] for GEMM g, ms[2] the longest of the routing pieces. */
 static wna16_status_t get_kernels(wna16_cuda_moe_t *m, wna16_dtype_t act,
-                                  const w16_moe_gemm_cfg_t cfg[2],
+                                  unsigned need,
+                                  const w16_moe_gemm_cfg_t *cfg,
                                   w16_cuda_function_t ***aux,
-                                  w16_cuda_function_t *fn[2][2], double ms[3],
+                                  w16_cuda_function_t *fn[2][2], double *ms,
                                   wna16_error_t *err)
 {
+    enum { MAX_UNITS = 2 + W16_AUX_PIECES };
     const int b = act == WNA16_DTYPE_BF16;
-    w16_cuda_unit_req_t req[3];
-    int which[3], n = 0; /* which[i]: 0, 1 a GEMM, 2 the aux unit */
-    w16_buf_t src[3];
+    w16_cuda_unit_req_t req[MAX_UNITS];
+    /* which[i]: 0, 1 a GEMM, 2 + p routing piece p */
+    int which[MAX_UNITS], n = 0;
+    w16_buf_t src[MAX_UNITS];
     char name[2][160], rname[2][176];
     const char *names[2][2];
     wna16_status_t st = WNA16_OK;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < MAX_UNITS; i++)
         w16_buf_init(&src[i], m->ctx);
+    for (int i = 0; ms && i < 3; i++)
         ms[i] = 0;
-    }
     /* the GEMMs first: the slowest units start first */
-    for (int g = 0; g < 2 && st == WNA16_OK; g++) {
+    for (int g = 0; cfg && g < 2 && st == WNA16_OK; g++) {
         int hit = memo_find(m, &cfg[g]);
         if (hit >= 0) {
             fn[g][0] = m->memo[hit].fn[0];
@@ -180,20 +166,23 @@ static wna16_status_t get_kernels(wna16_cuda_moe_t *m, wna16_dtype_t act,
             .n_fns = cfg[g].gemm == WNA16_GEMM_W13 ? 2 : 1, .fns = fn[g]};
         which[n++] = g;
     }
-    if (st == WNA16_OK && !m->aux_ready[b]) {
-        st = aux_request(m, act, &src[n], &req[n], err);
-        which[n++] = 2;
-    }
-    if (st == WNA16_OK)
+    for (int p = 0; p < W16_AUX_PIECES && st == WNA16_OK; p++)
+        if ((need >> p & 1u) && !m->aux_ready[b][p]) {
+            st = aux_request(m, act, p, &src[n], &req[n], err);
+            which[n++] = 2 + p;
+        }
+    if (st == WNA16_OK && n > 0)
         st = w16_cuda_modules_get(m->ctx, req, n, err);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < MAX_UNITS; i++)
         w16_buf_free(&src[i]);
     if (st != WNA16_OK)
         return st;
     for (int i = 0; i < n; i++) {
-        ms[which[i]] = req[i].compile_ms;
-        if (which[i] == 2)
-            m->aux_ready[b] = true;
+        int k = which[i] < 2 ? which[i] : 2;
+        if (ms && req[i].compile_ms > ms[k])
+            ms[k] = req[i].compile_ms;
+        if (which[i] >= 2)
+            m->aux_ready[b][which[i] - 2] = true;
         else
             memo_put(m, &cfg[which[i]], fn[which[i]]);
     }
@@ -301,7 +290,9 @@ static wna16_status_t check_act_order(wna16_cuda_moe_t *m, int g,
                                       wna16_error_t *err)
 {
     w16_cuda_function_t **aux = NULL;
-    wna16_status_t st = get_aux(m, WNA16_DTYPE_F16, &aux, err);
+    wna16_status_t st = get_kernels(m, WNA16_DTYPE_F16,
+                                    1u << W16_AUX_PIECE_GATHER_FINALIZE, NULL,
+                                    &aux, NULL, NULL, err);
     int32_t E = m->E, K = (int32_t)m->op[g].K, G = (int32_t)m->op[g].G;
     uint64_t seen = 0;
     size_t n = (size_t)E * (size_t)K;
@@ -689,12 +680,6 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                          w16_cuda_device_name(m->cuda),
                          w16_cuda_max_shared(m->cuda));
     }
-    w16_cuda_function_t **aux = NULL, *fn[2][2] = {{NULL, NULL}, {NULL, NULL}};
-    if (st == WNA16_OK)
-        st = get_kernels(m, p->act_dtype, cfg, &aux, fn, rep.compile_ms, err);
-    uint64_t map = 0;
-    if (st == WNA16_OK && !a->batched)
-        st = sync_map(m, p, &map, err);
     if (st != WNA16_OK)
         return st;
 
@@ -713,6 +698,31 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     }
     bool gather1 = m->quant.act_order || (on_input && a->weights);
     bool gather2 = m->quant.act_order;
+    /* few outputs with split-K sums to add: the latency-bound finalize,
+     * while its CTAs (3 an SM by its launch bounds) take at most two
+     * waves; otherwise the plain form's occupancy (templates/moe_aux.cu;
+     * the small form measured 0.6-0.8% slower at M = 16 without a split,
+     * bench/RESULTS.md) */
+    const unsigned fin_grid = grid_stride((size_t)a->M * (size_t)H);
+    const bool few = !a->batched && split[1] > 1 &&
+                     (int64_t)fin_grid <=
+                         6 * (int64_t)w16_cuda_sm_count(m->cuda);
+
+    /* the kernels: both GEMMs, the routing, and the pieces of the gather
+     * and finalize this run launches (gen/moe_cuda.h) */
+    unsigned need = 1u << W16_AUX_PIECE_ROUTE;
+    need |= 1u << (few ? W16_AUX_PIECE_FINALIZE_SMALL
+                       : W16_AUX_PIECE_GATHER_FINALIZE);
+    if (gather1 || gather2)
+        need |= 1u << W16_AUX_PIECE_GATHER_FINALIZE;
+    w16_cuda_function_t **aux = NULL, *fn[2][2] = {{NULL, NULL}, {NULL, NULL}};
+    st = get_kernels(m, p->act_dtype, need, cfg, &aux, fn, rep.compile_ms,
+                     err);
+    uint64_t map = 0;
+    if (st == WNA16_OK && !a->batched)
+        st = sync_map(m, p, &map, err);
+    if (st != WNA16_OK)
+        return st;
     ws_plan_t w = {0};
     size_t o_num = ws_take(&w, sizeof(int32_t));
     size_t o_hist = ws_take(&w, (size_t)(C * E) * sizeof(int32_t));
@@ -863,17 +873,9 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
             int32_t M = a->M;
             void *af[] = {&d_y, &M, &topk, &N, (void *)&a->ids, &map, &n_ids,
                           &wgt, (void *)&a->out, &split[1], &round_sum};
-            /* few outputs with split-K sums to add: the latency-bound
-             * form, while its CTAs (3 an SM by its launch bounds) take at
-             * most two waves; otherwise the plain form's occupancy
-             * (templates/moe_aux.cu; the small form measured 0.6-0.8%
-             * slower at M = 16 without a split, bench/RESULTS.md) */
-            unsigned g = grid_stride((size_t)a->M * (size_t)H);
-            bool few = split[1] > 1 &&
-                       (int64_t)g <= 6 * (int64_t)w16_cuda_sm_count(m->cuda);
             st = w16_cuda_launch_chained(
                 m->cuda, aux[few ? W16_AUX_FINALIZE_SMALL : W16_AUX_FINALIZE],
-                g, 256, 0, s, af, err);
+                fin_grid, 256, 0, s, af, err);
         }
     }
     if (st != WNA16_OK)

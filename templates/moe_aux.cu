@@ -4,7 +4,10 @@
 // input, the finalize step (top-k weighted sum, or the batched output),
 // and the check of act-order tensors. The prelude (gen/moe_cuda.c) defines
 // namespace w16cfg { ACT_BF16, CHUNK, ROUTE_THREADS, SCAN_THREADS, ERR_* },
-// the constants the host launches with.
+// the constants the host launches with, and W16_WANT_<kernel> for each
+// kernel of the unit: the runtime compiles these kernels in a few units
+// (gen/moe_cuda.h, W16_AUX_PIECE_*) so that no unit costs NVRTC more than
+// about half a second and a layer compiles only the ones it launches.
 //
 // Routing, standard format. P = M * topk slots, slot t = m * topk + j.
 //   count   one CTA per chunk of CHUNK slots: a histogram of the chunk's
@@ -33,9 +36,6 @@
 // on int: deterministic) and reported by the host after it synchronizes;
 // offending slots are dropped, never read out of bounds.
 
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-
 namespace w16 {
 
 using namespace w16cfg;
@@ -45,17 +45,59 @@ using namespace w16cfg;
 // first e * K + k whose g_idx is not a group, ERR_PERM the first one where
 // the sort indices are not a permutation.
 static_assert(CHUNK % ROUTE_THREADS == 0 && ROUTE_THREADS % 32 == 0, "chunks");
+// (distinct slots; also a use of each in every unit, whichever of the
+// kernels it holds)
+static_assert(ERR_ID != ERR_COUNT && ERR_ID != ERR_GIDX && ERR_ID != ERR_PERM &&
+                  ERR_COUNT != ERR_GIDX && ERR_COUNT != ERR_PERM &&
+                  ERR_GIDX != ERR_PERM, "err slots");
+
+// The activation element: 16 bits of fp16 or bf16, moved as they are and
+// converted with the single PTX instruction cuda_fp16.h / cuda_bf16.h use
+// for these conversions on sm_80 and later (bf16 to float: a shift into
+// the high half before sm_90): the CUBIN is the same bytes as with those
+// headers, and NVRTC no longer parses them, about 11 ms of every compile
+// of these kernels (bench/RESULTS.md). The rounding float -> bf16 in one
+// instruction needs sm_80, as the GEMMs do.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "the fused MoE's kernels need sm_80 or later"
+#endif
+struct alignas(2) f16_bits { unsigned short x; };
+struct alignas(2) bf16_bits { unsigned short x; };
 
 template <bool BF16> struct elem;
 template <> struct elem<false> {
-    typedef __half t;
-    static __device__ __forceinline__ float to_f(t v) { return __half2float(v); }
-    static __device__ __forceinline__ t from_f(float v) { return __float2half_rn(v); }
+    typedef f16_bits t;
+    static __device__ __forceinline__ float to_f(t v)
+    {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.x));
+        return f;
+    }
+    static __device__ __forceinline__ t from_f(float v)
+    {
+        t h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.x) : "f"(v));
+        return h;
+    }
 };
 template <> struct elem<true> {
-    typedef __nv_bfloat16 t;
-    static __device__ __forceinline__ float to_f(t v) { return __bfloat162float(v); }
-    static __device__ __forceinline__ t from_f(float v) { return __float2bfloat16_rn(v); }
+    typedef bf16_bits t;
+    static __device__ __forceinline__ float to_f(t v)
+    {
+        float f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        asm("cvt.f32.bf16 %0, %1;" : "=f"(f) : "h"(v.x));
+#else
+        asm("mov.b32 %0, {0, %1};" : "=f"(f) : "h"(v.x));
+#endif
+        return f;
+    }
+    static __device__ __forceinline__ t from_f(float v)
+    {
+        t h;
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.x) : "f"(v));
+        return h;
+    }
 };
 typedef elem<ACT_BF16> act;
 typedef act::t act_t;
@@ -83,6 +125,7 @@ __device__ __forceinline__ int slot_expert(const int *ids, int t,
 
 using namespace w16;
 
+#ifdef W16_WANT_w16_route_count
 extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
 w16_route_count(const int *__restrict__ ids, int P,
                 const int *__restrict__ expert_map, int n_ids, int E,
@@ -103,6 +146,7 @@ w16_route_count(const int *__restrict__ ids, int P,
     for (int e = threadIdx.x; e < E; e += ROUTE_THREADS)
         hist[(size_t)blockIdx.x * E + e] = s_hist[e];
 }
+#endif
 
 // The exclusive scan of the experts' sizes rounded up to BM, in expert
 // order, by one CTA of SCAN_THREADS threads: thread i owns experts
@@ -137,6 +181,7 @@ __device__ __forceinline__ void scan_padded(const int *size, int E, int BM,
 // total[e]. Batched (counts != NULL): total[e] = counts[e], checked.
 // Then start[e] = exclusive scan of round_up(total, BM); start[E] is the
 // number of slots after padding (also written to *num_post).
+#ifdef W16_WANT_w16_route_scan
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
 w16_route_scan(const int *__restrict__ hist, int C,
                const int *__restrict__ counts, int max_tokens, int E, int BM,
@@ -169,8 +214,10 @@ w16_route_scan(const int *__restrict__ hist, int C,
     }
     scan_padded(total, E, BM, e0, per, mine, start, num_post, s_part);
 }
+#endif
 
 // One thread per position p < cap of the padded order.
+#ifdef W16_WANT_w16_route_fill
 extern "C" __global__ void
 w16_route_fill(const int *__restrict__ start, const int *__restrict__ total,
                int E, int BM, int cap, int sentinel, int batched,
@@ -205,7 +252,9 @@ w16_route_fill(const int *__restrict__ start, const int *__restrict__ total,
     else if (batched)
         sorted_ids[p] = e * max_tokens + r;
 }
+#endif
 
+#ifdef W16_WANT_w16_route_scatter
 extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
 w16_route_scatter(const int *__restrict__ ids, int P,
                   const int *__restrict__ expert_map, int n_ids, int E,
@@ -239,6 +288,7 @@ w16_route_scatter(const int *__restrict__ ids, int P,
         }
     }
 }
+#endif
 
 // The exclusive scan of v over the CTA's threads (blockDim.x, a multiple
 // of 32): warp shuffles, then one warp over the warps' sums (two
@@ -286,6 +336,7 @@ __device__ __forceinline__ int block_scan_excl(int v, int *s_warp, int *total)
 // warps; the slots' experts are read once (ids and expert_map are global
 // loads, two dependent round trips) and kept in shared memory for the
 // scatter. Dynamic shared memory: 2 * E + 1 + P ints.
+#ifdef W16_WANT_w16_route_small
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
 w16_route_small(const int *__restrict__ ids, int P,
                 const int *__restrict__ expert_map, int n_ids, int E, int BM,
@@ -379,11 +430,13 @@ w16_route_small(const int *__restrict__ ids, int P,
         }
     }
 }
+#endif
 
 // dst[t][k] = R(src[t / row_div][perm_e[k]] * R(w[t])) for every slot t
 // that reaches a local expert e (perm NULL: k; w NULL: no scaling).
 // Standard format: e from ids/expert_map; batched (counts != NULL): e =
 // t / max_tokens, rows r < counts[e]. One CTA per slot.
+#ifdef W16_WANT_w16_gather
 extern "C" __global__ void
 w16_gather(const act_t *__restrict__ src, int row_div, int K,
            const int *__restrict__ ids, const int *__restrict__ expert_map,
@@ -413,6 +466,7 @@ w16_gather(const act_t *__restrict__ src, int row_div, int K,
         d[k] = w ? act::from_f(act::to_f(v) * wt) : v;
     }
 }
+#endif
 
 // y of one slot after GEMM 2's split-K: the sum of its `splits` slabs
 // (slab: elements apart), in order, then rounded when round_sum (GEMM 2
@@ -464,6 +518,7 @@ __device__ __forceinline__ unsigned row_slots(const int *ids,
 // out[m][n] = R(sum_j c_j y[m*topk + j][n]) over the slots that reach a
 // local expert, in order j = 0, 1, ...; c_j = w[m][j], or 1 when w is NULL
 // (router weights applied on the input).
+#ifdef W16_WANT_w16_finalize
 extern "C" __global__ void
 w16_finalize(const float *__restrict__ y, int M, int topk, int N,
              const int *__restrict__ ids, const int *__restrict__ expert_map,
@@ -487,6 +542,7 @@ w16_finalize(const float *__restrict__ y, int M, int topk, int N,
         out[i] = act::from_f(acc);
     }
 }
+#endif
 
 // w16_finalize's results (the same sums in the same order) for few output
 // elements, where the kernel is a chain of dependent loads, not bytes:
@@ -499,6 +555,7 @@ w16_finalize(const float *__restrict__ y, int M, int topk, int N,
 // bounds: 3 CTAs an SM), so the host runs it only while its grid is at
 // most two waves (runtime/moe_cuda.c); larger M keeps w16_finalize's
 // occupancy.
+#ifdef W16_WANT_w16_finalize_small
 extern "C" __global__ void __launch_bounds__(256, 3)
 w16_finalize_small(const float *__restrict__ y, int M, int topk, int N,
                    const int *__restrict__ ids,
@@ -565,9 +622,11 @@ w16_finalize_small(const float *__restrict__ y, int M, int topk, int N,
         out[i] = act::from_f(acc);
     }
 }
+#endif
 
 // out[e][r][n] = R(c * y[e*max_tokens + r][n]) for r < counts[e], else 0;
 // c = w[e][r], or 1 when w is NULL.
+#ifdef W16_WANT_w16_finalize_batched
 extern "C" __global__ void
 w16_finalize_batched(const float *__restrict__ y, int E, int max_tokens,
                      int N, const int *__restrict__ counts,
@@ -587,9 +646,11 @@ w16_finalize_batched(const float *__restrict__ y, int E, int max_tokens,
         out[i] = act::from_f(v);
     }
 }
+#endif
 
 // Act-order tensors of one operand, [E][K] each: g_idx in [0, G), and perm
 // a permutation of [0, K) in every expert. seen [E][K] must be zero.
+#ifdef W16_WANT_w16_check_act_order
 extern "C" __global__ void
 w16_check_act_order(const int *__restrict__ g_idx,
                     const int *__restrict__ perm, int E, int K, int G,
@@ -607,7 +668,9 @@ w16_check_act_order(const int *__restrict__ g_idx,
             atomicAdd(seen + (i / K) * K + k, 1);
     }
 }
+#endif
 
+#ifdef W16_WANT_w16_check_seen
 extern "C" __global__ void
 w16_check_seen(const int *__restrict__ seen, int E, int K,
                int *__restrict__ err)
@@ -618,3 +681,4 @@ w16_check_seen(const int *__restrict__ seen, int E, int K,
         if (seen[i] != 1)
             atomicMin(err + ERR_PERM, (int)i);
 }
+#endif

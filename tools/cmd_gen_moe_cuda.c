@@ -18,10 +18,12 @@ static void usage(FILE *f)
         "                 [--bias] [--hidden H] [--intermediate I] [--experts E]\n"
         "                 [--tokens M] [--topk K] [--dtype F16|BF16]\n"
         "                 [--scale-dtype F16|BF16] [--activation NAME]\n"
-        "                 [--unit w13|w2|aux] [--sm 80|90]\n\n"
+        "                 [--unit w13|w2|aux|aux_route|aux_finalize_small|\n"
+        "                  aux_gather_finalize] [--sm 80|90]\n\n"
         "Prints the CUDA C translation unit of one kernel of the fused MoE on\n"
         "tensor cores: --unit w13 (default; GEMM 1 with the activation fused),\n"
-        "w2 (GEMM 2) or aux (routing, gather and finalize). The layout is\n"
+        "w2 (GEMM 2) or aux (routing, gather and finalize; the runtime\n"
+        "compiles these in the three aux_* units). The layout is\n"
         "checked against what the template reads, and the tile comes from\n"
         "the spec's tiling table for the problem: --hidden, --intermediate\n"
         "and --experts default to 2048, 768 and 8, --tokens and --topk (the\n"
@@ -31,6 +33,26 @@ static void usage(FILE *f)
         "wgmma rows apply (Hopper's warpgroup MMA, not for act-order), and the\n"
         "unit then needs -arch=sm_90a. The unit compiles with NVRTC or\n"
         "nvcc -std=c++17 -arch=sm_80 -c (sm_90a for a wgmma unit).\n");
+}
+
+/* --unit values for the routing kernels (gen/moe_cuda.h) */
+static const struct {
+    const char *name;
+    int piece;
+} aux_units[] = {
+    {"aux", W16_AUX_WHOLE},
+    {"aux_route", W16_AUX_PIECE_ROUTE},
+    {"aux_finalize_small", W16_AUX_PIECE_FINALIZE_SMALL},
+    {"aux_gather_finalize", W16_AUX_PIECE_GATHER_FINALIZE},
+};
+
+/* The routing unit --unit names, or -1 (a GEMM unit). */
+static int aux_piece(const char *unit)
+{
+    for (size_t i = 0; i < sizeof aux_units / sizeof aux_units[0]; i++)
+        if (strcmp(unit, aux_units[i].name) == 0)
+            return aux_units[i].piece;
+    return -1;
 }
 
 typedef struct moe_opts {
@@ -101,10 +123,11 @@ static int parse(int argc, char **argv, moe_opts_t *o)
                  (num == &o->gs && *num == 0))
             return cli_usage_error("gen", "%s: bad value '%s'", opt, v);
     }
-    if (strcmp(o->unit, "w13") && strcmp(o->unit, "w2") &&
-        strcmp(o->unit, "aux"))
-        return cli_usage_error("gen", "--unit: w13, w2 or aux");
-    if (!o->to || (strcmp(o->unit, "aux") && (!o->bits || !o->gs_set)))
+    bool aux = aux_piece(o->unit) >= 0;
+    if (strcmp(o->unit, "w13") && strcmp(o->unit, "w2") && !aux)
+        return cli_usage_error("gen", "--unit: w13, w2, aux, aux_route, "
+                               "aux_finalize_small or aux_gather_finalize");
+    if (!o->to || (!aux && (!o->bits || !o->gs_set)))
         return cli_usage_error("gen", "--to, --bits and --group-size are "
                                "required (--unit aux: --to)");
     if (!o->scale_dtype)
@@ -186,8 +209,9 @@ int cmd_gen_moe_cuda(int argc, char **argv)
     w16_buf_t b;
     w16_buf_init(&b, ctx);
     wna16_error_t err;
-    if (strcmp(o.unit, "aux") == 0) {
-        if (w16_moe_aux_source(o.dtype, &b, &err) != WNA16_OK)
+    if (aux_piece(o.unit) >= 0) {
+        if (w16_moe_aux_source(o.dtype, aux_piece(o.unit), &b, &err) !=
+            WNA16_OK)
             rc = cli_fail(&err);
     } else {
         rc = gemm_unit(ctx, &o, spec,

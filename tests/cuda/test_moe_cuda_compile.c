@@ -11,7 +11,9 @@
  *     activations, scales and biases, the five gated activations (a list of
  *     quantization variants, cycled through the tiles and also each
  *     compiled with one fixed tile);
- *   - the routing/gather/finalize unit for both activation dtypes.
+ *   - the routing/gather/finalize kernels for both activation dtypes, in
+ *     one unit and in the runtime's pieces (gen/moe_cuda.h: each piece
+ *     exports its kernels and no other).
  * Each image must hold a CUBIN and PTX naming the kernel, and an empty
  * NVRTC log. The cold compile time of each unit is printed (the aim is
  * 0.5 s a unit; this machine's figure is reported, not asserted).
@@ -19,7 +21,8 @@
  * runtime does for units of several kernels) leaves every kernel's code
  * as the unit compiled in one piece gives it: byte for byte, or within 1%
  * of its size where ptxas numbers a kernel's registers differently (a
- * kernel without launch bounds).
+ * kernel without launch bounds). So does compiling the routing kernels in
+ * pieces rather than in one unit, by the same measure.
  * Also checks the generator's refusals (bad configurations) and that the
  * names spell out the parameters. Skips (exit 77) without NVRTC.
  */
@@ -310,30 +313,43 @@ static void test_variants_wgmma(wna16_context_t *ctx)
 static void test_aux(wna16_context_t *ctx)
 {
     const wna16_dtype_t dts[] = {F16, BF16};
-    for (size_t i = 0; i < 2; i++) {
-        w16_buf_t b;
-        w16_buf_init(&b, ctx);
-        wna16_error_t err;
-        TU_OK(w16_moe_aux_source(dts[i], &b, &err), &err);
-        /* compile_unit checks the first entry; the module exports all */
-        if (b.data && !b.failed) {
-            compile_unit(ctx, b.data, w16_moe_aux_names[0],
-                         w16_moe_aux_unit(dts[i]));
+    for (size_t i = 0; i < 2; i++)
+        for (int piece = 0; piece <= W16_AUX_WHOLE; piece++) {
+            w16_buf_t b;
+            w16_buf_init(&b, ctx);
+            wna16_error_t err;
+            int first, n;
+            w16_moe_aux_range(piece, &first, &n);
+            TU_OK(w16_moe_aux_source(dts[i], piece, &b, &err), &err);
+            /* compile_unit checks the first entry; the module exports the
+             * piece's kernels, and no other */
+            if (!b.data || b.failed)
+                continue;
+            compile_unit(ctx, b.data, w16_moe_aux_names[first],
+                         w16_moe_aux_unit(dts[i], piece));
             w16_cuda_image_t img;
             if (w16_nvrtc_compile(ctx, b.data, "aux", 9, 0, &img, &err) ==
                 WNA16_OK) {
                 for (int k = 0; k < W16_AUX_COUNT; k++) {
                     char entry[96];
-                    snprintf(entry, sizeof entry, ".entry %s",
+                    snprintf(entry, sizeof entry, ".entry %s(",
                              w16_moe_aux_names[k]);
-                    TU_CHECK_MSG(img.ptx && strstr(img.ptx, entry), "no %s",
-                                 entry);
+                    bool want = k >= first && k < first + n;
+                    bool has = img.ptx && strstr(img.ptx, entry);
+                    TU_CHECK_MSG(want == has, "%s: %s %s",
+                                 w16_moe_aux_unit(dts[i], piece),
+                                 has ? "unexpected" : "no", entry);
                 }
                 w16_cuda_image_free(&img);
             }
+            w16_buf_free(&b);
         }
-        w16_buf_free(&b);
-    }
+    w16_buf_t b;
+    w16_buf_init(&b, ctx);
+    wna16_error_t err;
+    TU_CHECK(w16_moe_aux_source(BF16, W16_AUX_WHOLE + 1, &b, &err) ==
+             WNA16_EINVAL);
+    w16_buf_free(&b);
 }
 
 /* The section of a 64-bit little-endian ELF named `name` (NULL if none). */
@@ -371,6 +387,25 @@ static const unsigned char *elf_section(const unsigned char *e, size_t n,
     return NULL;
 }
 
+/* Whether two CUBINs hold the same code for kernel `fn`: its .text
+ * sections the same bytes, or within 1% of each other's size (see
+ * check_same_code). */
+static void check_same_section(const w16_cuda_image_t *x,
+                               const w16_cuda_image_t *y, const char *fn,
+                               const char *what)
+{
+    char sec[200];
+    snprintf(sec, sizeof sec, ".text.%s", fn);
+    size_t na = 0, nb = 0;
+    const unsigned char *a = elf_section(x->cubin, x->cubin_size, sec, &na);
+    const unsigned char *b = elf_section(y->cubin, y->cubin_size, sec, &nb);
+    TU_CHECK_MSG(a && b && na > 0, "%s: no section %s", what, sec);
+    bool same = a && b && na == nb && memcmp(a, b, na) == 0;
+    size_t diff = na > nb ? na - nb : nb - na;
+    TU_CHECK_MSG(a && b && (same || diff * 100 <= na),
+                 "%s: %s differs (%zu against %zu bytes)", what, sec, na, nb);
+}
+
 /* Compiling a unit's kernels in parallel threads (w16_nvrtc_compile_unit
  * with several kernels: --split-compile) must leave every kernel's code as
  * good as it is: the .text section of each kernel in the CUBIN is compared
@@ -387,21 +422,10 @@ static void check_same_code(wna16_context_t *ctx, const char *src,
     TU_OK(w16_nvrtc_compile_unit(ctx, src, unit, 1, 9, 0, &one, &err), &err);
     TU_OK(w16_nvrtc_compile_unit(ctx, src, unit, n_names, 9, 0, &split, &err),
           &err);
-    for (int i = 0; i < n_names && one.cubin && split.cubin; i++) {
-        char sec[200];
-        snprintf(sec, sizeof sec, ".text.%s", names[i]);
-        size_t na = 0, nb = 0;
-        const unsigned char *a = elf_section(one.cubin, one.cubin_size, sec,
-                                             &na);
-        const unsigned char *b = elf_section(split.cubin, split.cubin_size,
-                                             sec, &nb);
-        TU_CHECK_MSG(a && b && na > 0, "%s: no section %s", unit, sec);
-        bool same = a && b && na == nb && memcmp(a, b, na) == 0;
-        size_t diff = na > nb ? na - nb : nb - na;
-        TU_CHECK_MSG(a && b && (same || diff * 100 <= na),
-                     "%s: %s differs when the unit's compile is split (%zu "
-                     "against %zu bytes)", unit, sec, na, nb);
-    }
+    char what[240];
+    snprintf(what, sizeof what, "%s, its compile split", unit);
+    for (int i = 0; i < n_names && one.cubin && split.cubin; i++)
+        check_same_section(&one, &split, names[i], what);
     w16_cuda_image_free(&one);
     w16_cuda_image_free(&split);
 }
@@ -411,7 +435,8 @@ static void test_split_same_code(wna16_context_t *ctx)
     w16_buf_t b;
     w16_buf_init(&b, ctx);
     wna16_error_t err;
-    TU_OK(w16_moe_aux_source(WNA16_DTYPE_BF16, &b, &err), &err);
+    TU_OK(w16_moe_aux_source(WNA16_DTYPE_BF16, W16_AUX_WHOLE, &b, &err),
+          &err);
     if (!b.failed && b.data)
         check_same_code(ctx, b.data, "aux", w16_moe_aux_names, W16_AUX_COUNT);
     /* GEMM 1 and its split-K reduce (GEMM 2's unit is one kernel) */
@@ -434,6 +459,47 @@ static void test_split_same_code(wna16_context_t *ctx)
     if (!b.failed && b.data)
         check_same_code(ctx, b.data, name, names, 2);
     w16_buf_free(&b);
+}
+
+/* The runtime's pieces of the routing kernels (each compiled as the
+ * runtime does) give every kernel the code of the whole unit compiled in
+ * one piece. */
+static void test_aux_pieces_same_code(wna16_context_t *ctx)
+{
+    const wna16_dtype_t dts[] = {F16, BF16};
+    for (size_t i = 0; i < 2; i++) {
+        w16_buf_t b;
+        w16_buf_init(&b, ctx);
+        wna16_error_t err;
+        w16_cuda_image_t whole;
+        TU_OK(w16_moe_aux_source(dts[i], W16_AUX_WHOLE, &b, &err), &err);
+        if (b.failed || !b.data ||
+            w16_nvrtc_compile_unit(ctx, b.data, "aux", 1, 9, 0, &whole,
+                                   &err) != WNA16_OK) {
+            TU_CHECK_MSG(false, "the whole routing unit: %s", err.message);
+            w16_buf_free(&b);
+            continue;
+        }
+        for (int piece = 0; piece < W16_AUX_PIECES; piece++) {
+            int first, n;
+            w16_moe_aux_range(piece, &first, &n);
+            const char *unit = w16_moe_aux_unit(dts[i], piece);
+            w16_cuda_image_t img;
+            w16_buf_reset(&b);
+            TU_OK(w16_moe_aux_source(dts[i], piece, &b, &err), &err);
+            if (b.failed || !b.data)
+                continue;
+            TU_OK(w16_nvrtc_compile_unit(ctx, b.data, unit, n, 9, 0, &img,
+                                         &err), &err);
+            if (!img.cubin)
+                continue;
+            for (int k = first; k < first + n; k++)
+                check_same_section(&whole, &img, w16_moe_aux_names[k], unit);
+            w16_cuda_image_free(&img);
+        }
+        w16_cuda_image_free(&whole);
+        w16_buf_free(&b);
+    }
 }
 
 /* The template's static_asserts are refusals with reasons here. */
@@ -508,6 +574,7 @@ int main(void)
     test_tables_agree(ctx);
     test_aux(ctx);
     test_split_same_code(ctx);
+    test_aux_pieces_same_code(ctx);
     test_tiling_rows(ctx);
     test_variants(ctx);
     test_variants_wgmma(ctx);
