@@ -56,7 +56,13 @@ enum { ROWS_MAX_LANES = 1024, ROWS_MIN_LANES = 256 };
  * the block sums go a word at a time, and elsewhere (their sums code by
  * code: each copy is several times the text, and so the cold NVRTC
  * compile). On the H200 (bench/RESULTS.md) 2, 3 and 4 rows a lane ran
- * the GPTQ w13 kernel at 64%, 72% and 84% of a copy. */
+ * the GPTQ w13 kernel at 64%, 72% and 84% of a copy. Not 8 code by code
+ * on the CPU either: with eight copies of a Marlin-source kernel, LLVM
+ * 19.1's SLP vectorizer alone (opt -passes=slp-vectorizer on the IR just
+ * before it, x86-64-v3/v4 and znver4 cost models, vectors of 8) changes
+ * copies 4 and 5's zero-point terms; its IR is wrong for every codegen
+ * CPU and without any poison flag, right with at most 4 lanes (docs/
+ * design-notes.md, "Rows of sums: copies a lane"). */
 enum { ROWS_COPIES = 4, ROWS_COPIES_BY_CODE = 2 };
 
 struct w16_rp_tile {
