@@ -335,12 +335,12 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // columns' sums are never stored and their scales are zero-filled, so
     // what they hold does not matter, and an unpredicated copy saves a
     // predicate a copy on the ALU pipe), the K stride of a stage, each
-    // scale vector's row and
-    // column (the group rows are constants: GSZ). A stage is then, per
-    // 16-byte copy, an address add and the cp.async: the stage loop executed
-    // about 230 instructions per warp and stage in these copies' address
-    // arithmetic and three run-time divisions (SASS, bench/RESULTS.md),
-    // about as many as the products of the stage's four k16 steps.
+    // scale vector's row and column (the group rows are constants: GSZ).
+    // A stage is then, per 16-byte copy, an address add and the cp.async:
+    // the stage loop executed about 230 instructions per warp and stage in
+    // these copies' address arithmetic and three run-time divisions (SASS,
+    // bench/RESULTS.md), about as many as the products of the stage's four
+    // k16 steps.
     const act_t *a_src[A_PER];
     int a_dst[A_PER], b_off[B_PER];
     stage_plan(a_src, a_dst, b_off, a, a_row_div, K, s_rows, sA, tid, ncol, N,
