@@ -210,15 +210,19 @@ static void build_cases(void)
     add(c);
     c = base_case(); c.M = 90; c.topk = 2; c.E = 8; c.why = "block_m 32";
     add(c);
+    /* 25-56 routed slots an expert: the wgmma rows on an sm_90 device,
+     * mma.sync elsewhere and with act order (the second of each pair) */
     c = base_case(); c.M = 160; c.topk = 2; c.E = 8; c.why = "block_m 48";
     add(c);
+    c.act_order = true; c.why = "block_m 48, act order (mma.sync)"; add(c);
     c = base_case(); c.M = 222; c.topk = 2; c.E = 8; c.I = 512; c.H = 128;
     c.why = "block_m 64, wide w13"; add(c);
+    c.act_order = true; c.why = "block_m 64, act order (mma.sync)"; add(c);
     c = base_case(); c.M = 60; c.topk = 8; c.E = 8; c.H = 1024; c.I = 64;
     c.gs = 64; c.why = "block_m 64, wide w2"; add(c);
     c = base_case(); c.M = 3; c.topk = 2; c.E = 2; c.H = 4224; c.I = 64;
     c.gs = -1; c.why = "w2 N > 4096 at block_m 16"; add(c);
-    /* the wgmma rows (block_m 128 from 128 routed slots per expert; on
+    /* the wgmma rows (block_m 128 from 57 routed slots per expert; on
      * an sm_90 device the wgmma template runs them, elsewhere mma.sync):
      * 4/8-bit, zero points, channelwise, F16, groups of 32, bias, ragged
      * N, the batched format, an expert map */

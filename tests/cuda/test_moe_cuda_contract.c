@@ -87,7 +87,7 @@ static void set_range(cJSON *obj, const char *key, int lo, int hi)
 
 /* ---- edits, one per refusal ---- */
 static void e_bm_value(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 0), "block_m", 24); }
-static void e_bm_last_cond(cJSON *r, int a) { (void)a; set_range(row(r, "block_m", 4), "tokens_per_expert", 1, 9); }
+static void e_bm_last_cond(cJSON *r, int a) { (void)a; set_range(row(r, "block_m", 6), "tokens_per_expert", 1, 9); }
 static void e_bm_hides(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(row(r, "block_m", 1), "tokens_per_expert"); }
 static void e_bn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "block_n", 96); }
 static void e_bk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "block_k", 32); }
@@ -112,8 +112,8 @@ static void e_halves(cJSON *r, int a)
 }
 static void e_range(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 4), "n", 9, 3); }
 static void e_last(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 6), "k", 1, 64); }
-/* wgmma rows: block_m[3] and gemm[5] of the built-in table */
-static void e_wg_bm(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 3), "block_m", 96); }
+/* wgmma rows: block_m[2], [4], [5] and gemm[5] of the built-in table */
+static void e_wg_bm(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 5), "block_m", 96); }
 static void e_wg_shape(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "warps_n", 4); }
 static void e_wg_catch(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 5), "n", 1, 4096); }
 static void e_wg_mma(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 5), "mma", cJSON_CreateString("tcgen05")); }
@@ -124,7 +124,7 @@ static void e_ws_bool(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseS
 /* scales_on_acc and wgmma_groups: warp-specialized rows only */
 static void e_sa_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", 4), "scales_on_acc", 1); }
 static void e_sa_bool(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", 5), "wgmma_groups", 3); }
-static void e_wg_256(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 3), "block_m", 256); }
+static void e_wg_256(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 5), "block_m", 256); }
 /* four consumer warpgroups (warps_n 16): warp-specialized, block_m <= 128 */
 static void e_wg4_plain(cJSON *r, int a)
 {
@@ -147,8 +147,8 @@ static void e_wg4_256(cJSON *r, int a)
 static void e_wg_last(cJSON *r, int a)
 {
     (void)a; /* the catch-all block_m row marked wgmma */
-    cJSON_AddStringToObject(row(r, "block_m", 4), "mma", "wgmma");
-    set_num(row(r, "block_m", 4), "block_m", 128);
+    cJSON_AddStringToObject(row(r, "block_m", 6), "mma", "wgmma");
+    set_num(row(r, "block_m", 6), "block_m", 128);
 }
 static void e_missing(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(tiling(r), "gemm"); }
 static void e_stages(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 1), "stages", 1); }
@@ -169,7 +169,7 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         const char *needle;
     } cases[] = {
         {e_bm_value, "$.tiling.block_m[0].block_m: expected 16, 32, 48 or 64"},
-        {e_bm_last_cond, "$.tiling.block_m[4]: the last row must have no "
+        {e_bm_last_cond, "$.tiling.block_m[6]: the last row must have no "
                          "condition"},
         {e_bm_hides, "$.tiling.block_m[1]: a row without a condition hides"},
         {e_bn, "$.tiling.gemm[1].block_n: expected a multiple of 64"},
@@ -179,7 +179,7 @@ static void test_tiling_refusals(wna16_context_t *ctx)
                "block_n / 64 = 4"},
         {e_wk, "$.tiling.gemm[6].warps_k: expected a power of two dividing "
                "block_k / 16 = 4"},
-        {e_acc, "$.tiling.gemm[4]: with block_m 48 (from $.tiling.block_m[2]) "
+        {e_acc, "$.tiling.gemm[4]: with block_m 48 (from $.tiling.block_m[3]) "
                 "a warp would hold 3 x 2"},
         {e_smem, "bytes of shared memory (at most 232448)"},
         {e_key, "$.tiling.gemm[0]: unknown key \"tile\""},
@@ -188,7 +188,7 @@ static void test_tiling_refusals(wna16_context_t *ctx)
                    "halves"},
         {e_range, "$.tiling.gemm[4].n: empty range [9, 3]"},
         {e_last, "$.tiling.gemm[6]: the last row must have no condition"},
-        {e_wg_bm, "$.tiling.block_m[3].block_m: expected 16, 32, 48, 64, "
+        {e_wg_bm, "$.tiling.block_m[5].block_m: expected 16, 32, 48, 64, "
                   "128 or 256 (wgmma"},
         {e_wg_shape, "$.tiling.gemm[5]: a wgmma row has block_k 64, "
                      "warps_k 1"},
@@ -196,7 +196,7 @@ static void test_tiling_refusals(wna16_context_t *ctx)
                      "conditions"},
         {e_wg_mma, "$.tiling.gemm[5].mma: expected \"mma.sync\" or "
                    "\"wgmma\""},
-        {e_wg_last, "$.tiling.block_m[4]: the last row is the one every "
+        {e_wg_last, "$.tiling.block_m[6]: the last row is the one every "
                     "device can run"},
         {e_ws_plain, "$.tiling.gemm[4].warp_specialized: only a wgmma row "
                      "with two or four consumer warpgroups"},
@@ -206,14 +206,14 @@ static void test_tiling_refusals(wna16_context_t *ctx)
                      "warp_specialized row"},
         {e_sa_bool, "$.tiling.gemm[5].wgmma_groups: expected 1 or 2"},
         {e_wg_256, "$.tiling.gemm[5]: with block_m 256 (from "
-                   "$.tiling.block_m[3]) a wgmma warpgroup (4 warps_n) "
+                   "$.tiling.block_m[5]) a wgmma warpgroup (4 warps_n) "
                    "computes 64 columns: block_n 256 needs warps_n 16"},
         {e_wg4_plain, "$.tiling.gemm[5].warps_n: four wgmma warpgroups "
                       "(warps_n 16) need \"warp_specialized\""},
         {e_wg4_sc, "$.tiling.gemm[5].split_codes: the codes are split for "
                    "two consumer warpgroups"},
         {e_wg4_256, "$.tiling.gemm[5]: with block_m 256 (from "
-                    "$.tiling.block_m[3]): four consumer warpgroups"},
+                    "$.tiling.block_m[5]): four consumer warpgroups"},
         {e_missing, "$.tiling: \"block_m\" and \"gemm\" are required"},
         {e_stages, "$.tiling.gemm[1].stages: 1 is out of range [2, 8]"},
         {e_split, "$.tiling.gemm[0].max_split_k: expected a power of two"},
@@ -294,12 +294,21 @@ static void test_lookups(wna16_context_t *ctx)
     TU_CHECK(strcmp(path, "$.tiling.gemm[6]") == 0);
     TU_CHECK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 256, 96, &c, &path,
                                &err) == WNA16_EUNSUPPORTED);
-    /* where wgmma runs: block_m 128 from 128 routed slots per expert on,
-     * on the wgmma GEMM row; below that, and without wgmma, as before */
+    /* where wgmma runs: block_m 48 from 25 routed slots per expert, 64
+     * from 41, 128 from 57, on the wgmma GEMM row; below that, and
+     * without wgmma, the mma.sync rows */
     bool wg = false;
-    TU_OK(w16_moe_cuda_block_m(m, 128, true, &bm0, &wg, &err), &err);
+    TU_OK(w16_moe_cuda_block_m(m, 57, true, &bm0, &wg, &err), &err);
     TU_CHECK_MSG(bm0 == 128 && wg, "block_m %d wgmma %d", bm0, wg);
-    TU_OK(w16_moe_cuda_block_m(m, 127, true, &bm0, &wg, &err), &err);
+    TU_OK(w16_moe_cuda_block_m(m, 56, true, &bm0, &wg, &err), &err);
+    TU_CHECK(bm0 == 64 && wg);
+    TU_OK(w16_moe_cuda_block_m(m, 40, true, &bm0, &wg, &err), &err);
+    TU_CHECK(bm0 == 48 && wg);
+    TU_OK(w16_moe_cuda_block_m(m, 40, false, &bm0, &wg, &err), &err);
+    TU_CHECK(bm0 == 48 && !wg);
+    TU_OK(w16_moe_cuda_block_m(m, 24, true, &bm0, &wg, &err), &err);
+    TU_CHECK(bm0 == 32 && !wg);
+    TU_OK(w16_moe_cuda_block_m(m, 56, false, &bm0, &wg, &err), &err);
     TU_CHECK(bm0 == 64 && !wg);
     TU_OK(w16_moe_cuda_block_m(m, 100000, false, &bm0, &wg, &err), &err);
     TU_CHECK(bm0 == 64 && !wg);
