@@ -10,12 +10,14 @@
 // registers, as in the mma.sync kernel), and the activation tile is B,
 // read by the tensor cores from shared memory through a descriptor. The
 // routed rows are wgmma's N (BM = 16, 32, 48, 64, 128 or 256), the weight
-// columns its M. At BM <= 48 (a few rows an expert: the small-M decode)
-// the products are m64n16k16 to m64n48k16, 8 to 24 accumulators a slice;
-// measured 1.2-1.5x slower than the mma.sync kernel there (it issues
-// more instructions per weight, and the tensor cores were not the
-// limit: bench/RESULTS.md, 2026-11-29 night 2, wgsm), so the built-in
-// tables keep those problems on mma.sync.
+// columns its M. At BM 16 and 32 (up to 24 rows an expert: the small-M
+// decode) the products are m64n16k16 and m64n32k16, 8 and 16
+// accumulators a slice; measured 1.2-1.5x slower than the mma.sync
+// kernel there (it issues more instructions per weight, and the tensor
+// cores were not the limit: bench/RESULTS.md, 2026-11-29 night 2, wgsm),
+// so the built-in tables keep those problems on mma.sync. From 25 rows
+// an expert (BM 48, 64, 128) the tensor cores' share grows and this
+// kernel is 1.0-1.6x faster (RESULTS, 2026-11-30c).
 //
 // Warpgroups. WN = 4 * WGS warps form WGS warpgroups; warpgroup wg owns
 // the CTA's Marlin tiles 2wg and 2wg+1 (128 columns; for w13 that is one
