@@ -111,6 +111,9 @@ CANDIDATES = {
             "n256k64w4x1p4s16c2o2": (256, 64, 4, 1, 4, 16, 2, 2),
         },
         "w2": {
+            # the table's row (w13's shape, RESULTS 2026-11-30c), the base
+            "n256k128w4x1p3s16c2o2": (256, 128, 4, 1, 3, 16, 2, 2),
+            # the generic row it replaced
             "n128k128w2x2p4s16c2o1": (128, 128, 2, 2, 4, 16, 2, 1),
             "n128k128w2x2p3s16c3o3sb": (128, 128, 2, 2, 3, 16, 3, 3, True),
             "n128k128w2x2p3s16c4o4sb": (128, 128, 2, 2, 3, 16, 4, 4, True),
@@ -121,6 +124,9 @@ CANDIDATES = {
             "n128k64w2x2p4s16c4o4sb": (128, 64, 2, 2, 4, 16, 4, 4, True),
             "n128k128w2x2p2s16c4o4sb": (128, 128, 2, 2, 2, 16, 4, 4, True),
             "n128k64w2x2p3s16c5o5sb": (128, 64, 2, 2, 3, 16, 5, 5, True),
+            # w13's block_m 32 shape with four stages, split-K aimed at 4
+            "n256k128w4x1p4s16c2o2": (256, 128, 4, 1, 4, 16, 2, 2),
+            "n256k128w4x1p4s16c4o2": (256, 128, 4, 1, 4, 16, 4, 2),
         },
     },
     64: {
