@@ -55,6 +55,8 @@ struct wna16_cuda_moe {
     bool owned;                    /* t[][] allocated by this object */
     uint64_t ws;                   /* workspace */
     size_t ws_size;
+    uint64_t sem;                  /* int[sem_n] GEMM 1 tile semaphores, */
+    int64_t sem_n;                 /* zero between runs (splitk_fixup) */
     w16_cuda_stream_t *ws_stream;  /* last stream that used it */
     uint64_t err_dev;              /* int[W16_AUX_ERR_SLOTS] */
     uint64_t io;                   /* host runs: staged inputs/outputs */
@@ -331,6 +333,7 @@ void wna16_cuda_moe_destroy(wna16_cuda_moe_t *m)
                 for (int r = 0; r < W16_ROLE_COUNT; r++)
                     w16_cuda_free(m->cuda, m->t[g][r]);
         w16_cuda_free(m->cuda, m->ws);
+        w16_cuda_free(m->cuda, m->sem);
         w16_cuda_free(m->cuda, m->io);
         w16_cuda_free(m->cuda, m->err_dev);
         w16_cuda_free(m->cuda, m->map_dev);
@@ -571,6 +574,32 @@ static wna16_status_t ensure_ws(wna16_cuda_moe_t *m, size_t bytes,
     return st;
 }
 
+/* GEMM 1's tile semaphores (templates/moe_gemm_common.cu, splitk_fixup):
+ * at least n, zeroed when allocated. The kernels leave every one at zero
+ * (the last split of a tile resets its own), so they are zeroed only here,
+ * and not in the workspace, whose layout changes from run to run. */
+static wna16_status_t ensure_sem(wna16_cuda_moe_t *m, int64_t n,
+                                 w16_cuda_stream_t *stream, wna16_error_t *err)
+{
+    if (n <= m->sem_n && m->sem)
+        return WNA16_OK;
+    wna16_status_t st = w16_cuda_stream_sync(m->cuda, m->ws_stream, err);
+    if (st == WNA16_OK && stream != m->ws_stream)
+        st = w16_cuda_stream_sync(m->cuda, stream, err);
+    if (st != WNA16_OK)
+        return st;
+    w16_cuda_free(m->cuda, m->sem);
+    m->sem = 0;
+    m->sem_n = 0;
+    st = w16_cuda_alloc(m->cuda, (size_t)n * sizeof(int32_t), &m->sem, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_memset(m->cuda, m->sem, 0, (size_t)n * sizeof(int32_t),
+                             err);
+    if (st == WNA16_OK)
+        m->sem_n = n;
+    return st;
+}
+
 static void fill_cfg(const wna16_cuda_moe_t *m, int g,
                      const wna16_moe_params_t *p, w16_moe_gemm_cfg_t *c)
 {
@@ -591,29 +620,31 @@ static unsigned grid_stride(size_t n)
     return (unsigned)(b < 8192 ? (b ? b : 1) : 8192);
 }
 
+/* The row blocks the routing is expected to fill. Routing happens on the
+ * device, so the host estimates: uniform routing puts P * E / n_ids slots
+ * on this rank's experts, over min(E, slots) experts. */
+static int64_t expected_blocks(const wna16_cuda_moe_t *m, const run_args_t *a,
+                               int32_t n_ids, int bm)
+{
+    if (a->batched)
+        return (int64_t)m->E * ((a->max_tokens + bm - 1) / bm);
+    int64_t P = (int64_t)a->M * a->topk;
+    int64_t local = (P * m->E + n_ids - 1) / n_ids;
+    int64_t active = local < m->E ? local : m->E;
+    if (active < 1)
+        active = 1;
+    return active * ((local + active * bm - 1) / (active * bm));
+}
+
 /* Split-K slices for GEMM g: the fewest (a power of two, at most the
  * tiling row's max_split_k and the K stages) that give ctas_per_sm CTAs
- * per SM over the row blocks the routing is expected to fill. Routing
- * happens on the device, so the host estimates: uniform routing puts
- * P * E / n_ids slots on this rank's experts, over min(E, slots) experts. */
-static int pick_split(const wna16_cuda_moe_t *m, const run_args_t *a,
-                      int32_t n_ids, int bm, int g,
-                      const w16_moe_gemm_cfg_t *c, int64_t ncta)
+ * per SM over the expected row blocks. */
+static int pick_split(const wna16_cuda_moe_t *m, int64_t blocks, int bm,
+                      int g, const w16_moe_gemm_cfg_t *c, int64_t ncta)
 {
     int max_split, cps;
     w16_moe_cuda_split(m->spec, bm, c->wgmma, (wna16_gemm_t)g, m->op[g].N,
                        m->op[g].K, &max_split, &cps);
-    int64_t blocks;
-    if (a->batched) {
-        blocks = (int64_t)m->E * ((a->max_tokens + bm - 1) / bm);
-    } else {
-        int64_t P = (int64_t)a->M * a->topk;
-        int64_t local = (P * m->E + n_ids - 1) / n_ids;
-        int64_t active = local < m->E ? local : m->E;
-        if (active < 1)
-            active = 1;
-        blocks = active * ((local + active * bm - 1) / (active * bm));
-    }
     int64_t want = (int64_t)cps * w16_cuda_sm_count(m->cuda);
     int64_t stages = m->op[g].K / c->block_k;
     int s = 1;
@@ -691,10 +722,11 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     int64_t nblk = cap / bm;
     int64_t ncta[2];
     int split[2];
+    const int64_t blocks = expected_blocks(m, a, n_ids, bm);
     for (int g = 0; g < 2; g++) {
         ncta[g] = g == 0 ? (IP + cfg[g].block_n / 2 - 1) / (cfg[g].block_n / 2)
                          : (m->op[g].N + cfg[g].block_n - 1) / cfg[g].block_n;
-        split[g] = pick_split(m, a, n_ids, bm, g, &cfg[g], ncta[g]);
+        split[g] = pick_split(m, blocks, bm, g, &cfg[g], ncta[g]);
     }
     bool gather1 = m->quant.act_order || (on_input && a->weights);
     bool gather2 = m->quant.act_order;
@@ -738,6 +770,19 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                                                    sizeof(float) : 0);
     size_t o_y = ws_take(&w, (size_t)(split[1] * P * H) * sizeof(float));
     if ((st = ensure_ws(m, w.size, a->stream, err)) != WNA16_OK)
+        return st;
+    /* GEMM 1's split-K sums: in the mma.sync GEMM (the last split of a
+     * tile adds them) while its expected CTAs fit on the device at once,
+     * else in the reduce kernel. Measured on the H200 (bench/RESULTS.md,
+     * 2026-11-30c): DeepSeek-V3/EP8 M = 1 and 16 (one wave) 7% faster in
+     * the GEMM, Mixtral-8x7B M = 1 (1.13 waves) 5% slower, as the sums
+     * then lengthen the second wave's tail. */
+    const int64_t wave = (int64_t)(cfg[0].min_ctas > 1 ? cfg[0].min_ctas : 1) *
+                         w16_cuda_sm_count(m->cuda);
+    const bool fixup = split[0] > 1 && !cfg[0].wgmma &&
+                       blocks * ncta[0] * split[0] <= wave;
+    if (fixup && (st = ensure_sem(m, nblk * ncta[0], a->stream, err)) !=
+                     WNA16_OK)
         return st;
     m->ws_stream = a->stream;
     uint64_t ws = m->ws;
@@ -830,7 +875,8 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                         m->quant.bias ? &t[W16_ROLE_BIAS] : &nul,
                         m->quant.act_order ? &t[W16_ROLE_G_IDX] : &nul, &outp,
                         &N, &K, &G, &gs, &iIP, &limit, &alpha, &beta, &round,
-                        &sk};
+                        &sk, g == 0 && fixup ? &d_a2 : &nul,
+                        g == 0 && fixup ? &m->sem : &nul};
         int64_t ctas = nblk * ncta[g] * sk;
         if (ctas > INT32_MAX)
             st = w16_err(err, WNA16_ELIMIT, "moe: %lld CTAs", (long long)ctas);
@@ -839,7 +885,7 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
             st = w16_cuda_launch_chained(m->cuda, fn[g][0], (unsigned)ctas,
                                          w16_moe_gemm_threads(&cfg[g]), smem,
                                          s, args, err);
-        if (st == WNA16_OK && g == 0 && sk > 1) {
+        if (st == WNA16_OK && g == 0 && sk > 1 && !fixup) {
             void *ar[] = {&d_part, &iP, &iIP, &sk, &d_sorted, &d_num, &d_a2,
                           &round, &limit, &alpha, &beta};
             st = w16_cuda_launch_chained(m->cuda, fn[0][1],

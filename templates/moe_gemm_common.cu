@@ -435,6 +435,70 @@ __device__ __forceinline__ void store_c_tile(
     }
 }
 
+// GEMM 1's split-K sums in the GEMM itself (the mma.sync template, when
+// the host passes tile_sem): after a CTA has written its partial slab, it
+// counts itself on its tile's semaphore; the CTA that counts last adds the
+// tile's `splits` slabs in the order s = 0, 1, ... (the reduce kernel's
+// order, so the bits are the same), rounds, activates and writes
+// act_out [slots][IP], then sets the semaphore back to zero for the next
+// run (nothing else touches it in this one). That saves the reduce
+// kernel's launch and its wait between the GEMMs (the latency of the
+// small-M chain). Integer atomics only: the sums keep a fixed order.
+__device__ __forceinline__ void splitk_fixup(
+    const int *s_rows, int tid, int ncol, int tile, int splits, int ip,
+    int n_slots, const float *part, act_t *act_out, int *tile_sem,
+    int round_out, float limit, float alpha, float beta)
+{
+    // the flag in the (dynamic) shared memory the epilogue is done with: a
+    // static __shared__ int cost a third of the CTAs an SM their room at
+    // block_m 16 (the layer 15-20% slower, bench/RESULTS.md 2026-11-30c)
+    extern __shared__ int4 smem4[];
+    int &s_last = *reinterpret_cast<int *>(smem4);
+    __threadfence(); // this CTA's partial sums, before it counts itself
+    __syncthreads();
+    if (tid == 0) {
+        const int prev = atomicAdd(tile_sem + tile, 1);
+        s_last = prev == splits - 1;
+        if (prev == splits - 1)
+            tile_sem[tile] = 0;
+    }
+    __syncthreads();
+    if (!s_last)
+        return;
+    __threadfence(); // the other splits' sums, after their counts
+    const size_t slab = (size_t)n_slots * 2 * ip;
+    constexpr int OUTW = BN / 2;
+    for (int i = tid; i < BM * OUTW; i += NTHREADS) {
+        int r = i / OUTW, c = i % OUTW, t = s_rows[r];
+        int n = ncol * OUTW + c;
+        if (t < 0 || n >= ip)
+            continue;
+        const float *g = part + (size_t)t * 2 * ip + n;
+        float hg = 0.0f, hu = 0.0f;
+        for (int s0 = 0; s0 < splits; s0 += 8) {
+            float xg[8], xu[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (s0 + u < splits) {
+                    xg[u] = __ldcg(g + (size_t)(s0 + u) * slab);
+                    xu[u] = __ldcg(g + (size_t)(s0 + u) * slab + ip);
+                }
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (s0 + u < splits) {
+                    hg += xg[u];
+                    hu += xu[u];
+                }
+        }
+        if (round_out) {
+            hg = round_act(hg);
+            hu = round_act(hu);
+        }
+        act_out[(size_t)t * ip + n] =
+            act::from_f(activation(hg, hu, limit, alpha, beta));
+    }
+}
+
 } // namespace w16
 
 // The GEMM kernel's parameters: the launch contract with runtime/moe_cuda.c,
@@ -447,7 +511,8 @@ __device__ __forceinline__ void store_c_tile(
         const scale_t *__restrict__ scales, const u32 *__restrict__ qzeros,  \
         const bias_t *__restrict__ bias, const int *__restrict__ g_idx,      \
         void *__restrict__ out, int N, int K, int G, int group_size, int ip, \
-        float limit, float alpha, float beta, int round_out, int splits
+        float limit, float alpha, float beta, int round_out, int splits,     \
+        act_t *__restrict__ act_out, int *__restrict__ tile_sem
 
 #ifdef W16_REDUCE
 using namespace w16;

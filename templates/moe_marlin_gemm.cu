@@ -825,4 +825,9 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // ---- epilogue (moe_gemm_common.cu) -----------------------------------
     store_c_tile(cs, s_rows, tid, e, ncol, split, splits, N, ip, n_slots, sc_e,
                  bias, out, round_out, limit, alpha, beta);
+    if constexpr (GEMM == 1)
+        if (splits > 1 && tile_sem)
+            splitk_fixup(s_rows, tid, ncol, tile, splits, ip, n_slots,
+                         static_cast<const float *>(out), act_out, tile_sem,
+                         round_out, limit, alpha, beta);
 }
