@@ -9,8 +9,10 @@
  *   [gather]                             act-order permutation of the
  *                                        input, router weights on input
  *   GEMM 1 + activation                  a2 [slots][IP], activation dtype
- *     (split-K: partial sums, then      (per split, float32; the reduce
- *      reduce + activation)              kernel adds them in order)
+ *     (split-K: partial sums, then      (per split, float32; the last
+ *      reduce + activation)              split of a tile adds them in
+ *                                        order while GEMM 1 fits one wave,
+ *                                        else the reduce kernel)
  *   [gather]                             act-order permutation of a2
  *   GEMM 2                               y [splits][slots][H], float32
  *   finalize                             split and top-k sums, or the

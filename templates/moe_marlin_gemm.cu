@@ -25,9 +25,11 @@
 // computes the K stages [s*iters/splits, (s+1)*iters/splits) and writes
 // its float32 partial sum, scaled (channelwise) and with the bias in
 // split 0 only, to its own slab: out + s * slots * (N or 2*IP). Nothing
-// is rounded or activated there; the sums over splits happen later in a
-// fixed order (deterministic, no atomics): GEMM 1's in W16_REDUCE below
-// (then rounding and the activation), GEMM 2's in the finalize kernel.
+// is rounded or activated there; the sums over splits happen in a fixed
+// order (deterministic, no float atomics): GEMM 1's in the GEMM's last
+// split of each tile when the host passes tile_sem (splitk_fixup,
+// moe_gemm_common.cu), else in W16_REDUCE (then rounding and the
+// activation); GEMM 2's in the finalize kernel.
 //
 // Weights. Each expert is (K/16) x (N/64) Marlin tiles of 16(k) x 64(n)
 // codes, TILE_WORDS = 32*BITS int32 words per tile, tile rows contiguous.
