@@ -222,6 +222,12 @@ static void build_cases(void)
     c.gs = 64; c.why = "block_m 64, wide w2"; add(c);
     c = base_case(); c.M = 3; c.topk = 2; c.E = 2; c.H = 4224; c.I = 64;
     c.gs = -1; c.why = "w2 N > 4096 at block_m 16"; add(c);
+    /* GEMM 1's split-K sums: in the GEMM (the small cases above, one
+     * wave), or in the reduce kernel when its CTAs take more than one
+     * wave (here 2 experts x 128 column tiles x 2 splits on an H200) */
+    c = base_case(); c.M = 1; c.topk = 2; c.E = 2; c.H = 256; c.I = 16384;
+    c.why = "split-K sums in the reduce kernel (GEMM 1 past a wave)";
+    add(c);
     /* the wgmma rows (block_m 128 from 57 routed slots per expert; on
      * an sm_90 device the wgmma template runs them, elsewhere mma.sync):
      * 4/8-bit, zero points, channelwise, F16, groups of 32, bias, ragged
