@@ -730,6 +730,17 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                          : (m->op[g].N + cfg[g].block_n - 1) / cfg[g].block_n;
         split[g] = pick_split(m, blocks, bm, g, &cfg[g], ncta[g]);
     }
+    /* GEMM 1's split-K sums: in the mma.sync GEMM (the last split of a
+     * tile adds them) while its expected CTAs fit on the device at once,
+     * else in the reduce kernel. Measured on the H200 (bench/RESULTS.md,
+     * 2026-11-30c): DeepSeek-V3/EP8 M = 1 and 16 (one wave) 7% faster in
+     * the GEMM, Mixtral-8x7B M = 1 (1.13 waves) 5% slower, as the sums
+     * then lengthen the second wave's tail. */
+    const int64_t wave = (int64_t)(cfg[0].min_ctas > 1 ? cfg[0].min_ctas : 1) *
+                         w16_cuda_sm_count(m->cuda);
+    const bool fixup = split[0] > 1 && !cfg[0].wgmma &&
+                       blocks * ncta[0] * split[0] <= wave;
+    cfg[0].split_sums = fixup; /* a unit of its own (gen/moe_cuda.h) */
     bool gather1 = m->quant.act_order || (on_input && a->weights);
     bool gather2 = m->quant.act_order;
     /* few outputs with split-K sums to add: the latency-bound finalize,
@@ -773,16 +784,6 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     size_t o_y = ws_take(&w, (size_t)(split[1] * P * H) * sizeof(float));
     if ((st = ensure_ws(m, w.size, a->stream, err)) != WNA16_OK)
         return st;
-    /* GEMM 1's split-K sums: in the mma.sync GEMM (the last split of a
-     * tile adds them) while its expected CTAs fit on the device at once,
-     * else in the reduce kernel. Measured on the H200 (bench/RESULTS.md,
-     * 2026-11-30c): DeepSeek-V3/EP8 M = 1 and 16 (one wave) 7% faster in
-     * the GEMM, Mixtral-8x7B M = 1 (1.13 waves) 5% slower, as the sums
-     * then lengthen the second wave's tail. */
-    const int64_t wave = (int64_t)(cfg[0].min_ctas > 1 ? cfg[0].min_ctas : 1) *
-                         w16_cuda_sm_count(m->cuda);
-    const bool fixup = split[0] > 1 && !cfg[0].wgmma &&
-                       blocks * ncta[0] * split[0] <= wave;
     if (fixup && (st = ensure_sem(m, nblk * ncta[0], a->stream, err)) !=
                      WNA16_OK)
         return st;
