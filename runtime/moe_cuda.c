@@ -57,8 +57,8 @@ struct wna16_cuda_moe {
     bool owned;                    /* t[][] allocated by this object */
     uint64_t ws;                   /* workspace */
     size_t ws_size;
-    uint64_t sem;                  /* int[sem_n] GEMM 1 tile semaphores, */
-    int64_t sem_n;                 /* zero between runs (splitk_fixup) */
+    uint64_t sem;                  /* GEMM 1's tile semaphores (int32), */
+    size_t sem_size;               /* zero between runs (splitk_fixup) */
     w16_cuda_stream_t *ws_stream;  /* last stream that used it */
     uint64_t err_dev;              /* int[W16_AUX_ERR_SLOTS] */
     uint64_t io;                   /* host runs: staged inputs/outputs */
@@ -556,24 +556,38 @@ static size_t ws_take(ws_plan_t *w, size_t bytes)
     return at;
 }
 
-static wna16_status_t ensure_ws(wna16_cuda_moe_t *m, size_t bytes,
-                                w16_cuda_stream_t *stream, wna16_error_t *err)
+/* Grows the device buffer *ptr (*size bytes) to at least `bytes`, after
+ * the streams that may still use it have finished; *grown tells whether
+ * it was allocated anew (its contents are then undefined). */
+static wna16_status_t regrow(wna16_cuda_moe_t *m, uint64_t *ptr, size_t *size,
+                             size_t bytes, w16_cuda_stream_t *stream,
+                             bool *grown, wna16_error_t *err)
 {
-    if (bytes <= m->ws_size && m->ws)
+    *grown = false;
+    if (bytes <= *size && *ptr)
         return WNA16_OK;
-    /* queued work may still read the old workspace */
+    /* queued work may still read the old buffer */
     wna16_status_t st = w16_cuda_stream_sync(m->cuda, m->ws_stream, err);
     if (st == WNA16_OK && stream != m->ws_stream)
         st = w16_cuda_stream_sync(m->cuda, stream, err);
     if (st != WNA16_OK)
         return st;
-    w16_cuda_free(m->cuda, m->ws);
-    m->ws = 0;
-    m->ws_size = 0;
-    st = w16_cuda_alloc(m->cuda, bytes, &m->ws, err);
-    if (st == WNA16_OK)
-        m->ws_size = bytes;
+    w16_cuda_free(m->cuda, *ptr);
+    *ptr = 0;
+    *size = 0;
+    st = w16_cuda_alloc(m->cuda, bytes, ptr, err);
+    if (st == WNA16_OK) {
+        *size = bytes;
+        *grown = true;
+    }
     return st;
+}
+
+static wna16_status_t ensure_ws(wna16_cuda_moe_t *m, size_t bytes,
+                                w16_cuda_stream_t *stream, wna16_error_t *err)
+{
+    bool grown;
+    return regrow(m, &m->ws, &m->ws_size, bytes, stream, &grown, err);
 }
 
 /* GEMM 1's tile semaphores (templates/moe_gemm_common.cu, splitk_fixup):
@@ -583,22 +597,17 @@ static wna16_status_t ensure_ws(wna16_cuda_moe_t *m, size_t bytes,
 static wna16_status_t ensure_sem(wna16_cuda_moe_t *m, int64_t n,
                                  w16_cuda_stream_t *stream, wna16_error_t *err)
 {
-    if (n <= m->sem_n && m->sem)
-        return WNA16_OK;
-    wna16_status_t st = w16_cuda_stream_sync(m->cuda, m->ws_stream, err);
-    if (st == WNA16_OK && stream != m->ws_stream)
-        st = w16_cuda_stream_sync(m->cuda, stream, err);
-    if (st != WNA16_OK)
-        return st;
-    w16_cuda_free(m->cuda, m->sem);
-    m->sem = 0;
-    m->sem_n = 0;
-    st = w16_cuda_alloc(m->cuda, (size_t)n * sizeof(int32_t), &m->sem, err);
-    if (st == WNA16_OK)
-        st = w16_cuda_memset(m->cuda, m->sem, 0, (size_t)n * sizeof(int32_t),
-                             err);
-    if (st == WNA16_OK)
-        m->sem_n = n;
+    bool grown;
+    size_t bytes = (size_t)n * sizeof(int32_t);
+    wna16_status_t st = regrow(m, &m->sem, &m->sem_size, bytes, stream,
+                               &grown, err);
+    if (st == WNA16_OK && grown)
+        st = w16_cuda_memset(m->cuda, m->sem, 0, m->sem_size, err);
+    if (st != WNA16_OK) { /* never leave counters of unknown value */
+        w16_cuda_free(m->cuda, m->sem);
+        m->sem = 0;
+        m->sem_size = 0;
+    }
     return st;
 }
 
