@@ -485,6 +485,7 @@ void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size)
         {c->wgmma_groups > 1, "_d", c->wgmma_groups},
         {c->split_codes && c->bits == 4, "_sc", -1},
         {c->wgmma && c->grouped && !c->group_stages, "_gk", -1},
+        {c->split_sums && !c->wgmma && w13, "_ss", -1},
     };
     for (size_t i = 0; i < W16_ARRAY_LEN(keys); i++) {
         size_t len = strlen(out);
@@ -677,6 +678,8 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
                                    c->warps_n == 8);
     if (!c->wgmma) { /* the mma.sync template's choices only */
         def_bool(b, "SCALES_IN_B", c->scales_in_b);
+        def_bool(b, "SPLIT_SUMS",
+                 c->split_sums && c->gemm == WNA16_GEMM_W13);
         def_int(b, "GS", c->grouped && !c->act_order ? c->group_size : 0);
     } else { /* and the wgmma template's */
         def_bool(b, "WS", c->ws);

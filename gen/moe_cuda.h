@@ -76,6 +76,10 @@ typedef struct w16_moe_gemm_cfg {
                                 wgmma template changes groups only at
                                 stage starts (two groups in flight need
                                 it) */
+    bool split_sums;         /* w13, mma.sync: the GEMM adds its split-K
+                                slabs itself (the last split of a tile,
+                                templates/moe_gemm_common.cu splitk_fixup)
+                                instead of the reduce kernel */
     int group_size;          /* grouped, not act-order: the group size, a
                                 constant of the mma.sync unit (its stages'
                                 group rows and checks fold to constants);

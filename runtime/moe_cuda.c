@@ -57,8 +57,8 @@ struct wna16_cuda_moe {
     bool owned;                    /* t[][] allocated by this object */
     uint64_t ws;                   /* workspace */
     size_t ws_size;
-    uint64_t sem;                  /* int[sem_n] GEMM 1 tile semaphores, */
-    int64_t sem_n;                 /* zero between runs (splitk_fixup) */
+    uint64_t sem;                  /* GEMM 1's tile semaphores (int32), */
+    size_t sem_size;               /* zero between runs (splitk_fixup) */
     w16_cuda_stream_t *ws_stream;  /* last stream that used it */
     uint64_t err_dev;              /* int[W16_AUX_ERR_SLOTS] */
     uint64_t io;                   /* host runs: staged inputs/outputs */
@@ -556,24 +556,38 @@ static size_t ws_take(ws_plan_t *w, size_t bytes)
     return at;
 }
 
-static wna16_status_t ensure_ws(wna16_cuda_moe_t *m, size_t bytes,
-                                w16_cuda_stream_t *stream, wna16_error_t *err)
+/* Grows the device buffer *ptr (*size bytes) to at least `bytes`, after
+ * the streams that may still use it have finished; *grown tells whether
+ * it was allocated anew (its contents are then undefined). */
+static wna16_status_t regrow(wna16_cuda_moe_t *m, uint64_t *ptr, size_t *size,
+                             size_t bytes, w16_cuda_stream_t *stream,
+                             bool *grown, wna16_error_t *err)
 {
-    if (bytes <= m->ws_size && m->ws)
+    *grown = false;
+    if (bytes <= *size && *ptr)
         return WNA16_OK;
-    /* queued work may still read the old workspace */
+    /* queued work may still read the old buffer */
     wna16_status_t st = w16_cuda_stream_sync(m->cuda, m->ws_stream, err);
     if (st == WNA16_OK && stream != m->ws_stream)
         st = w16_cuda_stream_sync(m->cuda, stream, err);
     if (st != WNA16_OK)
         return st;
-    w16_cuda_free(m->cuda, m->ws);
-    m->ws = 0;
-    m->ws_size = 0;
-    st = w16_cuda_alloc(m->cuda, bytes, &m->ws, err);
-    if (st == WNA16_OK)
-        m->ws_size = bytes;
+    w16_cuda_free(m->cuda, *ptr);
+    *ptr = 0;
+    *size = 0;
+    st = w16_cuda_alloc(m->cuda, bytes, ptr, err);
+    if (st == WNA16_OK) {
+        *size = bytes;
+        *grown = true;
+    }
     return st;
+}
+
+static wna16_status_t ensure_ws(wna16_cuda_moe_t *m, size_t bytes,
+                                w16_cuda_stream_t *stream, wna16_error_t *err)
+{
+    bool grown;
+    return regrow(m, &m->ws, &m->ws_size, bytes, stream, &grown, err);
 }
 
 /* GEMM 1's tile semaphores (templates/moe_gemm_common.cu, splitk_fixup):
@@ -583,22 +597,17 @@ static wna16_status_t ensure_ws(wna16_cuda_moe_t *m, size_t bytes,
 static wna16_status_t ensure_sem(wna16_cuda_moe_t *m, int64_t n,
                                  w16_cuda_stream_t *stream, wna16_error_t *err)
 {
-    if (n <= m->sem_n && m->sem)
-        return WNA16_OK;
-    wna16_status_t st = w16_cuda_stream_sync(m->cuda, m->ws_stream, err);
-    if (st == WNA16_OK && stream != m->ws_stream)
-        st = w16_cuda_stream_sync(m->cuda, stream, err);
-    if (st != WNA16_OK)
-        return st;
-    w16_cuda_free(m->cuda, m->sem);
-    m->sem = 0;
-    m->sem_n = 0;
-    st = w16_cuda_alloc(m->cuda, (size_t)n * sizeof(int32_t), &m->sem, err);
-    if (st == WNA16_OK)
-        st = w16_cuda_memset(m->cuda, m->sem, 0, (size_t)n * sizeof(int32_t),
-                             err);
-    if (st == WNA16_OK)
-        m->sem_n = n;
+    bool grown;
+    size_t bytes = (size_t)n * sizeof(int32_t);
+    wna16_status_t st = regrow(m, &m->sem, &m->sem_size, bytes, stream,
+                               &grown, err);
+    if (st == WNA16_OK && grown)
+        st = w16_cuda_memset(m->cuda, m->sem, 0, m->sem_size, err);
+    if (st != WNA16_OK) { /* never leave counters of unknown value */
+        w16_cuda_free(m->cuda, m->sem);
+        m->sem = 0;
+        m->sem_size = 0;
+    }
     return st;
 }
 
@@ -730,6 +739,17 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                          : (m->op[g].N + cfg[g].block_n - 1) / cfg[g].block_n;
         split[g] = pick_split(m, blocks, bm, g, &cfg[g], ncta[g]);
     }
+    /* GEMM 1's split-K sums: in the mma.sync GEMM (the last split of a
+     * tile adds them) while its expected CTAs fit on the device at once,
+     * else in the reduce kernel. Measured on the H200 (bench/RESULTS.md,
+     * 2026-11-30c): DeepSeek-V3/EP8 M = 1 and 16 (one wave) 7% faster in
+     * the GEMM, Mixtral-8x7B M = 1 (1.13 waves) 5% slower, as the sums
+     * then lengthen the second wave's tail. */
+    const int64_t wave = (int64_t)(cfg[0].min_ctas > 1 ? cfg[0].min_ctas : 1) *
+                         w16_cuda_sm_count(m->cuda);
+    const bool fixup = split[0] > 1 && !cfg[0].wgmma &&
+                       blocks * ncta[0] * split[0] <= wave;
+    cfg[0].split_sums = fixup; /* a unit of its own (gen/moe_cuda.h) */
     bool gather1 = m->quant.act_order || (on_input && a->weights);
     bool gather2 = m->quant.act_order;
     /* few outputs with split-K sums to add: the latency-bound finalize,
@@ -773,16 +793,6 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     size_t o_y = ws_take(&w, (size_t)(split[1] * P * H) * sizeof(float));
     if ((st = ensure_ws(m, w.size, a->stream, err)) != WNA16_OK)
         return st;
-    /* GEMM 1's split-K sums: in the mma.sync GEMM (the last split of a
-     * tile adds them) while its expected CTAs fit on the device at once,
-     * else in the reduce kernel. Measured on the H200 (bench/RESULTS.md,
-     * 2026-11-30c): DeepSeek-V3/EP8 M = 1 and 16 (one wave) 7% faster in
-     * the GEMM, Mixtral-8x7B M = 1 (1.13 waves) 5% slower, as the sums
-     * then lengthen the second wave's tail. */
-    const int64_t wave = (int64_t)(cfg[0].min_ctas > 1 ? cfg[0].min_ctas : 1) *
-                         w16_cuda_sm_count(m->cuda);
-    const bool fixup = split[0] > 1 && !cfg[0].wgmma &&
-                       blocks * ncta[0] * split[0] <= wave;
     if (fixup && (st = ensure_sem(m, nblk * ncta[0], a->stream, err)) !=
                      WNA16_OK)
         return st;

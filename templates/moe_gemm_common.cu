@@ -435,6 +435,41 @@ __device__ __forceinline__ void store_c_tile(
     }
 }
 
+// The activation of GEMM 1's gate and up sums over `splits` slabs of
+// partial sums (g: the gate column of the first slab; the up column is ip
+// further), added in the order s = 0, 1, ... with eight splits' loads in
+// flight (sixteen would take 64 registers, half the reduce kernel's CTAs
+// an SM). __ldcg: the slabs were written by other CTAs of this kernel or
+// by the kernel before, never read here before. Shared by the reduce
+// kernel and splitk_fixup, so both give the same bits.
+__device__ __forceinline__ act_t split_sums_act(const float *g, int splits,
+                                                size_t slab, int ip,
+                                                int round_out, float limit,
+                                                float alpha, float beta)
+{
+    float hg = 0.0f, hu = 0.0f;
+    for (int s0 = 0; s0 < splits; s0 += 8) {
+        float xg[8], xu[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (s0 + u < splits) {
+                xg[u] = __ldcg(g + (size_t)(s0 + u) * slab);
+                xu[u] = __ldcg(g + (size_t)(s0 + u) * slab + ip);
+            }
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (s0 + u < splits) {
+                hg += xg[u];
+                hu += xu[u];
+            }
+    }
+    if (round_out) {
+        hg = round_act(hg);
+        hu = round_act(hu);
+    }
+    return act::from_f(activation(hg, hu, limit, alpha, beta));
+}
+
 // GEMM 1's split-K sums in the GEMM itself (the mma.sync template, when
 // the host passes tile_sem): after a CTA has written its partial slab, it
 // counts itself on its tile's semaphore; the CTA that counts last adds the
@@ -473,29 +508,9 @@ __device__ __forceinline__ void splitk_fixup(
         int n = ncol * OUTW + c;
         if (t < 0 || n >= ip)
             continue;
-        const float *g = part + (size_t)t * 2 * ip + n;
-        float hg = 0.0f, hu = 0.0f;
-        for (int s0 = 0; s0 < splits; s0 += 8) {
-            float xg[8], xu[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++)
-                if (s0 + u < splits) {
-                    xg[u] = __ldcg(g + (size_t)(s0 + u) * slab);
-                    xu[u] = __ldcg(g + (size_t)(s0 + u) * slab + ip);
-                }
-#pragma unroll
-            for (int u = 0; u < 8; u++)
-                if (s0 + u < splits) {
-                    hg += xg[u];
-                    hu += xu[u];
-                }
-        }
-        if (round_out) {
-            hg = round_act(hg);
-            hu = round_act(hu);
-        }
-        act_out[(size_t)t * ip + n] =
-            act::from_f(activation(hg, hu, limit, alpha, beta));
+        act_out[(size_t)t * ip + n] = split_sums_act(
+            part + (size_t)t * 2 * ip + n, splits, slab, ip, round_out, limit,
+            alpha, beta);
     }
 }
 
@@ -543,31 +558,9 @@ W16_REDUCE(const float *__restrict__ part, int n_slots, int ip, int splits,
         if (t < 0 || t >= n_slots)
             continue;
         const int n = (int)(i % ip);
-        const float *g = part + (size_t)t * 2 * ip + n;
-        float hg = 0.0f, hu = 0.0f;
-        // eight splits' loads in flight before their sums (in order):
-        // sixteen would take 64 registers, half the CTAs an SM
-        for (int s0 = 0; s0 < splits; s0 += 8) {
-            float xg[8], xu[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++)
-                if (s0 + u < splits) {
-                    xg[u] = g[(size_t)(s0 + u) * slab];
-                    xu[u] = g[(size_t)(s0 + u) * slab + ip];
-                }
-#pragma unroll
-            for (int u = 0; u < 8; u++)
-                if (s0 + u < splits) {
-                    hg += xg[u];
-                    hu += xu[u];
-                }
-        }
-        if (round_out) {
-            hg = round_act(hg);
-            hu = round_act(hu);
-        }
         out[(size_t)t * ip + n] =
-            act::from_f(activation(hg, hu, limit, alpha, beta));
+            split_sums_act(part + (size_t)t * 2 * ip + n, splits, slab, ip,
+                           round_out, limit, alpha, beta);
     }
 }
 #endif

@@ -11,6 +11,8 @@
  *     activations, scales and biases, the five gated activations (a list of
  *     quantization variants, cycled through the tiles and also each
  *     compiled with one fixed tile);
+ *   - GEMM 1 adding its own split-K sums (split_sums) on every mma.sync
+ *     w13 row's full-K tile;
  *   - the routing/gather/finalize kernels for both activation dtypes, in
  *     one unit and in the runtime's pieces (gen/moe_cuda.h: each piece
  *     exports its kernels and no other).
@@ -199,6 +201,10 @@ static void test_tiling_rows(wna16_context_t *ctx)
                         c.acc_scales = c.ws && row->scales_on_acc;
                         c.wgmma_groups = c.ws ? row->wgmma_groups : 1;
                         c.split_codes = c.ws && row->split_codes;
+                        /* GEMM 1 adding its own split-K sums (the
+                         * runtime's choice at small M): the full-K tile
+                         * of every mma.sync w13 row */
+                        c.split_sums = !c.wgmma && g == 0 && !halve;
                         /* act-order never reaches a wgmma row */
                         while (row->wgmma &&
                                VARIANTS[vi % W16_ARRAY_LEN(VARIANTS)].act_order)
