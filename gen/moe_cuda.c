@@ -443,10 +443,27 @@ unsigned w16_moe_gemm_threads(const w16_moe_gemm_cfg_t *c)
     return 32u * (unsigned)(c->warps_n * c->warps_k) + (c->ws ? 128u : 0u);
 }
 
+/* Rows of 64 scales a tile that a pipeline stage carries (S_ROWS): the
+ * mma.sync unit's group size is a constant, so a stage holds the groups
+ * its K range touches (one when a group spans whole stages) and nothing
+ * for channelwise or act-order scales; the wgmma template reserves
+ * block_k / 16. Sized exactly, a block_m 8 CTA of 256 columns and three
+ * stages fits four an SM (56.8 KB; 67.6 KB with block_k / 16 rows). */
+static int scale_rows(const w16_moe_gemm_cfg_t *c)
+{
+    if (c->wgmma)
+        return c->block_k / 16;
+    if (!c->grouped || c->act_order)
+        return 0;
+    return c->group_size % c->block_k == 0 ? 1
+                                           : c->block_k / c->group_size;
+}
+
 size_t w16_moe_gemm_shared(const w16_moe_gemm_cfg_t *c)
 {
     return w16_tile_shared_bytes(c->block_m, c->block_n, c->block_k,
-                                 c->stages, c->bits, c->wgmma);
+                                 c->stages, c->bits, scale_rows(c),
+                                 c->wgmma);
 }
 
 /* ---- names and sources ------------------------------------------------------ */
@@ -568,8 +585,9 @@ static wna16_status_t check_cfg(const w16_moe_gemm_cfg_t *c,
         why = "the w13 GEMM fuses a gated activation";
     else if (c->wgmma)
         why = check_wgmma(c);
-    else if (c->block_m < 16 || c->block_m > 64 || c->block_m % 16)
-        why = "block_m is 16, 32, 48 or 64";
+    else if (c->block_m != 8 &&
+             (c->block_m < 16 || c->block_m > 64 || c->block_m % 16))
+        why = "block_m is 8, 16, 32, 48 or 64";
     else if (c->grouped && !c->act_order &&
              (c->group_size < 16 || c->group_size % 16 ||
               (c->group_size % c->block_k && c->block_k % c->group_size)))
@@ -588,7 +606,7 @@ static wna16_status_t check_cfg(const w16_moe_gemm_cfg_t *c,
     else if (c->gemm == WNA16_GEMM_W13 &&
              (tiles % 2 || nt > tiles / 2 || (tiles / 2) % nt))
         why = "w13: each warp's tiles lie in the gate or the up half";
-    else if ((c->block_m / 16) * nt > 4)
+    else if (((c->block_m + 15) / 16) * nt > 4)
         why = "at most 4 m16 x 64 accumulator tiles a warp";
     else if (c->stages < 2 || c->stages > 8)
         why = "stages are 2 to 8";
@@ -687,6 +705,7 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
         def_int(b, "WGMMA_GROUPS", c->wgmma_groups > 1 ? 2 : 1);
         def_bool(b, "GROUP_STAGES", c->grouped && c->group_stages);
     }
+    def_int(b, "S_ROWS", scale_rows(c));
     def_int(b, "SMEM_BYTES", (long long)w16_moe_gemm_shared(c));
     w16_buf_puts(b, "} // namespace w16cfg\n");
     w16_buf_printf(b, "#define W16_KERNEL %s\n", name);

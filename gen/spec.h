@@ -208,9 +208,12 @@ typedef struct w16_tiling {
  * (sm_90: 227 KiB); a device with less refuses a shape at run time. */
 #define W16_TILING_MAX_SHARED 232448
 
-/* Shared memory of a GEMM CTA of this shape (the template's formula). */
+/* Shared memory of a GEMM CTA of this shape (the template's formula):
+ * `scale_rows` is the rows of 64 scales a tile that a stage carries
+ * (block_k / 16 at most: groups are multiples of 16). */
 size_t w16_tile_shared_bytes(int block_m, int block_n, int block_k,
-                             int stages, int bits, bool wgmma);
+                             int stages, int bits, int scale_rows,
+                             bool wgmma);
 /* The block_m row for `tokens_per_expert` routed slots per expert; rows
  * marked wgmma count only when `wgmma_ok` (an sm_90 device, no act
  * order). */

@@ -148,13 +148,14 @@ static bool mma_at(tload_t *L, const cJSON *obj, const char *base,
 }
 
 size_t w16_tile_shared_bytes(int block_m, int block_n, int block_k,
-                             int stages, int bits, bool wgmma)
+                             int stages, int bits, int scale_rows,
+                             bool wgmma)
 {
-    /* A rows, B tiles, and the stage's group rows of scales (at most
-     * block_k / 16 rows of 64 two-byte scales per tile) */
+    /* A rows, B tiles, and the stage's group rows of scales (64 two-byte
+     * scales a tile and row) */
     size_t stage = (size_t)block_m * block_k * 2 +
                    (size_t)(block_k / 16) * (block_n / 64) * 128u * bits +
-                   (size_t)(block_k / 16) * (block_n / 64) * 128u;
+                   (size_t)scale_rows * (block_n / 64) * 128u;
     size_t pipe = stage * (size_t)stages;
     size_t c = (size_t)block_m * (block_n + 4) * 4;
     /* wgmma's template aligns its buffers to the 1024-byte swizzle atom */
@@ -188,14 +189,14 @@ static bool load_bm(tload_t *L, const cJSON *arr, const char *base,
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, "block_m");
         if (!v)
             return tfail(L, p, "\"block_m\" is required");
-        if (!int_at(L, v, pk, 16, 256, &bm))
+        if (!int_at(L, v, pk, 8, 256, &bm))
             return false;
         if (b->wgmma && !((bm % 16 == 0 && bm <= 64) || bm == 128 ||
                           bm == 256))
             return tfail(L, pk, "expected 16, 32, 48, 64, 128 or 256 "
                          "(wgmma's N)");
-        if (!b->wgmma && (bm % 16 != 0 || bm > 64))
-            return tfail(L, pk, "expected 16, 32, 48 or 64");
+        if (!b->wgmma && bm != 8 && (bm % 16 != 0 || bm > 64))
+            return tfail(L, pk, "expected 8, 16, 32, 48 or 64");
         if (i == n - 1 && b->wgmma)
             return tfail(L, p, "the last row is the one every device can "
                          "run: it cannot be a wgmma row");
@@ -260,13 +261,15 @@ static bool check_rule(tload_t *L, const char *p, const w16_tile_rule_t *g,
             return tfail(L, p, "with block_m %d (from %s): four consumer "
                          "warpgroups (warps_n 16) take block_m 128 at most",
                          bm, t->bm[i].json_path);
-        if (!g->wgmma && (bm / 16) * nt > 4)
+        if (!g->wgmma && ((bm + 15) / 16) * nt > 4)
             return tfail(L, p, "with block_m %d (from %s) a warp would hold "
                          "%d x %d m16 x 64 accumulator tiles: at most 4 (128 "
-                         "floats a thread)", bm, t->bm[i].json_path, bm / 16,
-                         nt);
+                         "floats a thread)", bm, t->bm[i].json_path,
+                         (bm + 15) / 16, nt);
+        /* the most: 8-bit codes, a row of scales every k16 step */
         size_t sh = w16_tile_shared_bytes(bm, g->block_n, g->block_k,
-                                          g->stages, 8, g->wgmma);
+                                          g->stages, 8, g->block_k / 16,
+                                          g->wgmma);
         if (sh > W16_TILING_MAX_SHARED)
             return tfail(L, p, "with block_m %d and 8-bit weights a CTA "
                          "needs %zu bytes of shared memory (at most %d)", bm,
@@ -298,7 +301,7 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
         w16_tile_rule_t *g = &t->gemm[i];
         bool c_bm, c_n, c_k, c_mma;
         if (!keys_ok(L, r, p, keys) || !mma_at(L, r, p, &g->wgmma, &c_mma) ||
-            !range_at(L, r, "block_m", p, 16, &g->bm_lo, &g->bm_hi, &c_bm) ||
+            !range_at(L, r, "block_m", p, 8, &g->bm_lo, &g->bm_hi, &c_bm) ||
             !range_at(L, r, "n", p, 1, &g->n_lo, &g->n_hi, &c_n) ||
             !range_at(L, r, "k", p, 1, &g->k_lo, &g->k_hi, &c_k))
             return false;

@@ -30,11 +30,10 @@ constexpr int A_CHUNKS = BK / 8;          // 16-byte chunks per A row
 constexpr int A_STAGE = BM * BK;          // activation elements per stage
 constexpr int B_STAGE = KSTEPS * TILES * TILE_VECS; // vectors per stage
 constexpr int C_LD = BN + 4;              // floats per row of the C tile
-// Grouped scales (not act-order) travel with their stage: the rows of the
-// groups the stage's K range touches (at most BK/16: groups are multiples
-// of 16), 64 scales (8 vectors) per tile and row. The space is reserved
-// for every kernel so that the host's formula stays one expression.
-constexpr int S_STAGE = (BK / 16) * TILES * 8; // 16-byte vectors per stage
+// Grouped scales (not act-order) travel with their stage: S_ROWS rows
+// (the prelude's: the groups the stage's K range touches, at most BK/16
+// as groups are multiples of 16), 64 scales (8 vectors) per tile and row.
+constexpr int S_STAGE = S_ROWS * TILES * 8; // 16-byte vectors per stage
 constexpr int STAGE_BYTES = A_STAGE * 2 + B_STAGE * 16 + S_STAGE * 16;
 constexpr int PIPE_BYTES = STAGES * STAGE_BYTES;
 constexpr int C_BYTES = BM * C_LD * 4;

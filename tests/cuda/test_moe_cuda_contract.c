@@ -168,7 +168,7 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         void (*edit)(cJSON *, int);
         const char *needle;
     } cases[] = {
-        {e_bm_value, "$.tiling.block_m[0].block_m: expected 16, 32, 48 or 64"},
+        {e_bm_value, "$.tiling.block_m[0].block_m: expected 8, 16, 32, 48 or 64"},
         {e_bm_last_cond, "$.tiling.block_m[6]: the last row must have no "
                          "condition"},
         {e_bm_hides, "$.tiling.block_m[1]: a row without a condition hides"},
