@@ -57,8 +57,9 @@ static const char *SOURCE =
     "{\n"
     "  int split = blockIdx.x % a.splits, t = blockIdx.x / a.splits;\n"
     "  e = t / a.tiles; col = t % a.tiles;\n"
-    "  k0 = (int)((long)a.kt * split / a.splits);\n"
-    "  k1 = (int)((long)a.kt * (split + 1) / a.splits);\n"
+    "  int st = a.kt / a.rows;\n"
+    "  k0 = st * split / a.splits * a.rows;\n"
+    "  k1 = st * (split + 1) / a.splits * a.rows;\n"
     "}\n"
     "__device__ __forceinline__ const char *src(const args &a, int e, int col,\n"
     "  int kt, int c)\n"
@@ -67,25 +68,36 @@ static const char *SOURCE =
     "    + (u64)col * a.chunk;\n"
     "}\n"
     // cp.async: every thread copies 16-byte pieces of the stage
-    "extern \"C\" __global__ void __launch_bounds__(128)\n"
+    "extern \"C\" __global__ void __launch_bounds__(512)\n"
     "stream_cpasync(args a)\n"
     "{\n"
     "  extern __shared__ int4 sm[];\n"
     "  int e, col, k0, k1; place(a, e, col, k0, k1);\n"
     "  const int per_chunk = a.chunk / 16, per_row = per_chunk * a.nchunk;\n"
-    "  const int vecs = per_row * a.rows;\n"
+    "  const int vecs = per_row * a.rows, nv = vecs / blockDim.x;\n"
     "  const int nst = (k1 - k0) / a.rows;\n"
+    // the GEMM computes its copies' offsets once (no divisions a stage)
+    "  u64 off[16]; u32 dst[16];\n"
+    "  #pragma unroll\n"
+    "  for (int q = 0; q < 16; q++) {\n"
+    "    int v = threadIdx.x + q * blockDim.x, r = v / per_row, x = v % per_row;\n"
+    "    off[q] = r * a.row_bytes + (x / per_chunk) * a.chunk_stride\n"
+    "      + (x % per_chunk) * 16;\n"
+    "    dst[q] = sa(sm + v);\n"
+    "  }\n"
+    "  const char *base = a.w + e * a.expert_bytes + k0 * a.row_bytes\n"
+    "    + (u64)col * a.chunk;\n"
+    "  const u64 step = a.rows * a.row_bytes;\n"
     "  u32 acc = 0;\n"
     "  for (int s = 0; s < nst + a.stages - 1; s++) {\n"
     "    if (s < nst) {\n"
-    "      int4 *dst = sm + (s % a.stages) * vecs;\n"
-    "      for (int v = threadIdx.x; v < vecs; v += 128) {\n"
-    "        int r = v / per_row, q = v % per_row;\n"
-    "        const char *p = src(a, e, col, k0 + s * a.rows + r, q / per_chunk)\n"
-    "          + (q % per_chunk) * 16;\n"
-    "        asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\\n\"\n"
-    "          :: \"r\"(sa(dst + v)), \"l\"(p));\n"
-    "      }\n"
+    "      const char *p = base + s * step;\n"
+    "      u32 d = (s % a.stages) * vecs * 16;\n"
+    "      #pragma unroll\n"
+    "      for (int q = 0; q < 16; q++)\n"
+    "        if (q < nv)\n"
+    "          asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\\n\"\n"
+    "            :: \"r\"(dst[q] + d), \"l\"(p + off[q]));\n"
     "    }\n"
     "    asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");\n"
     "    int c = s - (a.stages - 1);\n"
@@ -96,9 +108,12 @@ static const char *SOURCE =
     "      else asm volatile(\"cp.async.wait_group 3;\\n\" ::: \"memory\");\n"
     "      __syncthreads();\n"
     "      const int4 *st = sm + (c % a.stages) * vecs;\n"
-    "      for (int v = threadIdx.x; v < vecs; v += 128) {\n"
-    "        int4 x = st[v]; acc ^= x.x ^ x.y ^ x.z ^ x.w;\n"
-    "      }\n"
+    "      #pragma unroll\n"
+    "      for (int q = 0; q < 16; q++)\n"
+    "        if (q < nv) {\n"
+    "          int4 x = st[threadIdx.x + q * blockDim.x];\n"
+    "          acc ^= x.x ^ x.y ^ x.z ^ x.w;\n"
+    "        }\n"
     "      __syncthreads();\n"
     "    }\n"
     "  }\n"
@@ -107,7 +122,7 @@ static const char *SOURCE =
     // bulk copies (sm_90): thread 0 copies whole chunks onto the stage's
     // mbarrier; everyone waits on its phase
     "#if __CUDA_ARCH__ >= 900\n"
-    "extern \"C\" __global__ void __launch_bounds__(128)\n"
+    "extern \"C\" __global__ void __launch_bounds__(512)\n"
     "stream_bulk(args a)\n"
     "{\n"
     "  extern __shared__ int4 sm[];\n"
@@ -147,7 +162,7 @@ static const char *SOURCE =
     "          \"selp.u32 %0, 1, 0, p;\\n}\\n\"\n"
     "          : \"=r\"(done) : \"r\"(sa(bar + b)), \"r\"(phase) : \"memory\");\n"
     "      const int4 *st = sm + b * vecs;\n"
-    "      for (int v = threadIdx.x; v < vecs; v += 128) {\n"
+    "      for (int v = threadIdx.x; v < vecs; v += blockDim.x) {\n"
     "        int4 x = st[v]; acc ^= x.x ^ x.y ^ x.z ^ x.w;\n"
     "      }\n"
     "      __syncthreads();\n"
@@ -171,7 +186,8 @@ typedef struct stream_case {
     int N, K;           /* the GEMM's output columns (both halves) and K */
     int gated;          /* two chunks a row (gate, up) */
     int block_n, block_k, stages, splits;
-    int smem;           /* dynamic shared memory a CTA (sets CTAs an SM) */
+    int ctas;           /* CTAs an SM: sets the dynamic shared memory */
+    int threads;        /* a CTA's (the GEMM's: 32 x warps_n x warps_k) */
 } stream_case_t;
 
 static int cmp_f(const void *a, const void *b)
@@ -230,6 +246,16 @@ static double time_case(w16_cuda_function_t *fn, const stream_case_t *c,
     };
     unsigned grid = (unsigned)(c->experts * tiles * c->splits);
     size_t bytes = expert_bytes * (size_t)c->experts;
+    /* an SM's 228 KiB shared memory over the CTAs, less the 1 KiB each
+     * CTA reserves and the bulk kernel's static barriers */
+    unsigned smem = (unsigned)((228 * 1024 / c->ctas - 1024 - 128) / 128 * 128);
+    unsigned need = (unsigned)(c->stages * c->block_k / 16 * c->N * 8 /
+                               (c->N / c->block_n));
+    if (smem < need) {
+        fprintf(stderr, "%s: %u stages' bytes do not fit %d CTAs an SM\n",
+                c->name, need, c->ctas);
+        exit(1);
+    }
     void *argv[1] = {&a};
     w16_cuda_event_t *e0, *e1;
     CHECK(w16_cuda_event_create(cuda, &e0, &err));
@@ -240,7 +266,7 @@ static double time_case(w16_cuda_function_t *fn, const stream_case_t *c,
         CHECK(w16_cuda_event_record(cuda, e0, NULL, &err));
         for (int i = 0; i < RUNS; i++) {
             a.w = buf + (uint64_t)((i % copies) * bytes);
-            CHECK(w16_cuda_launch(cuda, fn, grid, 128, (unsigned)c->smem,
+            CHECK(w16_cuda_launch(cuda, fn, grid, (unsigned)c->threads, smem,
                                   NULL, argv, &err));
         }
         CHECK(w16_cuda_event_record(cuda, e1, NULL, &err));
@@ -283,27 +309,42 @@ int main(void)
            w16_cuda_device_name(cuda), major, minor, w16_cuda_sm_count(cuda),
            copy);
 
-    /* the GEMM rows of the bench's small-M cases (specs/backends/
-     * marlin.json, block_m 16: n256 k128, 3 stages, 3 CTAs an SM) */
-    const int sm3 = 3 * (16384 + 4096 + 512) + 1024; /* B + A + scales */
+    /* the GEMM's rows for the bench's small-M cases (specs/backends/
+     * marlin.json, block_m 16: n256 k128, 3 stages, 3 CTAs an SM, split-K
+     * as bench_moe_cuda prints it), then variants: the CTAs an SM, the
+     * stages, the split */
     const stream_case_t cases[] = {
-        /* Mixtral-8x7B GEMM 1 (N = 2 x 14336, K = 4096) */
-        {"Mixtral w13, 2 experts, split 2 (M = 1)", 2, 28672, 4096, 1, 256, 128, 3, 2, sm3},
-        {"Mixtral w13, 2 experts, split 1", 2, 28672, 4096, 1, 256, 128, 3, 1, sm3},
-        {"Mixtral w13, 2 experts, split 4", 2, 28672, 4096, 1, 256, 128, 3, 4, sm3},
-        {"Mixtral w13, 2 experts, split 2, 4 stages", 2, 28672, 4096, 1, 256, 128, 4, 2, 4 * 21504 + 1024},
-        {"Mixtral w13, 2 experts, split 2, 2 CTAs an SM", 2, 28672, 4096, 1, 256, 128, 3, 2, 100000},
-        {"Mixtral w13, 2 experts, split 2, 4 CTAs an SM", 2, 28672, 4096, 1, 256, 128, 3, 2, 52000},
-        {"Mixtral w13, 2 experts, split 4, 4 CTAs an SM", 2, 28672, 4096, 1, 256, 128, 3, 4, 52000},
-        {"Mixtral w13, 2 experts, split 2, ungated", 2, 28672, 4096, 0, 256, 128, 3, 2, sm3},
-        {"Mixtral w13, 8 experts, split 1 (M = 16)", 8, 28672, 4096, 1, 256, 128, 3, 1, sm3},
-        /* Mixtral-8x7B GEMM 2 (N = 4096, K = 14336) */
-        {"Mixtral w2, 2 experts, split 8 (M = 1)", 2, 4096, 14336, 0, 256, 128, 3, 8, sm3},
-        {"Mixtral w2, 8 experts, split 4 (M = 16)", 8, 4096, 14336, 0, 256, 128, 3, 4, sm3},
-        /* DeepSeek-V3/EP8 GEMM 1 (N = 2 x 2048, K = 7168), one expert */
-        {"DeepSeek w13, 1 expert, split 16 (M = 1)", 1, 4096, 7168, 1, 256, 128, 3, 16, sm3},
-        /* linear: one expert a CTA-range (whole rows, one chunk) */
-        {"linear (2048-byte rows a CTA, 132 x 3 CTAs)", 396, 256, 4096, 0, 256, 128, 3, 1, sm3},
+        {"Mixtral w13 M=1  n256 s2 p3 c3 t128 (GEMM)", 2, 28672, 4096, 1, 256, 128, 3, 2, 3, 128},
+        {"Mixtral w13 M=1  n256 s2 p3 c4 t128", 2, 28672, 4096, 1, 256, 128, 3, 2, 4, 128},
+        {"Mixtral w13 M=1  n256 s4 p3 c4 t128", 2, 28672, 4096, 1, 256, 128, 3, 4, 4, 128},
+        {"Mixtral w13 M=1  n256 s2 p3 c2 t256", 2, 28672, 4096, 1, 256, 128, 3, 2, 2, 256},
+        {"Mixtral w13 M=1  n256 s4 p3 c2 t256", 2, 28672, 4096, 1, 256, 128, 3, 4, 2, 256},
+        {"Mixtral w13 M=1  n128 s1 p3 c6 t64", 2, 28672, 4096, 1, 128, 128, 3, 1, 6, 64},
+        {"Mixtral w13 M=1  n128 s2 p3 c6 t64", 2, 28672, 4096, 1, 128, 128, 3, 2, 6, 64},
+        {"Mixtral w13 M=1  n128 s2 p3 c8 t64", 2, 28672, 4096, 1, 128, 128, 3, 2, 8, 64},
+        {"Mixtral w13 M=1  n128 s1 p3 c4 t128", 2, 28672, 4096, 1, 128, 128, 3, 1, 4, 128},
+        {"Mixtral w13 M=1  n128 s2 p3 c4 t128", 2, 28672, 4096, 1, 128, 128, 3, 2, 4, 128},
+        {"Mixtral w13 M=16 n256 s1 p3 c3 t128 (GEMM)", 8, 28672, 4096, 1, 256, 128, 3, 1, 3, 128},
+        {"Mixtral w13 M=16 n256 s1 p3 c4 t128", 8, 28672, 4096, 1, 256, 128, 3, 1, 4, 128},
+        {"Mixtral w13 M=16 n256 s1 p2 c4 t128", 8, 28672, 4096, 1, 256, 128, 2, 1, 4, 128},
+        {"Mixtral w13 M=16 n256 s1 p3 c2 t256", 8, 28672, 4096, 1, 256, 128, 3, 1, 2, 256},
+        {"Mixtral w13 M=16 n256 s1 p2 c3 t256", 8, 28672, 4096, 1, 256, 128, 2, 1, 3, 256},
+        {"Mixtral w13 M=16 n256 s1 p3 c1 t512", 8, 28672, 4096, 1, 256, 128, 3, 1, 1, 512},
+        {"Mixtral w13 M=16 n256 s1 p3 c3 t64", 8, 28672, 4096, 1, 256, 128, 3, 1, 3, 64},
+        {"Mixtral w13 M=16 n128 s1 p3 c6 t64", 8, 28672, 4096, 1, 128, 128, 3, 1, 6, 64},
+        {"Mixtral w13 M=16 n128 s1 p3 c8 t64", 8, 28672, 4096, 1, 128, 128, 3, 1, 8, 64},
+        {"Mixtral w13 M=16 n128 s1 p3 c4 t128", 8, 28672, 4096, 1, 128, 128, 3, 1, 4, 128},
+        {"Mixtral w13 M=16 n128 s1 p3 c6 t128", 8, 28672, 4096, 1, 128, 128, 3, 1, 6, 128},
+        {"Mixtral w2  M=1  n256 s8 p3 c3 t128 (GEMM)", 2, 4096, 14336, 0, 256, 128, 3, 8, 3, 128},
+        {"Mixtral w2  M=1  n256 s16 p3 c4 t128", 2, 4096, 14336, 0, 256, 128, 3, 16, 4, 128},
+        {"Mixtral w2  M=16 n256 s4 p3 c3 t128 (GEMM)", 8, 4096, 14336, 0, 256, 128, 3, 4, 3, 128},
+        {"Mixtral w2  M=16 n256 s4 p3 c4 t128", 8, 4096, 14336, 0, 256, 128, 3, 4, 4, 128},
+        {"Mixtral w2  M=16 n256 s4 p3 c2 t256", 8, 4096, 14336, 0, 256, 128, 3, 4, 2, 256},
+        {"DeepSeek w13 M=1 n256 s16 p3 c3 t128 (GEMM)", 1, 4096, 7168, 1, 256, 128, 3, 16, 3, 128},
+        {"DeepSeek w13 M=1 n256 s16 p3 c4 t128", 1, 4096, 7168, 1, 256, 128, 3, 16, 4, 128},
+        {"DeepSeek w2  M=1 n256 s8 p3 c3 t128 (GEMM)", 1, 7168, 2048, 0, 256, 128, 3, 8, 3, 128},
+        {"linear, 396 CTAs p3 c3 t128", 396, 256, 4096, 0, 256, 128, 3, 1, 3, 128},
+        {"linear, 528 CTAs p3 c4 t128", 528, 256, 4096, 0, 256, 128, 3, 1, 4, 128},
     };
     size_t max_bytes = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -321,7 +362,7 @@ int main(void)
     CHECK(w16_cuda_alloc(cuda, 16, &sink, &err));
     CHECK(w16_cuda_memset(cuda, buf, 0x5a, total, &err));
 
-    printf("%-48s %6s %9s %8s %6s | %9s %8s %6s\n", "case", "CTAs", "cp.async",
+    printf("%-42s %6s %9s %8s %6s | %9s %8s %6s\n", "case", "CTAs", "cp.async",
            "GB/s", "%copy", "bulk", "GB/s", "%copy");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const stream_case_t *c = &cases[i];
@@ -332,7 +373,7 @@ int main(void)
                                    c->splits);
         double us = time_case(fcp, c, buf, copies, sink);
         double gbs = (double)bytes / (us * 1e-6) / 1e9;
-        printf("%-48s %6u %7.1f us %8.0f %5.1f%%", c->name, grid, us, gbs,
+        printf("%-42s %6u %7.1f us %8.0f %5.1f%%", c->name, grid, us, gbs,
                100.0 * gbs / copy);
         if (fbulk) {
             double ub = time_case(fbulk, c, buf, copies, sink);

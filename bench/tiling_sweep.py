@@ -2,6 +2,8 @@
 """tiling_sweep.py - measures candidate rows of the Marlin spec's CUDA
 fused-MoE tiling table on the GPU: the block_m 16 rows that serve M <= 64
 on the bench's target shapes (Mixtral-8x7B, DeepSeek-V3/EP8), with
+--block-m 8 rows for one routed row an expert (M = 1; DeepSeek-V3/EP8 and
+Qwen3-30B-A3B M = 16), with
 --block-m 32 those of Mixtral-8x7B at M = 64 (16 routed rows an expert), or
 with --block-m 64 the rows of the large-M cases (M = 256 and 4096).
 
@@ -13,7 +15,7 @@ same device tensors (CUDA graphs, >= 512 MB of rotated weight copies) and
 this script prints, per GEMM, the candidates ranked by their summed time
 over the models and token counts.
 
-    python3 bench/tiling_sweep.py BENCH_BINARY [--block-m 16|32|64]
+    python3 bench/tiling_sweep.py BENCH_BINARY [--block-m 8|16|32|64]
                                   [--tokens 1,16,64] [--models A,B] [--out DIR]
 """
 import argparse
@@ -31,6 +33,24 @@ MODELS = ["Mixtral-8x7B", "DeepSeek-V3/EP8"]
 # (block_n, block_k, warps_n, warps_k, stages, max_split_k, ctas_per_sm,
 #  min_ctas); per block_m, the first of each list is the base row
 CANDIDATES = {
+    # block_m 8 (one routed row an expert on average: --block-m 8 routes
+    # tokens_per_expert 1 to it): 8 A rows a stage, so that 256 columns and
+    # three stages fit four CTAs an SM (56.8 KB) where registers allow
+    8: {
+        "w13": {
+            "n256k128w4x1p3s16c2o3": (256, 128, 4, 1, 3, 16, 2, 3),
+            "n256k128w4x1p3s16c2o4": (256, 128, 4, 1, 3, 16, 2, 4),
+            "n256k128w4x1p3s16c4o4": (256, 128, 4, 1, 3, 16, 4, 4),
+            "n256k128w4x1p3s16c3o3": (256, 128, 4, 1, 3, 16, 3, 3),
+        },
+        "w2": {
+            "n256k128w4x1p3s8c2o3": (256, 128, 4, 1, 3, 8, 2, 3),
+            "n256k128w4x1p3s8c2o4": (256, 128, 4, 1, 3, 8, 2, 4),
+            "n256k128w4x1p3s16c4o4": (256, 128, 4, 1, 3, 16, 4, 4),
+            "n256k128w4x1p3s16c4o3": (256, 128, 4, 1, 3, 16, 4, 3),
+            "n256k128w4x1p3s16c3o3": (256, 128, 4, 1, 3, 16, 3, 3),
+        },
+    },
     # the deferred-scale inner loop (templates/moe_marlin_gemm.cu, DEFER)
     # needs 64 * MB * NT + 64 registers under the launch bounds (128 threads
     # at min_ctas 5 leave 102 and keep the scales in B); a ninth value True
@@ -163,7 +183,7 @@ def main():
     ap.add_argument("bench")
     ap.add_argument("--tokens", default=None,
                     help="default: 1,16,64 (block_m 16), 256,4096 (64)")
-    ap.add_argument("--block-m", type=int, default=16, choices=[16, 32, 64])
+    ap.add_argument("--block-m", type=int, default=16, choices=[8, 16, 32, 64])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--out", default="/tmp/tiling_sweep")
     ap.add_argument("--only", default=None,
@@ -172,7 +192,7 @@ def main():
     args = ap.parse_args()
     bm = args.block_m
     if not args.tokens:
-        args.tokens = {16: "1,16,64", 32: "64"}.get(bm, "256,4096")
+        args.tokens = {8: "1,16", 16: "1,16,64", 32: "64"}.get(bm, "256,4096")
     models = args.models.split(",")
     W13, W2 = CANDIDATES[bm]["w13"], CANDIDATES[bm]["w2"]
     BASE_W13, BASE_W2 = next(iter(W13)), next(iter(W2))
@@ -193,6 +213,9 @@ def main():
         else:
             rows = [row("w13", W13[other], bm), row("w2", v, bm)]
         d["tiling"]["gemm"] = rows + d["tiling"]["gemm"]
+        if bm == 8:  # block_m 8 serves one routed row an expert
+            d["tiling"]["block_m"].insert(
+                0, {"tokens_per_expert": [1, 1], "block_m": 8})
         f = os.path.join(args.out, f"m{bm}-{gemm}-{name}.json")
         json.dump(d, open(f, "w"), indent=2)
         files.append(f)
