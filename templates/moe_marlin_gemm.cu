@@ -75,16 +75,22 @@ namespace w16 {
 // ---- derived constants and the checks the specializer relies on ----------
 
 constexpr int MB = (BM + 15) / 16;        // m16 blocks per CTA
-// block_m 8 (the smallest M: at most 8 routed rows an expert and block):
-// the mma's rows 8-15 are zero (their A registers are zero, never loaded;
-// their accumulators are never stored), so a stage's A tile is 8 rows
-// and a CTA's shared memory fits four CTAs an SM with three stages of
-// 256 columns (bench/bench_stream_cuda.c: the read pattern alone streams
-// 15-30% faster at four CTAs an SM than at three).
-constexpr bool HALF_M = BM == 8;
 constexpr int NT = TILES / WN;            // tiles per warp
 constexpr int KS = KSTEPS / WK;           // k16 steps per warp and stage
 constexpr int NEED_BYTES = PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES;
+// block_m 8 (one routed row an expert on average, at most 8 a block)
+// swaps the mma's operands: the B fragments of n8 blocks 2jp and 2jp+1
+// are, register for register, the A fragment of their 16 columns of W^T
+// (a0 = b0(2jp), a1 = b0(2jp+1), a2 = b1(2jp), a3 = b1(2jp+1)), and the 8
+// rows' activations are the n8 operand (ldmatrix.x2: b0, b1), so an mma
+// computes C^T, 16 columns x 8 rows: half the mma and accumulators of an
+// m16 tile with 8 rows of zeros, the codes read as before. A stage holds
+// 8 A rows, so three stages of 256 columns fit four CTAs an SM (56.8 KB;
+// bench/bench_stream_cuda.c: the read pattern alone streams 15-30% faster
+// at four CTAs an SM than at three).
+constexpr bool SWAP = BM == 8;
+constexpr int JN = SWAP ? 4 : 8; // accumulator tiles per 64-column tile
+constexpr int ACC_REGS = MB * NT * JN * 4; // floats of acc a thread
 // Rows of per-k-row scale caches: act-order gives each of a thread's four
 // k rows (2q, 2q+1, 2q+8, 2q+9) its own group; otherwise a k16 step lies
 // in one group (group sizes are multiples of 16).
@@ -169,7 +175,7 @@ template <u32 B, u32 C> __device__ __forceinline__ u32 lop3_and_or(u32 a)
 // the group's scales once per group and column when the group ends. The
 // result is the exact scaled product summed in float32 (no rounding of
 // (q - z) * s to the activation dtype in between). It needs a second set of
-// accumulators (64 * MB * NT registers with acc), so it is for the tiles
+// accumulators (ACC_REGS more registers), so it is for the tiles
 // whose launch bounds leave room for them (small M: MB * NT <= 2), grouped
 // scales staged with the pipeline (not act-order) and the exponent trick;
 // the other kernels multiply the scale into B as before.
@@ -179,7 +185,7 @@ constexpr int REG_CAP = 65536 / (NTHREADS * MIN_CTAS) < 255
 // them ptxas spills, so those tiles keep the scales in B)
 constexpr bool DEFER = !SCALES_IN_B && SMEM_SCALES && USE_MAGIC &&
                        MB * NT <= 2 &&
-                       64 * MB * NT + 64 + (ZP ? 16 * NT : 0) <= REG_CAP;
+                       2 * ACC_REGS + 64 + (ZP ? 16 * NT : 0) <= REG_CAP;
 constexpr u32 MAGIC2 = MAGIC_BITS | (MAGIC_BITS << 16);
 // the symmetric zero point 2^(BITS-1) under the exponent, both lanes
 constexpr u32 ZSYM2 = MAGIC2 | ((1u << (BITS - 1)) * 0x00010001u);
@@ -515,13 +521,13 @@ W16_KERNEL(W16_GEMM_PARAMS)
         cur_g[0] = g;
     };
 
-    float acc[MB][NT][8][4];
+    float acc[MB][NT][JN][4];
 #pragma unroll
     for (int mb = 0; mb < MB; mb++)
 #pragma unroll
         for (int t = 0; t < NT; t++)
 #pragma unroll
-            for (int j = 0; j < 8; j++)
+            for (int j = 0; j < JN; j++)
 #pragma unroll
                 for (int c = 0; c < 4; c++)
                     acc[mb][t][j][c] = 0.0f;
@@ -535,21 +541,24 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // no scale lives in a register. z2: (MAGIC + z) of both lanes per B
     // column, zero points only (read when a group begins).
     constexpr int DM = DEFER ? MB : 1, DN = DEFER ? NT : 1;
-    float pacc[DM][DN][8][4];
-    // FOLD: the A rows' sums over the group (c 0, 1: row gid; 2, 3: + 8)
+    float pacc[DM][DN][JN][4];
+    // FOLD: the A rows' sums over the group (c 0, 1: row gid; 2, 3: + 8;
+    // SWAP: c 0, 2: row 2 tig; 1, 3: row 2 tig + 1)
     float rsum[FOLD ? MB : 1][4] = {};
     u32 z2[ZP && DEFER ? NT : 1][8];
 #pragma unroll
-    for (int t = 0; t < DN; t++)
+    for (int t = 0; t < DN; t++) {
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < 8; j++)
             z2[ZP && DEFER ? t : 0][j] = ZSYM2;
+#pragma unroll
+        for (int j = 0; j < JN; j++)
 #pragma unroll
             for (int mb = 0; mb < DM; mb++)
 #pragma unroll
                 for (int c = 0; c < 4; c++)
                     pacc[mb][t][j][c] = 0.0f;
-        }
+    }
     // acc += s * pacc, pacc = 0, with the scales of the stage in `slot`,
     // row `row` (the group - the stage's first group)
     auto flush_group = [&](int slot, int row) {
@@ -559,18 +568,28 @@ W16_KERNEL(W16_GEMM_PARAMS)
 #pragma unroll
         for (int t = 0; t < DN; t++) {
             float sc[8][2];
-            acc_scales(ss + (wn * NT + t) * 64, tig, sc);
+            if constexpr (SWAP) { // C^T: the thread's columns are 8j + gid
+                scale_t sv8[8];
+                b_scales(ss + (wn * NT + t) * 64, gid, sv8);
 #pragma unroll
-            for (int j = 0; j < 8; j++)
+                for (int j = 0; j < 8; j++)
+                    sc[j][0] = sc[j][1] = sca::to_f(sv8[j]);
+            } else {
+                acc_scales(ss + (wn * NT + t) * 64, tig, sc);
+            }
+#pragma unroll
+            for (int j = 0; j < JN; j++)
 #pragma unroll
                 for (int mb = 0; mb < DM; mb++)
 #pragma unroll
                     for (int c = 0; c < 4; c++) {
+                        // SWAP: c 0, 1 are block 2j's column, 2, 3 block 2j+1's
+                        const float sv = SWAP ? sc[2 * j + c / 2][0]
+                                              : sc[j][c & 1];
                         float p = pacc[mb][t][j][c];
                         if constexpr (FOLD)
                             p = fmaf(-FOLD_ZB, rsum[mb][c], p);
-                        acc[mb][t][j][c] = fmaf(sc[j][c & 1], p,
-                                                acc[mb][t][j][c]);
+                        acc[mb][t][j][c] = fmaf(sv, p, acc[mb][t][j][c]);
                         if constexpr (!ZERO_C)
                             pacc[mb][t][j][c] = 0.0f;
                     }
@@ -623,12 +642,11 @@ W16_KERNEL(W16_GEMM_PARAMS)
             u32 af[MB][4];
 #pragma unroll
             for (int mb = 0; mb < MB; mb++) {
-                if constexpr (HALF_M) { // a0, a2: rows 0-7; a1 = a3 = 0
+                if constexpr (SWAP) { // the n8 operand: b0, b1 in 0, 2
                     int row = lane % 8; // lanes 0-15 give the addresses
                     int chunk = (2 * kk + (lane / 8) % 2) ^ row;
-                    ldmatrix_x2(af[mb][0], af[mb][2], cA + row * BK + chunk * 8);
-                    af[mb][1] = 0u;
-                    af[mb][3] = 0u;
+                    ldmatrix_x2(af[mb][0], af[mb][2],
+                                cA + row * BK + chunk * 8);
                 } else {
                     int row = mb * 16 + lane % 16;
                     int chunk = (2 * kk + lane / 16) ^ (row % 8);
@@ -639,10 +657,17 @@ W16_KERNEL(W16_GEMM_PARAMS)
                 constexpr u32 ONES = 0x3f803f80u;
 #pragma unroll
                 for (int mb = 0; mb < MB; mb++) {
-                    if (ZERO_C && s == 0)
+                    if constexpr (SWAP) { // A = ones, B = the activations
+                        const u32 ones[4] = {ONES, ONES, ONES, ONES};
+                        if (ZERO_C && s == 0)
+                            mma16816_zc(rsum[0], ones, af[0][0], af[0][2]);
+                        else
+                            mma16816(rsum[0], ones, af[0][0], af[0][2]);
+                    } else if (ZERO_C && s == 0) {
                         mma16816_zc(rsum[FOLD ? mb : 0], af[mb], ONES, ONES);
-                    else
+                    } else {
                         mma16816(rsum[FOLD ? mb : 0], af[mb], ONES, ONES);
+                    }
                 }
             }
             if constexpr (GROUPED) {
@@ -678,6 +703,8 @@ W16_KERNEL(W16_GEMM_PARAMS)
                     w[4 * v + 2] = (u32)x.z;
                     w[4 * v + 3] = (u32)x.w;
                 }
+                // SWAP: block 2jp's b0, b1, held for block 2jp+1's mma
+                u32 pb0 = 0u, pb1 = 0u;
                 if constexpr (DEFER) {
 #pragma unroll
                     for (int j = 0; j < 8; j++) {
@@ -718,13 +745,28 @@ W16_KERNEL(W16_GEMM_PARAMS)
                             }
                         }
                         u32 b0 = as_u32(d0), b1 = as_u32(d1);
+                        if constexpr (SWAP) {
+                            if (j % 2 == 0) {
+                                pb0 = b0;
+                                pb1 = b1;
+                            } else {
+                                const u32 aw[4] = {pb0, b0, pb1, b1};
+                                float (&d)[4] = pacc[0][DEFER ? t : 0][j / 2];
+                                if (ZERO_C && s == 0)
+                                    mma16816_zc(d, aw, af[0][0], af[0][2]);
+                                else
+                                    mma16816(d, aw, af[0][0], af[0][2]);
+                            }
+                        } else {
 #pragma unroll
-                        for (int mb = 0; mb < MB; mb++) {
-                            float (&d)[4] = pacc[DEFER ? mb : 0][DEFER ? t : 0][j];
-                            if (ZERO_C && s == 0)
-                                mma16816_zc(d, af[mb], b0, b1);
-                            else
-                                mma16816(d, af[mb], b0, b1);
+                            for (int mb = 0; mb < MB; mb++) {
+                                float (&d)[4] =
+                                    pacc[DEFER ? mb : 0][DEFER ? t : 0][j % JN];
+                                if (ZERO_C && s == 0)
+                                    mma16816_zc(d, af[mb], b0, b1);
+                                else
+                                    mma16816(d, af[mb], b0, b1);
+                            }
                         }
                     }
                 } else {
@@ -756,9 +798,20 @@ W16_KERNEL(W16_GEMM_PARAMS)
                                              s_reg[R3][t][j]);
                         }
                         u32 b0 = as_u32(d0), b1 = as_u32(d1);
+                        if constexpr (SWAP) {
+                            if (j % 2 == 0) {
+                                pb0 = b0;
+                                pb1 = b1;
+                            } else {
+                                const u32 aw[4] = {pb0, b0, pb1, b1};
+                                mma16816(acc[0][t][j / 2], aw, af[0][0],
+                                         af[0][2]);
+                            }
+                        } else {
 #pragma unroll
-                        for (int mb = 0; mb < MB; mb++)
-                            mma16816(acc[mb][t][j], af[mb], b0, b1);
+                            for (int mb = 0; mb < MB; mb++)
+                                mma16816(acc[mb][t][j % JN], af[mb], b0, b1);
+                        }
                     }
                 }
             }
@@ -832,23 +885,28 @@ W16_KERNEL(W16_GEMM_PARAMS)
 #pragma unroll
                 for (int t = 0; t < NT; t++)
 #pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        int r0 = mb * 16 + gid;
-                        int c = (wn * NT + t) * 64 + 8 * j + 2 * tig;
-                        float *p0 = cs + r0 * C_LD + c;
-                        float *p1 = p0 + 8 * C_LD;
+                    for (int j = 0; j < JN; j++) {
+                        // v[0], v[1] go to p0[0], p0[o1]; v[2], v[3] to p1
                         const float *v = acc[mb][t][j];
-                        if (w == 0) {
-                            p0[0] = v[0]; p0[1] = v[1];
+                        const int c0 = (wn * NT + t) * 64;
+                        float *p0, *p1;
+                        int o1;
+                        if constexpr (SWAP) { // C^T: rows 2 tig, 2 tig + 1
+                            p0 = cs + (2 * tig) * C_LD + c0 + 16 * j + gid;
+                            p1 = p0 + 8; // block 2j + 1
+                            o1 = C_LD;
                         } else {
-                            p0[0] += v[0]; p0[1] += v[1];
+                            p0 = cs + (mb * 16 + gid) * C_LD + c0 + 8 * j +
+                                 2 * tig;
+                            p1 = p0 + 8 * C_LD; // rows 8-15 of the m16
+                            o1 = 1;
                         }
-                        if constexpr (!HALF_M) { // rows 8-15 of the m16
-                            if (w == 0) {
-                                p1[0] = v[2]; p1[1] = v[3];
-                            } else {
-                                p1[0] += v[2]; p1[1] += v[3];
-                            }
+                        if (w == 0) {
+                            p0[0] = v[0]; p0[o1] = v[1];
+                            p1[0] = v[2]; p1[o1] = v[3];
+                        } else {
+                            p0[0] += v[0]; p0[o1] += v[1];
+                            p1[0] += v[2]; p1[o1] += v[3];
                         }
                     }
         }

@@ -254,23 +254,29 @@ static void test_tables_agree(wna16_context_t *ctx)
     }
 }
 
-/* Every quantization variant with one fixed tile, both GEMMs. */
+/* Every quantization variant with two fixed tiles, both GEMMs: one of
+ * block_m 32 with two K warps, and block_m 8 (the swapped mma: the codes
+ * as the A operand) in the built-in table's shape, at launch bounds for
+ * four CTAs an SM. */
 static void test_variants(wna16_context_t *ctx)
 {
     for (size_t v = 0; v < W16_ARRAY_LEN(VARIANTS); v++)
-        for (int g = 0; g < 2; g++) {
-            w16_moe_gemm_cfg_t c;
-            memset(&c, 0, sizeof c);
-            c.gemm = (wna16_gemm_t)g;
-            c.block_m = 32;
-            c.block_n = 128;
-            c.block_k = 64;
-            c.warps_n = 2;
-            c.warps_k = 2;
-            c.stages = 3;
-            apply(&c, &VARIANTS[v]);
-            compile_gemm(ctx, &c, "variant");
-        }
+        for (int g = 0; g < 2; g++)
+            for (int small = 0; small < 2; small++) {
+                w16_moe_gemm_cfg_t c;
+                memset(&c, 0, sizeof c);
+                c.gemm = (wna16_gemm_t)g;
+                c.block_m = small ? 8 : 32;
+                c.block_n = small ? 256 : 128;
+                c.block_k = small ? 128 : 64;
+                c.warps_n = small ? 4 : 2;
+                c.warps_k = small ? 1 : 2;
+                c.stages = 3;
+                c.min_ctas = small ? 4 : 0;
+                apply(&c, &VARIANTS[v]);
+                compile_gemm(ctx, &c, small ? "variant (block_m 8)"
+                                            : "variant");
+            }
 }
 
 /* The same variants (but act order) on the wgmma template, sm_90a: the
