@@ -2,8 +2,8 @@
 """tiling_sweep.py - measures candidate rows of the Marlin spec's CUDA
 fused-MoE tiling table on the GPU: the block_m 16 rows that serve M <= 64
 on the bench's target shapes (Mixtral-8x7B, DeepSeek-V3/EP8), with
---block-m 8 rows for one routed row an expert (M = 1; DeepSeek-V3/EP8 and
-Qwen3-30B-A3B M = 16), with
+--block-m 8 rows for up to 4 routed rows an expert (M = 1 and 16 on the
+three models, M = 64 on DeepSeek-V3/EP8 and Qwen3-30B-A3B), with
 --block-m 32 those of Mixtral-8x7B at M = 64 (16 routed rows an expert), or
 with --block-m 64 the rows of the large-M cases (M = 256 and 4096).
 
@@ -33,9 +33,9 @@ MODELS = ["Mixtral-8x7B", "DeepSeek-V3/EP8"]
 # (block_n, block_k, warps_n, warps_k, stages, max_split_k, ctas_per_sm,
 #  min_ctas); per block_m, the first of each list is the base row
 CANDIDATES = {
-    # block_m 8 (one routed row an expert on average: --block-m 8 routes
-    # tokens_per_expert 1 to it): 8 A rows a stage, so that 256 columns and
-    # three stages fit four CTAs an SM (56.8 KB) where registers allow
+    # block_m 8 (the codes as the mma's A operand; --block-m 8 routes
+    # tokens_per_expert 1-4 to it, as the table does): 8 A rows a stage, so
+    # that 256 columns and three stages fit four CTAs an SM (56.8 KB)
     8: {
         "w13": {
             "n256k128w4x1p3s16c2o3": (256, 128, 4, 1, 3, 16, 2, 3),
@@ -192,7 +192,7 @@ def main():
     args = ap.parse_args()
     bm = args.block_m
     if not args.tokens:
-        args.tokens = {8: "1,16", 16: "1,16,64", 32: "64"}.get(bm, "256,4096")
+        args.tokens = {8: "1,16,64", 16: "1,16,64", 32: "64"}.get(bm, "256,4096")
     models = args.models.split(",")
     W13, W2 = CANDIDATES[bm]["w13"], CANDIDATES[bm]["w2"]
     BASE_W13, BASE_W2 = next(iter(W13)), next(iter(W2))
@@ -213,9 +213,9 @@ def main():
         else:
             rows = [row("w13", W13[other], bm), row("w2", v, bm)]
         d["tiling"]["gemm"] = rows + d["tiling"]["gemm"]
-        if bm == 8:  # block_m 8 serves one routed row an expert
-            d["tiling"]["block_m"].insert(
-                0, {"tokens_per_expert": [1, 1], "block_m": 8})
+        if bm == 8 and d["tiling"]["block_m"][0]["block_m"] != 8:
+            d["tiling"]["block_m"].insert(  # as the table: 1-4 rows
+                0, {"tokens_per_expert": [1, 4], "block_m": 8})
         f = os.path.join(args.out, f"m{bm}-{gemm}-{name}.json")
         json.dump(d, open(f, "w"), indent=2)
         files.append(f)
