@@ -38,17 +38,25 @@ CANDIDATES = {
     # that 256 columns and three stages fit four CTAs an SM (56.8 KB)
     8: {
         "w13": {
+            # the table's row below N 16384 (the base), then its row from
+            # 16384 (split-K aimed at four CTAs an SM, bounds for four)
             "n256k128w4x1p3s16c2o3": (256, 128, 4, 1, 3, 16, 2, 3),
-            "n256k128w4x1p3s16c2o4": (256, 128, 4, 1, 3, 16, 2, 4),
             "n256k128w4x1p3s16c4o4": (256, 128, 4, 1, 3, 16, 4, 4),
+            "n256k128w4x1p3s16c2o4": (256, 128, 4, 1, 3, 16, 2, 4),
             "n256k128w4x1p3s16c3o3": (256, 128, 4, 1, 3, 16, 3, 3),
+            "n256k128w4x1p3s16c4o3": (256, 128, 4, 1, 3, 16, 4, 3),
+            "n256k128w4x1p3s16c8o4": (256, 128, 4, 1, 3, 16, 8, 4),
+            # two stages: six CTAs an SM (37.9 KB; 80 registers, the scales
+            # in B; five spill)
+            "n256k128w4x1p2s16c6o6": (256, 128, 4, 1, 2, 16, 6, 6),
         },
         "w2": {
             "n256k128w4x1p3s8c2o3": (256, 128, 4, 1, 3, 8, 2, 3),
             "n256k128w4x1p3s8c2o4": (256, 128, 4, 1, 3, 8, 2, 4),
+            "n256k128w4x1p3s8c4o4": (256, 128, 4, 1, 3, 8, 4, 4),
             "n256k128w4x1p3s16c4o4": (256, 128, 4, 1, 3, 16, 4, 4),
-            "n256k128w4x1p3s16c4o3": (256, 128, 4, 1, 3, 16, 4, 3),
-            "n256k128w4x1p3s16c3o3": (256, 128, 4, 1, 3, 16, 3, 3),
+            "n256k128w4x1p3s8c3o3": (256, 128, 4, 1, 3, 8, 3, 3),
+            "n256k128w4x1p2s16c6o6": (256, 128, 4, 1, 2, 16, 6, 6),
         },
     },
     # the deferred-scale inner loop (templates/moe_marlin_gemm.cu, DEFER)
