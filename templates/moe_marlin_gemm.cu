@@ -703,8 +703,33 @@ W16_KERNEL(W16_GEMM_PARAMS)
                     w[4 * v + 2] = (u32)x.z;
                     w[4 * v + 3] = (u32)x.w;
                 }
-                // SWAP: block 2jp's b0, b1, held for block 2jp+1's mma
+                // The products of n8 block j's B fragment (b0, b1) into
+                // the accumulators at(mb, j) (zc: a zero C operand). SWAP
+                // holds block 2jp's pair for block 2jp+1's mma of both.
                 u32 pb0 = 0u, pb1 = 0u;
+                auto products = [&](auto &&at, int j, u32 b0, u32 b1,
+                                    bool zc) {
+                    if constexpr (SWAP) {
+                        if (j % 2 == 0) {
+                            pb0 = b0;
+                            pb1 = b1;
+                            return;
+                        }
+                        const u32 aw[4] = {pb0, b0, pb1, b1};
+                        if (zc)
+                            mma16816_zc(at(0, j / 2), aw, af[0][0], af[0][2]);
+                        else
+                            mma16816(at(0, j / 2), aw, af[0][0], af[0][2]);
+                    } else {
+#pragma unroll
+                        for (int mb = 0; mb < MB; mb++) {
+                            if (zc)
+                                mma16816_zc(at(mb, j), af[mb], b0, b1);
+                            else
+                                mma16816(at(mb, j), af[mb], b0, b1);
+                        }
+                    }
+                };
                 if constexpr (DEFER) {
 #pragma unroll
                     for (int j = 0; j < 8; j++) {
@@ -744,30 +769,12 @@ W16_KERNEL(W16_GEMM_PARAMS)
                                              from_u32<act2_t>(zb));
                             }
                         }
-                        u32 b0 = as_u32(d0), b1 = as_u32(d1);
-                        if constexpr (SWAP) {
-                            if (j % 2 == 0) {
-                                pb0 = b0;
-                                pb1 = b1;
-                            } else {
-                                const u32 aw[4] = {pb0, b0, pb1, b1};
-                                float (&d)[4] = pacc[0][DEFER ? t : 0][j / 2];
-                                if (ZERO_C && s == 0)
-                                    mma16816_zc(d, aw, af[0][0], af[0][2]);
-                                else
-                                    mma16816(d, aw, af[0][0], af[0][2]);
-                            }
-                        } else {
-#pragma unroll
-                            for (int mb = 0; mb < MB; mb++) {
-                                float (&d)[4] =
-                                    pacc[DEFER ? mb : 0][DEFER ? t : 0][j % JN];
-                                if (ZERO_C && s == 0)
-                                    mma16816_zc(d, af[mb], b0, b1);
-                                else
-                                    mma16816(d, af[mb], b0, b1);
-                            }
-                        }
+                        products(
+                            [&](int mb, int jj) -> float (&)[4] {
+                                return pacc[DEFER ? mb : 0][DEFER ? t : 0]
+                                           [jj % JN];
+                            },
+                            j, as_u32(d0), as_u32(d1), ZERO_C && s == 0);
                     }
                 } else {
 #pragma unroll
@@ -797,21 +804,11 @@ W16_KERNEL(W16_GEMM_PARAMS)
                             d1 = apply_scale(d1, s_reg[R2][t][j],
                                              s_reg[R3][t][j]);
                         }
-                        u32 b0 = as_u32(d0), b1 = as_u32(d1);
-                        if constexpr (SWAP) {
-                            if (j % 2 == 0) {
-                                pb0 = b0;
-                                pb1 = b1;
-                            } else {
-                                const u32 aw[4] = {pb0, b0, pb1, b1};
-                                mma16816(acc[0][t][j / 2], aw, af[0][0],
-                                         af[0][2]);
-                            }
-                        } else {
-#pragma unroll
-                            for (int mb = 0; mb < MB; mb++)
-                                mma16816(acc[mb][t][j % JN], af[mb], b0, b1);
-                        }
+                        products(
+                            [&](int mb, int jj) -> float (&)[4] {
+                                return acc[mb][t][jj % JN];
+                            },
+                            j, as_u32(d0), as_u32(d1), false);
                     }
                 }
             }
