@@ -37,6 +37,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "wna16.h"
+#include "bench/bench_cuda.h"
 #include "runtime/cuda/cuda.h"
 
 #include <stdio.h>
@@ -161,32 +162,6 @@ static void free_layer(dev_layer_t *L)
             w16_cuda_free(cuda, L->bufs[c][i]);
         wna16_tensor_set_destroy(L->sets[c]);
     }
-}
-
-/* Device-to-device copy bandwidth (read + write), GB/s. */
-static double copy_gbs(void)
-{
-    size_t bytes = (size_t)1 << 30;
-    uint64_t a = 0, b = 0;
-    w16_cuda_event_t *e0, *e1;
-    CHECK(w16_cuda_alloc(cuda, bytes, &a, &err));
-    CHECK(w16_cuda_alloc(cuda, bytes, &b, &err));
-    CHECK(w16_cuda_event_create(cuda, &e0, &err));
-    CHECK(w16_cuda_event_create(cuda, &e1, &err));
-    float t[5];
-    for (int r = 0; r < 5; r++) {
-        CHECK(w16_cuda_event_record(cuda, e0, NULL, &err));
-        CHECK(w16_cuda_copy_d2d(cuda, b, a, bytes, &err));
-        CHECK(w16_cuda_event_record(cuda, e1, NULL, &err));
-        CHECK(w16_cuda_event_sync(cuda, e1, &err));
-        CHECK(w16_cuda_event_elapsed_ms(cuda, e0, e1, &t[r], &err));
-    }
-    qsort(t, 5, sizeof *t, cmp_f);
-    w16_cuda_event_destroy(cuda, e0);
-    w16_cuda_event_destroy(cuda, e1);
-    w16_cuda_free(cuda, a);
-    w16_cuda_free(cuda, b);
-    return 2.0 * (double)bytes / (t[2] * 1e-3) / 1e9;
 }
 
 /* Uniform random top-k over n_global experts (distinct per token); the
@@ -412,16 +387,11 @@ int main(int argc, char **argv)
         }
     }
     wna16_context_t *ctx;
-    if (wna16_context_create(NULL, &ctx, &err)) {
-        fprintf(stderr, "%s\n", err.message);
-        return 1;
-    }
-    if (w16_cuda_get(ctx, &cuda, &err)) {
-        printf("bench_moe_cuda: no GPU: %s\n", err.message);
-        wna16_context_destroy(ctx);
-        return 0;
-    }
-    double bw = copy_gbs();
+    int status;
+    if (!bench_open_cuda("bench_moe_cuda", &ctx, &cuda, &status))
+        return status;
+    double bw = 0.0;
+    CHECK(bench_copy_gbs(cuda, &bw, &err));
     printf("%s, sm_%d%d, %d SMs, %s, %s; D2D copy %.0f GB/s (read + write)\n",
            w16_cuda_device_name(cuda), w16_cuda_cc_major(cuda),
            w16_cuda_cc_minor(cuda), w16_cuda_sm_count(cuda),

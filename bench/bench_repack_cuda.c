@@ -13,7 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "wna16.h"
-#include "bench/bench_util.h"
+#include "bench/bench_cuda.h"
 #include "gen/build_repack.h"
 #include "gen/spec.h"
 #include "runtime/cuda/cuda_kernels.h"
@@ -121,15 +121,9 @@ int main(int argc, char **argv)
     int H = argc > 2 ? atoi(argv[2]) : 2048;
     int I = argc > 3 ? atoi(argv[3]) : 768;
     wna16_context_t *ctx;
-    if (wna16_context_create(NULL, &ctx, &err)) {
-        fprintf(stderr, "%s\n", err.message);
-        return 1;
-    }
-    if (w16_cuda_get(ctx, &cuda, &err)) {
-        printf("SKIP: %s\n", err.message);
-        wna16_context_destroy(ctx);
-        return 0;
-    }
+    int status;
+    if (!bench_open_cuda("bench_repack_cuda", &ctx, &cuda, &status))
+        return status;
     CHECK(w16_cuda_event_create(cuda, &ev0, &err));
     CHECK(w16_cuda_event_create(cuda, &ev1, &err));
 

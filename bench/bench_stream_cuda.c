@@ -23,8 +23,8 @@
  *
  *     bench_stream_cuda            (prints SKIP and exits 0 without a GPU)
  */
-#include "wna16.h"
-#include "runtime/cuda/cuda.h"
+#define _POSIX_C_SOURCE 200809L
+#include "bench/bench_cuda.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -190,38 +190,6 @@ typedef struct stream_case {
     int threads;        /* a CTA's (the GEMM's: 32 x warps_n x warps_k) */
 } stream_case_t;
 
-static int cmp_f(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* Device-to-device copy bandwidth (read + write), GB/s: bench_moe_cuda's. */
-static double copy_gbs(void)
-{
-    size_t bytes = (size_t)1 << 30;
-    uint64_t a = 0, b = 0;
-    w16_cuda_event_t *e0, *e1;
-    CHECK(w16_cuda_alloc(cuda, bytes, &a, &err));
-    CHECK(w16_cuda_alloc(cuda, bytes, &b, &err));
-    CHECK(w16_cuda_event_create(cuda, &e0, &err));
-    CHECK(w16_cuda_event_create(cuda, &e1, &err));
-    float t[5];
-    for (int r = 0; r < 5; r++) {
-        CHECK(w16_cuda_event_record(cuda, e0, NULL, &err));
-        CHECK(w16_cuda_copy_d2d(cuda, b, a, bytes, &err));
-        CHECK(w16_cuda_event_record(cuda, e1, NULL, &err));
-        CHECK(w16_cuda_event_sync(cuda, e1, &err));
-        CHECK(w16_cuda_event_elapsed_ms(cuda, e0, e1, &t[r], &err));
-    }
-    qsort(t, 5, sizeof *t, cmp_f);
-    w16_cuda_event_destroy(cuda, e0);
-    w16_cuda_event_destroy(cuda, e1);
-    w16_cuda_free(cuda, a);
-    w16_cuda_free(cuda, b);
-    return 2.0 * (double)bytes / (t[2] * 1e-3) / 1e9;
-}
-
 /* Median microseconds of one launch of `fn` over the case, rotating over
  * the copies of its weights in `buf` (`copies` of `bytes` each). */
 static double time_case(w16_cuda_function_t *fn, const stream_case_t *c,
@@ -261,7 +229,7 @@ static double time_case(w16_cuda_function_t *fn, const stream_case_t *c,
     CHECK(w16_cuda_event_create(cuda, &e0, &err));
     CHECK(w16_cuda_event_create(cuda, &e1, &err));
     enum { REPS = 5, RUNS = 32 };
-    float t[REPS];
+    double t[REPS];
     for (int r = -1; r < REPS; r++) {  /* r = -1: warm-up */
         CHECK(w16_cuda_event_record(cuda, e0, NULL, &err));
         for (int i = 0; i < RUNS; i++) {
@@ -271,10 +239,12 @@ static double time_case(w16_cuda_function_t *fn, const stream_case_t *c,
         }
         CHECK(w16_cuda_event_record(cuda, e1, NULL, &err));
         CHECK(w16_cuda_event_sync(cuda, e1, &err));
+        float ms = 0.0f;
+        CHECK(w16_cuda_event_elapsed_ms(cuda, e0, e1, &ms, &err));
         if (r >= 0)
-            CHECK(w16_cuda_event_elapsed_ms(cuda, e0, e1, &t[r], &err));
+            t[r] = ms;
     }
-    qsort(t, REPS, sizeof *t, cmp_f);
+    qsort(t, REPS, sizeof *t, bench_cmp_double);
     w16_cuda_event_destroy(cuda, e0);
     w16_cuda_event_destroy(cuda, e1);
     return (double)t[REPS / 2] * 1e3 / RUNS;
@@ -283,15 +253,9 @@ static double time_case(w16_cuda_function_t *fn, const stream_case_t *c,
 int main(void)
 {
     wna16_context_t *ctx;
-    if (wna16_context_create(NULL, &ctx, &err)) {
-        fprintf(stderr, "%s\n", err.message);
-        return 1;
-    }
-    if (w16_cuda_get(ctx, &cuda, &err)) {
-        printf("SKIP: %s\n", err.message);
-        wna16_context_destroy(ctx);
-        return 0;
-    }
+    int status;
+    if (!bench_open_cuda("bench_stream_cuda", &ctx, &cuda, &status))
+        return status;
     int major = w16_cuda_cc_major(cuda), minor = w16_cuda_cc_minor(cuda);
     w16_cuda_image_t img;
     CHECK(w16_nvrtc_compile(ctx, SOURCE, "bench_stream", major, minor, &img,
@@ -304,7 +268,8 @@ int main(void)
     if (major >= 9)
         CHECK(w16_cuda_function(mod, "stream_bulk", &fbulk, &err));
 
-    double copy = copy_gbs();
+    double copy = 0.0;
+    CHECK(bench_copy_gbs(cuda, &copy, &err));
     printf("%s, sm_%d%d, %d SMs; D2D copy %.0f GB/s (read + write)\n",
            w16_cuda_device_name(cuda), major, minor, w16_cuda_sm_count(cuda),
            copy);
