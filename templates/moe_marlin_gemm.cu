@@ -78,7 +78,7 @@ constexpr int MB = (BM + 15) / 16;        // m16 blocks per CTA
 constexpr int NT = TILES / WN;            // tiles per warp
 constexpr int KS = KSTEPS / WK;           // k16 steps per warp and stage
 constexpr int NEED_BYTES = PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES;
-// block_m 8 (one routed row an expert on average, at most 8 a block)
+// block_m 8 (up to 4 routed rows an expert on average, 8 a block)
 // swaps the mma's operands: the B fragments of n8 blocks 2jp and 2jp+1
 // are, register for register, the A fragment of their 16 columns of W^T
 // (a0 = b0(2jp), a1 = b0(2jp+1), a2 = b1(2jp), a3 = b1(2jp+1)), and the 8
@@ -583,7 +583,7 @@ W16_KERNEL(W16_GEMM_PARAMS)
                 for (int mb = 0; mb < DM; mb++)
 #pragma unroll
                     for (int c = 0; c < 4; c++) {
-                        // SWAP: c 0, 1 are block 2j's column, 2, 3 block 2j+1's
+                        // SWAP: c 0, 1 in block 2j's column, 2, 3 in 2j+1's
                         const float sv = SWAP ? sc[2 * j + c / 2][0]
                                               : sc[j][c & 1];
                         float p = pacc[mb][t][j][c];
