@@ -585,9 +585,9 @@ static wna16_status_t check_cfg(const w16_moe_gemm_cfg_t *c,
         why = "the w13 GEMM fuses a gated activation";
     else if (c->wgmma)
         why = check_wgmma(c);
-    else if (c->block_m != 8 &&
+    else if (c->block_m != 8 && c->block_m != 24 &&
              (c->block_m < 16 || c->block_m > 64 || c->block_m % 16))
-        why = "block_m is 8, 16, 32, 48 or 64";
+        why = "block_m is 8, 16, 24, 32, 48 or 64";
     else if (c->grouped && !c->act_order &&
              (c->group_size < 16 || c->group_size % 16 ||
               (c->group_size % c->block_k && c->block_k % c->group_size)))

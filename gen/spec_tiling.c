@@ -195,8 +195,8 @@ static bool load_bm(tload_t *L, const cJSON *arr, const char *base,
                           bm == 256))
             return tfail(L, pk, "expected 16, 32, 48, 64, 128 or 256 "
                          "(wgmma's N)");
-        if (!b->wgmma && bm != 8 && (bm % 16 != 0 || bm > 64))
-            return tfail(L, pk, "expected 8, 16, 32, 48 or 64");
+        if (!b->wgmma && bm != 8 && bm != 24 && (bm % 16 != 0 || bm > 64))
+            return tfail(L, pk, "expected 8, 16, 24, 32, 48 or 64");
         if (i == n - 1 && b->wgmma)
             return tfail(L, p, "the last row is the one every device can "
                          "run: it cannot be a wgmma row");

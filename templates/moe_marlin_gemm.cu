@@ -74,7 +74,10 @@ namespace w16 {
 
 // ---- derived constants and the checks the specializer relies on ----------
 
-constexpr int MB = (BM + 15) / 16;        // m16 blocks per CTA
+// block_m 8 and 24 swap the mma's operands (below): their row blocks are
+// n8 blocks of the mma; the others' are m16 blocks
+constexpr bool SWAP = BM % 16 == 8;
+constexpr int MB = SWAP ? BM / 8 : (BM + 15) / 16; // row blocks per CTA
 constexpr int NT = TILES / WN;            // tiles per warp
 constexpr int KS = KSTEPS / WK;           // k16 steps per warp and stage
 constexpr int NEED_BYTES = PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES;
@@ -87,8 +90,10 @@ constexpr int NEED_BYTES = PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES;
 // m16 tile with 8 rows of zeros, the codes read as before. A stage holds
 // 8 A rows, so three stages of 256 columns fit four CTAs an SM (56.8 KB;
 // bench/bench_stream_cuda.c: the read pattern alone streams 15-30% faster
-// at four CTAs an SM than at three).
-constexpr bool SWAP = BM == 8;
+// at four CTAs an SM than at three). block_m 24 is three such n8 blocks
+// of rows: three mma a pair of n8 code blocks where block_m 32's two m16
+// blocks take four, for the experts of 9-24 rows that would otherwise pad
+// to 32 (the mma pipe is the busiest there: bench/RESULTS.md).
 constexpr int JN = SWAP ? 4 : 8; // accumulator tiles per 64-column tile
 constexpr int ACC_REGS = MB * NT * JN * 4; // floats of acc a thread
 // Rows of per-k-row scale caches: act-order gives each of a thread's four
@@ -96,13 +101,13 @@ constexpr int ACC_REGS = MB * NT * JN * 4; // floats of acc a thread
 // in one group (group sizes are multiples of 16).
 constexpr int SROWS = (ACT_ORDER && GROUPED) ? 4 : 1;
 
-static_assert(BM == 8 || (BM % 16 == 0 && BM >= 16 && BM <= 64),
+static_assert(BM == 8 || BM == 24 || (BM % 16 == 0 && BM >= 16 && BM <= 64),
               "block_m");
 static_assert(BN % 64 == 0 && TILES % WN == 0, "block_n and warps_n");
 static_assert(BK % 64 == 0 && KSTEPS % WK == 0, "block_k and warps_k");
 static_assert(!GATED || (TILES % 2 == 0 && NT <= TILES / 2 &&
                          (TILES / 2) % NT == 0), "gated: gate and up tiles");
-static_assert(MB * NT <= 4, "accumulators: at most 128 floats a thread");
+static_assert(ACC_REGS <= 128, "accumulators: at most 128 floats a thread");
 static_assert(STAGES >= 2 && STAGES <= 8, "pipeline depth");
 static_assert(NTHREADS <= 512, "threads per CTA");
 static_assert(SMEM_BYTES == NEED_BYTES, "shared memory size (prelude)");
@@ -176,7 +181,7 @@ template <u32 B, u32 C> __device__ __forceinline__ u32 lop3_and_or(u32 a)
 // result is the exact scaled product summed in float32 (no rounding of
 // (q - z) * s to the activation dtype in between). It needs a second set of
 // accumulators (ACC_REGS more registers), so it is for the tiles
-// whose launch bounds leave room for them (small M: MB * NT <= 2), grouped
+// whose launch bounds leave room for them (small M: 64 floats), grouped
 // scales staged with the pipeline (not act-order) and the exponent trick;
 // the other kernels multiply the scale into B as before.
 constexpr int REG_CAP = 65536 / (NTHREADS * MIN_CTAS) < 255
@@ -184,7 +189,7 @@ constexpr int REG_CAP = 65536 / (NTHREADS * MIN_CTAS) < 255
 // (zero points keep 8 more words a tile for the group: without room for
 // them ptxas spills, so those tiles keep the scales in B)
 constexpr bool DEFER = !SCALES_IN_B && SMEM_SCALES && USE_MAGIC &&
-                       MB * NT <= 2 &&
+                       ACC_REGS <= 64 &&
                        2 * ACC_REGS + 64 + (ZP ? 16 * NT : 0) <= REG_CAP;
 constexpr u32 MAGIC2 = MAGIC_BITS | (MAGIC_BITS << 16);
 // the symmetric zero point 2^(BITS-1) under the exponent, both lanes
@@ -236,7 +241,9 @@ constexpr bool ZERO_C = DEFER && STAGE_GROUPS && GSZ == BK;
 // the float32 sums carry about 17 times the magnitude before the
 // subtraction, about 4 of float32's 24 bits. One m16 block only: at two
 // (block_m 32, 254 registers) the extra mma and sums measured 1.6% slower.
-constexpr bool FOLD = DEFER && ACT_BF16 && !ZP && MB == 1;
+// Swapped tiles take one mma a step per n8 block of rows (block_m 24:
+// three against the step's twelve of products).
+constexpr bool FOLD = DEFER && ACT_BF16 && !ZP && (SWAP || MB == 1);
 constexpr float FOLD_ZB = MAGIC + (float)(1 << (BITS - 1)); // 136: 4-bit
 
 // The 16 scales of a thread's accumulator columns in one 64-column tile
@@ -643,8 +650,8 @@ W16_KERNEL(W16_GEMM_PARAMS)
 #pragma unroll
             for (int mb = 0; mb < MB; mb++) {
                 if constexpr (SWAP) { // the n8 operand: b0, b1 in 0, 2
-                    int row = lane % 8; // lanes 0-15 give the addresses
-                    int chunk = (2 * kk + (lane / 8) % 2) ^ row;
+                    int row = mb * 8 + lane % 8; // lanes 0-15: addresses
+                    int chunk = (2 * kk + (lane / 8) % 2) ^ (row % 8);
                     ldmatrix_x2(af[mb][0], af[mb][2],
                                 cA + row * BK + chunk * 8);
                 } else {
@@ -660,9 +667,10 @@ W16_KERNEL(W16_GEMM_PARAMS)
                     if constexpr (SWAP) { // A = ones, B = the activations
                         const u32 ones[4] = {ONES, ONES, ONES, ONES};
                         if (ZERO_C && s == 0)
-                            mma16816_zc(rsum[0], ones, af[0][0], af[0][2]);
+                            mma16816_zc(rsum[mb], ones, af[mb][0],
+                                        af[mb][2]);
                         else
-                            mma16816(rsum[0], ones, af[0][0], af[0][2]);
+                            mma16816(rsum[mb], ones, af[mb][0], af[mb][2]);
                     } else if (ZERO_C && s == 0) {
                         mma16816_zc(rsum[FOLD ? mb : 0], af[mb], ONES, ONES);
                     } else {
@@ -716,10 +724,15 @@ W16_KERNEL(W16_GEMM_PARAMS)
                             return;
                         }
                         const u32 aw[4] = {pb0, b0, pb1, b1};
-                        if (zc)
-                            mma16816_zc(at(0, j / 2), aw, af[0][0], af[0][2]);
-                        else
-                            mma16816(at(0, j / 2), aw, af[0][0], af[0][2]);
+#pragma unroll
+                        for (int mb = 0; mb < MB; mb++) {
+                            if (zc)
+                                mma16816_zc(at(mb, j / 2), aw, af[mb][0],
+                                            af[mb][2]);
+                            else
+                                mma16816(at(mb, j / 2), aw, af[mb][0],
+                                         af[mb][2]);
+                        }
                     } else {
 #pragma unroll
                         for (int mb = 0; mb < MB; mb++) {
@@ -889,7 +902,8 @@ W16_KERNEL(W16_GEMM_PARAMS)
                         float *p0, *p1;
                         int o1;
                         if constexpr (SWAP) { // C^T: rows 2 tig, 2 tig + 1
-                            p0 = cs + (2 * tig) * C_LD + c0 + 16 * j + gid;
+                            p0 = cs + (mb * 8 + 2 * tig) * C_LD + c0 +
+                                 16 * j + gid;
                             p1 = p0 + 8; // block 2j + 1
                             o1 = C_LD;
                         } else {

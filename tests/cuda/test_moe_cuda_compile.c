@@ -254,28 +254,36 @@ static void test_tables_agree(wna16_context_t *ctx)
     }
 }
 
-/* Every quantization variant with two fixed tiles, both GEMMs: one of
- * block_m 32 with two K warps, and block_m 8 (the swapped mma: the codes
- * as the A operand) in the built-in table's shape, at launch bounds for
- * four CTAs an SM. */
+/* Every quantization variant with three fixed tiles, both GEMMs: one of
+ * block_m 32 with two K warps, then block_m 8 and 24 (the swapped mma:
+ * the codes as the A operand, one and three n8 blocks of rows) in the
+ * built-in table's shape, at launch bounds for four and three CTAs an
+ * SM. */
 static void test_variants(wna16_context_t *ctx)
 {
+    static const struct {
+        int bm, bn, bk, wn, wk, min_ctas;
+        const char *what;
+    } SHAPES[] = {
+        {32, 128, 64, 2, 2, 0, "variant"},
+        {8, 256, 128, 4, 1, 4, "variant (block_m 8)"},
+        {24, 256, 128, 4, 1, 3, "variant (block_m 24)"},
+    };
     for (size_t v = 0; v < W16_ARRAY_LEN(VARIANTS); v++)
         for (int g = 0; g < 2; g++)
-            for (int small = 0; small < 2; small++) {
+            for (size_t h = 0; h < W16_ARRAY_LEN(SHAPES); h++) {
                 w16_moe_gemm_cfg_t c;
                 memset(&c, 0, sizeof c);
                 c.gemm = (wna16_gemm_t)g;
-                c.block_m = small ? 8 : 32;
-                c.block_n = small ? 256 : 128;
-                c.block_k = small ? 128 : 64;
-                c.warps_n = small ? 4 : 2;
-                c.warps_k = small ? 1 : 2;
+                c.block_m = SHAPES[h].bm;
+                c.block_n = SHAPES[h].bn;
+                c.block_k = SHAPES[h].bk;
+                c.warps_n = SHAPES[h].wn;
+                c.warps_k = SHAPES[h].wk;
                 c.stages = 3;
-                c.min_ctas = small ? 4 : 0;
+                c.min_ctas = SHAPES[h].min_ctas;
                 apply(&c, &VARIANTS[v]);
-                compile_gemm(ctx, &c, small ? "variant (block_m 8)"
-                                            : "variant");
+                compile_gemm(ctx, &c, SHAPES[h].what);
             }
 }
 
@@ -542,7 +550,7 @@ static void test_refusals(wna16_context_t *ctx)
     } while (0)
     EXPECT_REFUSED(c.bits = 3, "bits");
     EXPECT_REFUSED((c.bits = 8, c.zp = true), "zero points");
-    EXPECT_REFUSED(c.block_m = 24, "block_m");
+    EXPECT_REFUSED(c.block_m = 40, "block_m");
     EXPECT_REFUSED(c.block_n = 96, "block_n");
     EXPECT_REFUSED(c.block_k = 32, "block_k");
     EXPECT_REFUSED(c.warps_n = 3, "warps_n");

@@ -86,7 +86,7 @@ static void set_range(cJSON *obj, const char *key, int lo, int hi)
 }
 
 /* ---- edits, one per refusal ---- */
-static void e_bm_value(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 1), "block_m", 24); }
+static void e_bm_value(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 1), "block_m", 40); }
 static void e_bm_last_cond(cJSON *r, int a) { (void)a; set_range(row(r, "block_m", 7), "tokens_per_expert", 1, 9); }
 static void e_bm_hides(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(row(r, "block_m", 2), "tokens_per_expert"); }
 static void e_bn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "block_n", 96); }
@@ -168,7 +168,7 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         void (*edit)(cJSON *, int);
         const char *needle;
     } cases[] = {
-        {e_bm_value, "$.tiling.block_m[1].block_m: expected 8, 16, 32, 48 or 64"},
+        {e_bm_value, "$.tiling.block_m[1].block_m: expected 8, 16, 24, 32, 48 or 64"},
         {e_bm_last_cond, "$.tiling.block_m[7]: the last row must have no "
                          "condition"},
         {e_bm_hides, "$.tiling.block_m[2]: a row without a condition hides"},
