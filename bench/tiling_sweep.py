@@ -4,7 +4,8 @@ fused-MoE tiling table on the GPU: the block_m 16 rows that serve M <= 64
 on the bench's target shapes (Mixtral-8x7B, DeepSeek-V3/EP8), with
 --block-m 8 rows for up to 4 routed rows an expert (M = 1 and 16 on the
 three models, M = 64 on DeepSeek-V3/EP8 and Qwen3-30B-A3B), with
---block-m 32 those of Mixtral-8x7B at M = 64 (16 routed rows an expert), or
+--block-m 24 rows for 9-18 routed rows an expert (Mixtral-8x7B M = 64,
+Qwen3-30B-A3B M = 256; pass --models), with --block-m 32 those of Mixtral-8x7B at M = 64 (16 routed rows an expert), or
 with --block-m 64 the rows of the large-M cases (M = 256 and 4096).
 
 Each candidate is a copy of specs/backends/marlin.json whose "tiling"
@@ -15,7 +16,7 @@ same device tensors (CUDA graphs, >= 512 MB of rotated weight copies) and
 this script prints, per GEMM, the candidates ranked by their summed time
 over the models and token counts.
 
-    python3 bench/tiling_sweep.py BENCH_BINARY [--block-m 8|16|32|64]
+    python3 bench/tiling_sweep.py BENCH_BINARY [--block-m 8|16|24|32|64]
                                   [--tokens 1,16,64] [--models A,B] [--out DIR]
 """
 import argparse
@@ -160,6 +161,32 @@ CANDIDATES = {
             "n256k128w4x1p4s16c4o2": (256, 128, 4, 1, 4, 16, 4, 2),
         },
     },
+    # block_m 24 (three n8 blocks of rows on the swapped mma; --block-m 24
+    # routes tokens_per_expert 9-18 to it: Mixtral-8x7B M = 64, Qwen3 M =
+    # 256): 48 accumulators a thread for a 64-column tile, 96 with the
+    # deferred scales, so two CTAs of four warps an SM unless the scales
+    # go in B
+    24: {
+        "w13": {
+            "n256k128w4x1p4s16c2o2": (256, 128, 4, 1, 4, 16, 2, 2),
+            "n256k128w4x1p3s16c2o3": (256, 128, 4, 1, 3, 16, 2, 3),
+            "n256k128w4x2p4s16c2o1": (256, 128, 4, 2, 4, 16, 2, 1),
+            "n256k64w4x2p6s16c2o1": (256, 64, 4, 2, 6, 16, 2, 1),
+            "n128k128w2x1p3s16c5o5": (128, 128, 2, 1, 3, 16, 5, 5),
+            "n256k128w4x1p2s16c4o4sb": (256, 128, 4, 1, 2, 16, 4, 4, True),
+            "n256k64w4x1p4s16c4o4sb": (256, 64, 4, 1, 4, 16, 4, 4, True),
+            "n256k128w4x1p4s16c4o2": (256, 128, 4, 1, 4, 16, 4, 2),
+        },
+        "w2": {
+            "n256k128w4x1p4s16c2o2": (256, 128, 4, 1, 4, 16, 2, 2),
+            "n256k128w4x2p4s16c2o1": (256, 128, 4, 2, 4, 16, 2, 1),
+            "n256k64w4x2p6s16c2o1": (256, 64, 4, 2, 6, 16, 2, 1),
+            "n128k128w2x1p3s16c5o5": (128, 128, 2, 1, 3, 16, 5, 5),
+            "n256k128w4x1p2s16c4o4sb": (256, 128, 4, 1, 2, 16, 4, 4, True),
+            "n256k64w4x1p4s16c4o4sb": (256, 64, 4, 1, 4, 16, 4, 4, True),
+            "n256k128w4x1p4s16c4o2": (256, 128, 4, 1, 4, 16, 4, 2),
+        },
+    },
     64: {
         "w13": {
             "n256k64w4x2p3s1o1": (256, 64, 4, 2, 3, 1, 2, 1),
@@ -194,7 +221,7 @@ def main():
     ap.add_argument("bench")
     ap.add_argument("--tokens", default=None,
                     help="default: 1,16,64 (block_m 16), 256,4096 (64)")
-    ap.add_argument("--block-m", type=int, default=16, choices=[8, 16, 32, 64])
+    ap.add_argument("--block-m", type=int, default=16, choices=[8, 16, 24, 32, 64])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--out", default="/tmp/tiling_sweep")
     ap.add_argument("--only", default=None,
@@ -203,7 +230,8 @@ def main():
     args = ap.parse_args()
     bm = args.block_m
     if not args.tokens:
-        args.tokens = {8: "1,16,64", 16: "1,16,64", 32: "64"}.get(bm, "256,4096")
+        args.tokens = {8: "1,16,64", 16: "1,16,64", 24: "64,256",
+                       32: "64"}.get(bm, "256,4096")
     models = args.models.split(",")
     W13, W2 = CANDIDATES[bm]["w13"], CANDIDATES[bm]["w2"]
     BASE_W13, BASE_W2 = next(iter(W13)), next(iter(W2))
@@ -227,6 +255,9 @@ def main():
         if bm == 8 and d["tiling"]["block_m"][0]["block_m"] != 8:
             d["tiling"]["block_m"].insert(  # as the table: 1-4 rows
                 0, {"tokens_per_expert": [1, 4], "block_m": 8})
+        if bm == 24 and d["tiling"]["block_m"][0]["block_m"] != 24:
+            d["tiling"]["block_m"].insert(  # 9-18 rows, before block_m 32
+                0, {"tokens_per_expert": [9, 18], "block_m": 24})
         f = os.path.join(args.out, f"m{bm}-{gemm}-{name}.json")
         json.dump(d, open(f, "w"), indent=2)
         files.append(f)
