@@ -239,11 +239,12 @@ constexpr bool ZERO_C = DEFER && STAGE_GROUPS && GSZ == BK;
 // trades four subtractions a word (16 a step and tile) for one mma a step
 // and an fma per accumulator a group. The products are exact either way;
 // the float32 sums carry about 17 times the magnitude before the
-// subtraction, about 4 of float32's 24 bits. One m16 block only: at two
-// (block_m 32, 254 registers) the extra mma and sums measured 1.6% slower.
-// Swapped tiles take one mma a step per n8 block of rows (block_m 24:
-// three against the step's twelve of products).
-constexpr bool FOLD = DEFER && ACT_BF16 && !ZP && (SWAP || MB == 1);
+// subtraction, about 4 of float32's 24 bits. One block of rows only: at
+// two m16 blocks (block_m 32, 254 registers) the extra mma and sums
+// measured 1.6% slower, and at three n8 blocks (block_m 24: three more
+// mma a step on twelve) 4.5-7% slower, the mma pipe being the busiest
+// there; at block_m 8 (one more on four) it is even with the subtractions.
+constexpr bool FOLD = DEFER && ACT_BF16 && !ZP && MB == 1;
 constexpr float FOLD_ZB = MAGIC + (float)(1 << (BITS - 1)); // 136: 4-bit
 
 // The 16 scales of a thread's accumulator columns in one 64-column tile
