@@ -50,6 +50,12 @@ CANDIDATES = {
             # two stages: six CTAs an SM (37.9 KB; 80 registers, the scales
             # in B; five spill)
             "n256k128w4x1p2s16c6o6": (256, 128, 4, 1, 2, 16, 6, 6),
+            # 128 columns (one gate and one up tile): twice the CTAs of
+            # half the width, for the layers whose grids fill few SMs at
+            # M = 1-16 (DeepSeek-V3/EP8's 16-column-tile GEMM 1)
+            "n128k128w2x2p3s16c4o4": (128, 128, 2, 2, 3, 16, 4, 4),
+            "n128k128w2x1p4s16c4o6": (128, 128, 2, 1, 4, 16, 4, 6),
+            "n128k128w2x1p3s16c6o6": (128, 128, 2, 1, 3, 16, 6, 6),
         },
         "w2": {
             "n256k128w4x1p3s8c2o3": (256, 128, 4, 1, 3, 8, 2, 3),
@@ -61,6 +67,9 @@ CANDIDATES = {
             # registers, no spill; not measured yet)
             "n256k128w4x1p3s16c4o3": (256, 128, 4, 1, 3, 16, 4, 3),
             "n256k128w4x1p2s16c6o6": (256, 128, 4, 1, 2, 16, 6, 6),
+            "n128k128w2x2p3s8c4o4": (128, 128, 2, 2, 3, 8, 4, 4),
+            "n128k128w2x1p4s8c4o6": (128, 128, 2, 1, 4, 8, 4, 6),
+            "n128k128w2x1p3s16c6o6": (128, 128, 2, 1, 3, 16, 6, 6),
         },
     },
     # the deferred-scale inner loop (templates/moe_marlin_gemm.cu, DEFER)
