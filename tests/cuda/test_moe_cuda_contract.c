@@ -267,15 +267,16 @@ static void test_lookups(wna16_context_t *ctx)
         TU_CHECK_MSG(bm == want[i], "tpe %lld: block_m %d", (long long)tpe[i],
                      bm);
     }
-    /* block_m 8: GEMM 1 of Mixtral-8x7B's width (N >= 16384) under
-     * launch bounds for three CTAs an SM (row 0), narrower ones for four
-     * (row 1); w2 row 2 */
+    /* block_m 8: GEMM 1 of Mixtral-8x7B's width (N >= 16384) in CTAs of
+     * two warps and 128 columns, six an SM (row 0), narrower ones in four
+     * warps and 256 columns, four an SM (row 1); w2 row 2 */
     w16_moe_gemm_cfg_t c8;
     memset(&c8, 0, sizeof c8);
     const char *p8 = NULL;
     TU_OK(w16_moe_cuda_tile(m, 8, false, WNA16_GEMM_W13, 28672, 4096, &c8,
                             &p8, &err), &err);
-    TU_CHECK(c8.block_m == 8 && c8.min_ctas == 3 && c8.stages == 3 &&
+    TU_CHECK(c8.block_m == 8 && c8.block_n == 128 && c8.warps_n == 2 &&
+             c8.min_ctas == 6 && c8.stages == 3 &&
              strcmp(p8, "$.tiling.gemm[0]") == 0);
     TU_OK(w16_moe_cuda_tile(m, 8, false, WNA16_GEMM_W13, 4096, 7168, &c8,
                             &p8, &err), &err);
