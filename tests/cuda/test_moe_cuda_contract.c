@@ -89,60 +89,60 @@ static void set_range(cJSON *obj, const char *key, int lo, int hi)
 static void e_bm_value(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 1), "block_m", 40); }
 static void e_bm_last_cond(cJSON *r, int a) { (void)a; set_range(row(r, "block_m", 8), "tokens_per_expert", 1, 9); }
 static void e_bm_hides(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(row(r, "block_m", 2), "tokens_per_expert"); }
-static void e_bn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "block_n", 96); }
-static void e_bk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "block_k", 32); }
-static void e_bk192(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "block_k", 192); }
-static void e_wn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "warps_n", 3); }
-static void e_wk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 11), "warps_k", 8); }
-static void e_acc(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 9), "warps_n", 2); }
+static void e_bn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "block_n", 96); }
+static void e_bk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "block_k", 32); }
+static void e_bk192(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 6), "block_k", 192); }
+static void e_wn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "warps_n", 3); }
+static void e_wk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 12), "warps_k", 8); }
+static void e_acc(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 10), "warps_n", 2); }
 static void e_smem(cJSON *r, int a)
 {
     (void)a;
-    cJSON *g = row(r, "gemm", 7);
+    cJSON *g = row(r, "gemm", 8);
     set_num(g, "block_k", 256);
     set_num(g, "stages", 8);
 }
-static void e_key(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", 3), "tile", 1); }
-static void e_gemm(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 3), "gemm", cJSON_CreateString("w3")); }
+static void e_key(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", 4), "tile", 1); }
+static void e_gemm(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 4), "gemm", cJSON_CreateString("w3")); }
 static void e_halves(cJSON *r, int a)
 {
-    (void)a; /* row 4 (w2 only) with one warp over both of its tiles */
-    cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", 4), "gemm");
-    set_num(row(r, "gemm", 4), "warps_n", 1);
+    (void)a; /* row 5 (w2 only) with one warp over both of its tiles */
+    cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", 5), "gemm");
+    set_num(row(r, "gemm", 5), "warps_n", 1);
 }
-static void e_range(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 7), "n", 9, 3); }
-static void e_last(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 11), "k", 1, 64); }
-/* wgmma rows: block_m[4], [6], [7] and gemm[10] of the built-in table */
+static void e_range(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 8), "n", 9, 3); }
+static void e_last(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 12), "k", 1, 64); }
+/* wgmma rows: block_m[4], [6], [7] and gemm[11] of the built-in table */
 static void e_wg_bm(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 7), "block_m", 96); }
-static void e_wg_shape(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 10), "warps_n", 4); }
-static void e_wg_catch(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 10), "n", 1, 4096); }
-static void e_wg_mma(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 10), "mma", cJSON_CreateString("tcgen05")); }
+static void e_wg_shape(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 11), "warps_n", 4); }
+static void e_wg_catch(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 11), "n", 1, 4096); }
+static void e_wg_mma(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 11), "mma", cJSON_CreateString("tcgen05")); }
 /* warp_specialized: a wgmma row with two or four consumer warpgroups, a
  * boolean; block_m 256 needs 64 columns a warpgroup */
-static void e_ws_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", 7), "warp_specialized", 1); }
-static void e_ws_bool(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 10), "warp_specialized", cJSON_CreateString("yes")); }
+static void e_ws_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", 8), "warp_specialized", 1); }
+static void e_ws_bool(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 11), "warp_specialized", cJSON_CreateString("yes")); }
 /* scales_on_acc and wgmma_groups: warp-specialized rows only */
-static void e_sa_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", 7), "scales_on_acc", 1); }
-static void e_sa_bool(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", 10), "wgmma_groups", 3); }
+static void e_sa_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", 8), "scales_on_acc", 1); }
+static void e_sa_bool(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", 11), "wgmma_groups", 3); }
 static void e_wg_256(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 7), "block_m", 256); }
 /* four consumer warpgroups (warps_n 16): warp-specialized, block_m <= 128 */
 static void e_wg4_plain(cJSON *r, int a)
 {
     (void)a;
-    set_num(row(r, "gemm", 10), "warps_n", 16);
-    cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", 10),
+    set_num(row(r, "gemm", 11), "warps_n", 16);
+    cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", 11),
                                             "warp_specialized");
 }
 static void e_wg4_sc(cJSON *r, int a)
 {
     (void)a;
-    set_num(row(r, "gemm", 10), "warps_n", 16);
-    cJSON_AddBoolToObject(row(r, "gemm", 10), "split_codes", 1);
+    set_num(row(r, "gemm", 11), "warps_n", 16);
+    cJSON_AddBoolToObject(row(r, "gemm", 11), "split_codes", 1);
 }
 static void e_wg4_256(cJSON *r, int a)
 {
     e_wg_256(r, a);
-    set_num(row(r, "gemm", 10), "warps_n", 16);
+    set_num(row(r, "gemm", 11), "warps_n", 16);
 }
 static void e_wg_last(cJSON *r, int a)
 {
@@ -151,16 +151,16 @@ static void e_wg_last(cJSON *r, int a)
     set_num(row(r, "block_m", 8), "block_m", 128);
 }
 static void e_missing(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(tiling(r), "gemm"); }
-static void e_stages(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "stages", 1); }
-static void e_split(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 3), "max_split_k", 3); }
+static void e_stages(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "stages", 1); }
+static void e_split(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "max_split_k", 3); }
 static void e_occ(cJSON *r, int a)
 {
     (void)a; /* 512 threads a CTA */
-    set_num(row(r, "gemm", 7), "warps_k", 4);
-    set_num(row(r, "gemm", 7), "min_ctas", 5);
+    set_num(row(r, "gemm", 8), "warps_k", 4);
+    set_num(row(r, "gemm", 8), "min_ctas", 5);
 }
 
-static void e_sb(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 3), "scales_in_b", 1); }
+static void e_sb(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "scales_in_b", 1); }
 
 static void test_tiling_refusals(wna16_context_t *ctx)
 {
@@ -172,53 +172,53 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         {e_bm_last_cond, "$.tiling.block_m[8]: the last row must have no "
                          "condition"},
         {e_bm_hides, "$.tiling.block_m[2]: a row without a condition hides"},
-        {e_bn, "$.tiling.gemm[4].block_n: expected a multiple of 64"},
-        {e_bk, "$.tiling.gemm[4].block_k: 32 is out of range [64, 256]"},
-        {e_bk192, "$.tiling.gemm[5].block_k: expected 64, 128 or 256"},
-        {e_wn, "$.tiling.gemm[4].warps_n: expected a power of two dividing "
+        {e_bn, "$.tiling.gemm[5].block_n: expected a multiple of 64"},
+        {e_bk, "$.tiling.gemm[5].block_k: 32 is out of range [64, 256]"},
+        {e_bk192, "$.tiling.gemm[6].block_k: expected 64, 128 or 256"},
+        {e_wn, "$.tiling.gemm[5].warps_n: expected a power of two dividing "
                "block_n / 64 = 4"},
-        {e_wk, "$.tiling.gemm[11].warps_k: expected a power of two dividing "
+        {e_wk, "$.tiling.gemm[12].warps_k: expected a power of two dividing "
                "block_k / 16 = 4"},
-        {e_acc, "$.tiling.gemm[9]: with block_m 48 (from $.tiling.block_m[5]) "
+        {e_acc, "$.tiling.gemm[10]: with block_m 48 (from $.tiling.block_m[5]) "
                 "a warp would hold 3 x 2"},
         {e_smem, "bytes of shared memory (at most 232448)"},
-        {e_key, "$.tiling.gemm[3]: unknown key \"tile\""},
-        {e_gemm, "$.tiling.gemm[3].gemm: expected \"w13\" or \"w2\""},
-        {e_halves, "$.tiling.gemm[4]: a w13 shape puts the gate and up "
+        {e_key, "$.tiling.gemm[4]: unknown key \"tile\""},
+        {e_gemm, "$.tiling.gemm[4].gemm: expected \"w13\" or \"w2\""},
+        {e_halves, "$.tiling.gemm[5]: a w13 shape puts the gate and up "
                    "halves"},
-        {e_range, "$.tiling.gemm[7].n: empty range [9, 3]"},
-        {e_last, "$.tiling.gemm[11]: the last row must have no condition"},
+        {e_range, "$.tiling.gemm[8].n: empty range [9, 3]"},
+        {e_last, "$.tiling.gemm[12]: the last row must have no condition"},
         {e_wg_bm, "$.tiling.block_m[7].block_m: expected 16, 32, 48, 64, "
                   "128 or 256 (wgmma"},
-        {e_wg_shape, "$.tiling.gemm[10]: a wgmma row has block_k 64, "
+        {e_wg_shape, "$.tiling.gemm[11]: a wgmma row has block_k 64, "
                      "warps_k 1"},
         {e_wg_catch, "block_m has wgmma rows, but no wgmma GEMM row without "
                      "conditions"},
-        {e_wg_mma, "$.tiling.gemm[10].mma: expected \"mma.sync\" or "
+        {e_wg_mma, "$.tiling.gemm[11].mma: expected \"mma.sync\" or "
                    "\"wgmma\""},
         {e_wg_last, "$.tiling.block_m[8]: the last row is the one every "
                     "device can run"},
-        {e_ws_plain, "$.tiling.gemm[7].warp_specialized: only a wgmma row "
+        {e_ws_plain, "$.tiling.gemm[8].warp_specialized: only a wgmma row "
                      "with two or four consumer warpgroups"},
-        {e_ws_bool, "$.tiling.gemm[10].warp_specialized: expected true or "
+        {e_ws_bool, "$.tiling.gemm[11].warp_specialized: expected true or "
                     "false"},
-        {e_sa_plain, "$.tiling.gemm[7].scales_on_acc: only a "
+        {e_sa_plain, "$.tiling.gemm[8].scales_on_acc: only a "
                      "warp_specialized row"},
-        {e_sa_bool, "$.tiling.gemm[10].wgmma_groups: expected 1 or 2"},
-        {e_wg_256, "$.tiling.gemm[10]: with block_m 256 (from "
+        {e_sa_bool, "$.tiling.gemm[11].wgmma_groups: expected 1 or 2"},
+        {e_wg_256, "$.tiling.gemm[11]: with block_m 256 (from "
                    "$.tiling.block_m[7]) a wgmma warpgroup (4 warps_n) "
                    "computes 64 columns: block_n 256 needs warps_n 16"},
-        {e_wg4_plain, "$.tiling.gemm[10].warps_n: four wgmma warpgroups "
+        {e_wg4_plain, "$.tiling.gemm[11].warps_n: four wgmma warpgroups "
                       "(warps_n 16) need \"warp_specialized\""},
-        {e_wg4_sc, "$.tiling.gemm[10].split_codes: the codes are split for "
+        {e_wg4_sc, "$.tiling.gemm[11].split_codes: the codes are split for "
                    "two consumer warpgroups"},
-        {e_wg4_256, "$.tiling.gemm[10]: with block_m 256 (from "
+        {e_wg4_256, "$.tiling.gemm[11]: with block_m 256 (from "
                     "$.tiling.block_m[7]): four consumer warpgroups"},
         {e_missing, "$.tiling: \"block_m\" and \"gemm\" are required"},
-        {e_stages, "$.tiling.gemm[4].stages: 1 is out of range [2, 8]"},
-        {e_split, "$.tiling.gemm[3].max_split_k: expected a power of two"},
-        {e_occ, "$.tiling.gemm[7].min_ctas: 5 CTAs of 512 threads exceed"},
-        {e_sb, "$.tiling.gemm[3].scales_in_b: expected true or false"},
+        {e_stages, "$.tiling.gemm[5].stages: 1 is out of range [2, 8]"},
+        {e_split, "$.tiling.gemm[4].max_split_k: expected a power of two"},
+        {e_occ, "$.tiling.gemm[8].min_ctas: 5 CTAs of 512 threads exceed"},
+        {e_sb, "$.tiling.gemm[4].scales_in_b: expected true or false"},
     };
     for (size_t i = 0; i < W16_ARRAY_LEN(cases); i++) {
         wna16_error_t err;
@@ -269,7 +269,8 @@ static void test_lookups(wna16_context_t *ctx)
     }
     /* block_m 8: GEMM 1 of Mixtral-8x7B's width (N >= 16384) in CTAs of
      * two warps and 128 columns, six an SM (row 0), narrower ones in four
-     * warps and 256 columns, four an SM (row 1); w2 row 2 */
+     * warps and 256 columns, four an SM (row 1); w2 row 3, and row 2
+     * (128 columns) from N 6144 */
     w16_moe_gemm_cfg_t c8;
     memset(&c8, 0, sizeof c8);
     const char *p8 = NULL;
@@ -283,25 +284,31 @@ static void test_lookups(wna16_context_t *ctx)
     TU_CHECK(c8.min_ctas == 4 && strcmp(p8, "$.tiling.gemm[1]") == 0);
     TU_OK(w16_moe_cuda_tile(m, 8, false, WNA16_GEMM_W2, 4096, 14336, &c8,
                             &p8, &err), &err);
-    TU_CHECK(c8.min_ctas == 3 && strcmp(p8, "$.tiling.gemm[2]") == 0);
+    TU_CHECK(c8.min_ctas == 3 && strcmp(p8, "$.tiling.gemm[3]") == 0);
+    TU_OK(w16_moe_cuda_tile(m, 8, false, WNA16_GEMM_W2, 7168, 2048, &c8,
+                            &p8, &err), &err);
+    TU_CHECK(c8.block_n == 128 && c8.stages == 4 && c8.min_ctas == 6 &&
+             strcmp(p8, "$.tiling.gemm[2]") == 0);
+    TU_OK(w16_moe_cuda_tile(m, 8, false, WNA16_GEMM_W2, 4096, 14336, &c8,
+                            &p8, &err), &err);
     /* the shared memory of that row fits four CTAs an SM (sm_90: 228 KiB,
      * 1 KiB reserved a CTA) with group size 128 */
     c8.bits = 4;
     w16_moe_cfg_groups(&c8, 112, 128);
     TU_CHECK_MSG(4 * (w16_moe_gemm_shared(&c8) + 1024) <= 228 * 1024,
                  "block_m 8: %zu bytes", w16_moe_gemm_shared(&c8));
-    /* block_m 24 (swapped, three n8 blocks of rows): w13 row 3 under
-     * launch bounds for three CTAs an SM, w2 row 4 with four stages for
+    /* block_m 24 (swapped, three n8 blocks of rows): w13 row 4 under
+     * launch bounds for three CTAs an SM, w2 row 5 with four stages for
      * two */
     TU_OK(w16_moe_cuda_tile(m, 24, false, WNA16_GEMM_W13, 28672, 4096, &c8,
                             &p8, &err), &err);
     TU_CHECK(c8.block_m == 24 && c8.min_ctas == 3 && c8.stages == 3 &&
-             strcmp(p8, "$.tiling.gemm[3]") == 0);
+             strcmp(p8, "$.tiling.gemm[4]") == 0);
     TU_OK(w16_moe_cuda_tile(m, 24, false, WNA16_GEMM_W2, 4096, 14336, &c8,
                             &p8, &err), &err);
     TU_CHECK(c8.block_m == 24 && c8.min_ctas == 2 && c8.stages == 4 &&
-             strcmp(p8, "$.tiling.gemm[4]") == 0);
-    /* w2 at block_m 16: row 6 (block_n 256, block_k 128, one K warp,
+             strcmp(p8, "$.tiling.gemm[5]") == 0);
+    /* w2 at block_m 16: row 7 (block_n 256, block_k 128, one K warp,
      * split-K up to 8 aimed at 2 CTAs an SM, launch bounds for 3); K = 192
      * halves block_k to 64 */
     w16_moe_gemm_cfg_t c;
@@ -309,7 +316,7 @@ static void test_lookups(wna16_context_t *ctx)
     TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 2048, 768, &c, &path, &err),
           &err);
     TU_CHECK(c.block_n == 256 && c.block_k == 128 && c.warps_k == 1 &&
-             c.min_ctas == 3 && strcmp(path, "$.tiling.gemm[6]") == 0);
+             c.min_ctas == 3 && strcmp(path, "$.tiling.gemm[7]") == 0);
     int max_split = 0, cps = 0;
     w16_moe_cuda_split(m, 16, false, WNA16_GEMM_W2, 2048, 768, &max_split, &cps);
     TU_CHECK_MSG(max_split == 8 && cps == 2, "split %d cps %d", max_split,
@@ -320,13 +327,13 @@ static void test_lookups(wna16_context_t *ctx)
                  c.warps_k);
     TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W13, 1536, 2048, &c, &path,
                             &err), &err);
-    TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[5]") == 0);
+    TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[6]") == 0);
     TU_OK(w16_moe_cuda_tile(m, 64, false, WNA16_GEMM_W13, 1024, 128, &c, &path, &err),
           &err);
-    TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[9]") == 0);
+    TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[10]") == 0);
     TU_OK(w16_moe_cuda_tile(m, 64, false, WNA16_GEMM_W13, 512, 128, &c, &path,
                             &err), &err);
-    TU_CHECK(strcmp(path, "$.tiling.gemm[11]") == 0);
+    TU_CHECK(strcmp(path, "$.tiling.gemm[12]") == 0);
     TU_CHECK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 256, 96, &c, &path,
                                &err) == WNA16_EUNSUPPORTED);
     /* where wgmma runs: block_m 48 from 25 routed slots per expert, 64
@@ -350,7 +357,7 @@ static void test_lookups(wna16_context_t *ctx)
     TU_OK(w16_moe_cuda_tile(m, 128, true, WNA16_GEMM_W13, 28672, 4096, &c,
                             &path, &err), &err);
     TU_CHECK(c.wgmma && c.block_n == 256 && c.warps_n == 8 &&
-             strcmp(path, "$.tiling.gemm[10]") == 0);
+             strcmp(path, "$.tiling.gemm[11]") == 0);
     TU_OK(w16_moe_cuda_tile(m, 64, false, WNA16_GEMM_W13, 28672, 4096, &c,
                             &path, &err), &err);
     TU_CHECK(!c.wgmma);
@@ -380,7 +387,7 @@ static void e_small_wgmma(cJSON *r, int a)
     cJSON_InsertItemInArray(cJSON_GetObjectItemCaseSensitive(tiling(r),
                                                              "block_m"),
                             0, bm);
-    cJSON *g = cJSON_Duplicate(row(r, "gemm", 10), 1); /* the wgmma row */
+    cJSON *g = cJSON_Duplicate(row(r, "gemm", 11), 1); /* the wgmma row */
     cJSON *range = cJSON_CreateArray();
     cJSON_AddItemToArray(range, cJSON_CreateNumber(16));
     cJSON_AddItemToArray(range, cJSON_CreateNumber(48));
@@ -391,8 +398,8 @@ static void e_small_wgmma(cJSON *r, int a)
     /* g goes before the wgmma row and the last row (detached, added
      * back after it) */
     cJSON *gemm = cJSON_GetObjectItemCaseSensitive(tiling(r), "gemm");
-    cJSON *wgmma_row = cJSON_DetachItemFromArray(gemm, 10);
-    cJSON *last = cJSON_DetachItemFromArray(gemm, 10);
+    cJSON *wgmma_row = cJSON_DetachItemFromArray(gemm, 11);
+    cJSON *last = cJSON_DetachItemFromArray(gemm, 11);
     cJSON_AddItemToArray(gemm, g);
     cJSON_AddItemToArray(gemm, wgmma_row);
     cJSON_AddItemToArray(gemm, last);
@@ -420,7 +427,7 @@ static void test_small_wgmma(wna16_context_t *ctx)
     TU_OK(w16_moe_cuda_tile(m, 16, true, WNA16_GEMM_W13, 28672, 4096, &c,
                             &path, &err), &err);
     TU_CHECK_MSG(c.wgmma && c.ws && c.block_m == 16 && c.block_n == 256 &&
-                 c.stages == 6 && strcmp(path, "$.tiling.gemm[10]") == 0,
+                 c.stages == 6 && strcmp(path, "$.tiling.gemm[11]") == 0,
                  "%s: wgmma %d ws %d block_m %d block_n %d stages %d", path,
                  c.wgmma, c.ws, c.block_m, c.block_n, c.stages);
     int max_split = 0, cps = 0;
@@ -430,10 +437,10 @@ static void test_small_wgmma(wna16_context_t *ctx)
                  cps);
     TU_OK(w16_moe_cuda_tile(m, 128, true, WNA16_GEMM_W13, 28672, 4096, &c,
                             &path, &err), &err);
-    TU_CHECK(c.wgmma && strcmp(path, "$.tiling.gemm[11]") == 0);
+    TU_CHECK(c.wgmma && strcmp(path, "$.tiling.gemm[12]") == 0);
     TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W13, 28672, 4096, &c,
                             &path, &err), &err);
-    TU_CHECK(!c.wgmma && strcmp(path, "$.tiling.gemm[5]") == 0);
+    TU_CHECK(!c.wgmma && strcmp(path, "$.tiling.gemm[6]") == 0);
     /* the generator: block_m 16 builds, 40 is refused with the reason */
     memset(&c, 0, sizeof c);
     TU_OK(w16_moe_cuda_tile(m, 16, true, WNA16_GEMM_W2, 4096, 14336, &c,
