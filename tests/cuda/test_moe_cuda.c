@@ -222,6 +222,10 @@ static void build_cases(void)
     c.gs = 64; c.why = "block_m 64, wide w2"; add(c);
     c = base_case(); c.M = 3; c.topk = 2; c.E = 2; c.H = 4224; c.I = 64;
     c.gs = -1; c.why = "w2 N > 4096 at block_m 16"; add(c);
+    /* GEMM 2 at block_m 8 from N 6144: the table's 128-column row */
+    c = base_case(); c.M = 3; c.topk = 2; c.E = 4; c.H = 7168; c.I = 128;
+    c.why = "w2 N >= 6144 at block_m 8 (128 columns)"; add(c);
+    c.act_order = true; c.why = "w2 N >= 6144 at block_m 8, act order"; add(c);
     /* GEMM 1's split-K sums: in the GEMM (the small cases above, one
      * wave), or in the reduce kernel when its CTAs take more than one
      * wave (here 2 experts x 128 column tiles x 2 splits on an H200) */
