@@ -85,145 +85,295 @@ static void set_range(cJSON *obj, const char *key, int lo, int hi)
     cJSON_AddItemToObject(obj, key, cJSON_CreateIntArray(v, 2));
 }
 
+/* ---- the built-in table's rows by what they are ----
+ * Found once in marlin.json (find_rows), so that re-tuning the table
+ * (rows added, moved, re-shaped) moves no test; a row the tests rely on
+ * that is gone stops the test with its name. */
+enum {
+    BM_16,        /* $.tiling.block_m: the mma.sync block_m 16 row */
+    BM_24,        /* block_m 24 (a middle row with a condition) */
+    BM_48,        /* the mma.sync block_m 48 row */
+    BM_WG128,     /* the wgmma block_m 128 row */
+    BM_LAST,      /* the catch-all row */
+    G_W13_8_WIDE, /* $.tiling.gemm: w13, block_m 8, an "n" range */
+    G_W13_8,      /* w13, block_m 8, any n */
+    G_W2_8_WIDE,  /* w2, block_m 8, an "n" range */
+    G_W2_8,       /* w2, block_m 8, any n */
+    G_W13_24,     /* w13, block_m 24 */
+    G_W2_24,      /* w2, block_m 24 (256 columns, four warps_n) */
+    G_W13_16,     /* w13, block_m 16 */
+    G_W2_16,      /* w2, block_m 16 */
+    G_W13_32,     /* w13, block_m 32 (block_k 128) */
+    G_MMA_48_64,  /* both GEMMs, block_m 48-64, mma.sync */
+    G_WGMMA,      /* the wgmma GEMM row */
+    G_LAST,       /* the catch-all GEMM row */
+    N_ROWS
+};
+static int ROW[N_ROWS];
+
+static bool row_is(const cJSON *r, const char *gemm, int bm_lo, int bm_hi,
+                   int has_n)
+{
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(r, "gemm");
+    const cJSON *bm = cJSON_GetObjectItemCaseSensitive(r, "block_m");
+    const cJSON *mma = cJSON_GetObjectItemCaseSensitive(r, "mma");
+    if ((gemm == NULL) != (g == NULL) ||
+        (gemm && (!cJSON_IsString(g) || strcmp(g->valuestring, gemm))))
+        return false;
+    if (mma || !cJSON_IsArray(bm) || cJSON_GetArraySize(bm) != 2 ||
+        cJSON_GetArrayItem(bm, 0)->valueint != bm_lo ||
+        cJSON_GetArrayItem(bm, 1)->valueint != bm_hi)
+        return false;
+    return has_n < 0 ||
+           (cJSON_GetObjectItemCaseSensitive(r, "n") != NULL) == has_n;
+}
+
+static int find_gemm(const cJSON *list, const char *gemm, int lo, int hi,
+                     int has_n)
+{
+    for (int i = 0; i < cJSON_GetArraySize(list); i++)
+        if (row_is(cJSON_GetArrayItem(list, i), gemm, lo, hi, has_n))
+            return i;
+    return -1;
+}
+
+static int find_bm(const cJSON *list, int bm, bool wgmma)
+{
+    for (int i = 0; i < cJSON_GetArraySize(list); i++) {
+        const cJSON *r = cJSON_GetArrayItem(list, i);
+        if (cJSON_GetObjectItemCaseSensitive(r, "block_m")->valueint == bm &&
+            (cJSON_GetObjectItemCaseSensitive(r, "mma") != NULL) == wgmma)
+            return i;
+    }
+    return -1;
+}
+
+static void find_rows(void)
+{
+    char *text = marlin_text();
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root)
+        exit(1);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(tiling(root), "block_m");
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(tiling(root), "gemm");
+    ROW[BM_16] = find_bm(b, 16, false);
+    ROW[BM_24] = find_bm(b, 24, false);
+    ROW[BM_48] = find_bm(b, 48, false);
+    ROW[BM_WG128] = find_bm(b, 128, true);
+    ROW[BM_LAST] = cJSON_GetArraySize(b) - 1;
+    ROW[G_W13_8_WIDE] = find_gemm(g, "w13", 8, 8, 1);
+    ROW[G_W13_8] = find_gemm(g, "w13", 8, 8, 0);
+    ROW[G_W2_8_WIDE] = find_gemm(g, "w2", 8, 8, 1);
+    ROW[G_W2_8] = find_gemm(g, "w2", 8, 8, 0);
+    ROW[G_W13_24] = find_gemm(g, "w13", 24, 24, -1);
+    ROW[G_W2_24] = find_gemm(g, "w2", 24, 24, -1);
+    ROW[G_W13_16] = find_gemm(g, "w13", 16, 16, -1);
+    ROW[G_W2_16] = find_gemm(g, "w2", 16, 16, -1);
+    ROW[G_W13_32] = find_gemm(g, "w13", 32, 32, -1);
+    ROW[G_MMA_48_64] = find_gemm(g, NULL, 48, 64, -1);
+    ROW[G_WGMMA] = -1;
+    for (int i = 0; i < cJSON_GetArraySize(g); i++)
+        if (cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(g, i), "mma"))
+            ROW[G_WGMMA] = i;
+    ROW[G_LAST] = cJSON_GetArraySize(g) - 1;
+    cJSON_Delete(root);
+    static const char *const NAMES[N_ROWS] = {
+        "BM_16", "BM_24", "BM_48", "BM_WG128", "BM_LAST", "G_W13_8_WIDE",
+        "G_W13_8", "G_W2_8_WIDE", "G_W2_8", "G_W13_24", "G_W2_24",
+        "G_W13_16", "G_W2_16", "G_W13_32", "G_MMA_48_64", "G_WGMMA",
+        "G_LAST"};
+    for (int i = 0; i < N_ROWS; i++)
+        if (ROW[i] < 0) {
+            fprintf(stderr, "specs/backends/marlin.json: no tiling row "
+                    "matches %s (%s)\n", NAMES[i], __FILE__);
+            exit(1);
+        }
+}
+
+/* Whether `path` is "$.tiling.LIST[ROW[role]]". */
+static bool at_row(const char *path, const char *list, int role)
+{
+    char want[64];
+    snprintf(want, sizeof want, "$.tiling.%s[%d]", list, ROW[role]);
+    return path && strcmp(path, want) == 0;
+}
+
+/* `fmt` with its first "%d" replaced by ROW[r1], the second by ROW[r2]
+ * (the needles name the rows they expect in the message). */
+static void fill_rows(char *out, size_t n, const char *fmt, int r1, int r2)
+{
+    const int rows[2] = {r1, r2};
+    size_t o = 0;
+    int k = 0;
+    for (const char *f = fmt; *f && o + 12 < n; f++) {
+        if (f[0] == '%' && f[1] == 'd' && k < 2 && rows[k] >= 0) {
+            o += (size_t)snprintf(out + o, n - o, "%d", ROW[rows[k++]]);
+            f++;
+        } else {
+            out[o++] = *f;
+        }
+    }
+    out[o] = 0;
+}
+
 /* ---- edits, one per refusal ---- */
-static void e_bm_value(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 1), "block_m", 40); }
-static void e_bm_last_cond(cJSON *r, int a) { (void)a; set_range(row(r, "block_m", 8), "tokens_per_expert", 1, 9); }
-static void e_bm_hides(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(row(r, "block_m", 2), "tokens_per_expert"); }
-static void e_bn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "block_n", 96); }
-static void e_bk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "block_k", 32); }
-static void e_bk192(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 6), "block_k", 192); }
-static void e_wn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "warps_n", 3); }
-static void e_wk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 12), "warps_k", 8); }
-static void e_acc(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 10), "warps_n", 2); }
+static void e_bm_value(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", ROW[BM_16]), "block_m", 40); }
+static void e_bm_last_cond(cJSON *r, int a) { (void)a; set_range(row(r, "block_m", ROW[BM_LAST]), "tokens_per_expert", 1, 9); }
+static void e_bm_hides(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(row(r, "block_m", ROW[BM_24]), "tokens_per_expert"); }
+static void e_bn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_W2_24]), "block_n", 96); }
+static void e_bk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_W2_24]), "block_k", 32); }
+static void e_bk192(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_W13_16]), "block_k", 192); }
+static void e_wn(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_W2_24]), "warps_n", 3); }
+static void e_wk(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_LAST]), "warps_k", 8); }
+static void e_acc(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_MMA_48_64]), "warps_n", 2); }
 static void e_smem(cJSON *r, int a)
 {
     (void)a;
-    cJSON *g = row(r, "gemm", 8);
+    cJSON *g = row(r, "gemm", ROW[G_W13_32]);
     set_num(g, "block_k", 256);
     set_num(g, "stages", 8);
 }
-static void e_key(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", 4), "tile", 1); }
-static void e_gemm(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 4), "gemm", cJSON_CreateString("w3")); }
+static void e_key(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", ROW[G_W13_24]), "tile", 1); }
+static void e_gemm(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", ROW[G_W13_24]), "gemm", cJSON_CreateString("w3")); }
 static void e_halves(cJSON *r, int a)
 {
-    (void)a; /* row 5 (w2 only) with one warp over both of its tiles */
-    cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", 5), "gemm");
-    set_num(row(r, "gemm", 5), "warps_n", 1);
+    (void)a; /* a w2-only row with one warp over both of its tiles */
+    cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", ROW[G_W2_24]), "gemm");
+    set_num(row(r, "gemm", ROW[G_W2_24]), "warps_n", 1);
 }
-static void e_range(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 8), "n", 9, 3); }
-static void e_last(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 12), "k", 1, 64); }
-/* wgmma rows: block_m[4], [6], [7] and gemm[11] of the built-in table */
-static void e_wg_bm(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 7), "block_m", 96); }
-static void e_wg_shape(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 11), "warps_n", 4); }
-static void e_wg_catch(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", 11), "n", 1, 4096); }
-static void e_wg_mma(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 11), "mma", cJSON_CreateString("tcgen05")); }
+static void e_range(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", ROW[G_W13_32]), "n", 9, 3); }
+static void e_last(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", ROW[G_LAST]), "k", 1, 64); }
+static void e_wg_bm(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", ROW[BM_WG128]), "block_m", 96); }
+static void e_wg_shape(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_WGMMA]), "warps_n", 4); }
+static void e_wg_catch(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", ROW[G_WGMMA]), "n", 1, 4096); }
+static void e_wg_mma(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", ROW[G_WGMMA]), "mma", cJSON_CreateString("tcgen05")); }
 /* warp_specialized: a wgmma row with two or four consumer warpgroups, a
  * boolean; block_m 256 needs 64 columns a warpgroup */
-static void e_ws_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", 8), "warp_specialized", 1); }
-static void e_ws_bool(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", 11), "warp_specialized", cJSON_CreateString("yes")); }
+static void e_ws_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", ROW[G_W13_32]), "warp_specialized", 1); }
+static void e_ws_bool(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", ROW[G_WGMMA]), "warp_specialized", cJSON_CreateString("yes")); }
 /* scales_on_acc and wgmma_groups: warp-specialized rows only */
-static void e_sa_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", 8), "scales_on_acc", 1); }
-static void e_sa_bool(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", 11), "wgmma_groups", 3); }
-static void e_wg_256(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", 7), "block_m", 256); }
+static void e_sa_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", ROW[G_W13_32]), "scales_on_acc", 1); }
+static void e_sa_bool(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", ROW[G_WGMMA]), "wgmma_groups", 3); }
+static void e_wg_256(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", ROW[BM_WG128]), "block_m", 256); }
 /* four consumer warpgroups (warps_n 16): warp-specialized, block_m <= 128 */
 static void e_wg4_plain(cJSON *r, int a)
 {
     (void)a;
-    set_num(row(r, "gemm", 11), "warps_n", 16);
-    cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", 11),
+    set_num(row(r, "gemm", ROW[G_WGMMA]), "warps_n", 16);
+    cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", ROW[G_WGMMA]),
                                             "warp_specialized");
 }
 static void e_wg4_sc(cJSON *r, int a)
 {
     (void)a;
-    set_num(row(r, "gemm", 11), "warps_n", 16);
-    cJSON_AddBoolToObject(row(r, "gemm", 11), "split_codes", 1);
+    set_num(row(r, "gemm", ROW[G_WGMMA]), "warps_n", 16);
+    cJSON_AddBoolToObject(row(r, "gemm", ROW[G_WGMMA]), "split_codes", 1);
 }
 static void e_wg4_256(cJSON *r, int a)
 {
     e_wg_256(r, a);
-    set_num(row(r, "gemm", 11), "warps_n", 16);
+    set_num(row(r, "gemm", ROW[G_WGMMA]), "warps_n", 16);
 }
 static void e_wg_last(cJSON *r, int a)
 {
     (void)a; /* the catch-all block_m row marked wgmma */
-    cJSON_AddStringToObject(row(r, "block_m", 8), "mma", "wgmma");
-    set_num(row(r, "block_m", 8), "block_m", 128);
+    cJSON_AddStringToObject(row(r, "block_m", ROW[BM_LAST]), "mma", "wgmma");
+    set_num(row(r, "block_m", ROW[BM_LAST]), "block_m", 128);
 }
 static void e_missing(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(tiling(r), "gemm"); }
-static void e_stages(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 5), "stages", 1); }
-static void e_split(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "max_split_k", 3); }
+static void e_stages(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_W2_24]), "stages", 1); }
+static void e_split(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_W13_24]), "max_split_k", 3); }
 static void e_occ(cJSON *r, int a)
 {
     (void)a; /* 512 threads a CTA */
-    set_num(row(r, "gemm", 8), "warps_k", 4);
-    set_num(row(r, "gemm", 8), "min_ctas", 5);
+    set_num(row(r, "gemm", ROW[G_W13_32]), "warps_k", 4);
+    set_num(row(r, "gemm", ROW[G_W13_32]), "min_ctas", 5);
 }
 
-static void e_sb(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", 4), "scales_in_b", 1); }
+static void e_sb(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_W13_24]), "scales_in_b", 1); }
 
 static void test_tiling_refusals(wna16_context_t *ctx)
 {
     static const struct {
         void (*edit)(cJSON *, int);
-        const char *needle;
+        const char *needle; /* "%d": ROW[r1], then ROW[r2] */
+        int r1, r2;
     } cases[] = {
-        {e_bm_value, "$.tiling.block_m[1].block_m: expected 8, 16, 24, 32, 48 or 64"},
-        {e_bm_last_cond, "$.tiling.block_m[8]: the last row must have no "
-                         "condition"},
-        {e_bm_hides, "$.tiling.block_m[2]: a row without a condition hides"},
-        {e_bn, "$.tiling.gemm[5].block_n: expected a multiple of 64"},
-        {e_bk, "$.tiling.gemm[5].block_k: 32 is out of range [64, 256]"},
-        {e_bk192, "$.tiling.gemm[6].block_k: expected 64, 128 or 256"},
-        {e_wn, "$.tiling.gemm[5].warps_n: expected a power of two dividing "
-               "block_n / 64 = 4"},
-        {e_wk, "$.tiling.gemm[12].warps_k: expected a power of two dividing "
-               "block_k / 16 = 4"},
-        {e_acc, "$.tiling.gemm[10]: with block_m 48 (from $.tiling.block_m[5]) "
-                "a warp would hold 3 x 2"},
-        {e_smem, "bytes of shared memory (at most 232448)"},
-        {e_key, "$.tiling.gemm[4]: unknown key \"tile\""},
-        {e_gemm, "$.tiling.gemm[4].gemm: expected \"w13\" or \"w2\""},
-        {e_halves, "$.tiling.gemm[5]: a w13 shape puts the gate and up "
-                   "halves"},
-        {e_range, "$.tiling.gemm[8].n: empty range [9, 3]"},
-        {e_last, "$.tiling.gemm[12]: the last row must have no condition"},
-        {e_wg_bm, "$.tiling.block_m[7].block_m: expected 16, 32, 48, 64, "
-                  "128 or 256 (wgmma"},
-        {e_wg_shape, "$.tiling.gemm[11]: a wgmma row has block_k 64, "
-                     "warps_k 1"},
+        {e_bm_value, "$.tiling.block_m[%d].block_m: expected 8, 16, 24, 32, "
+                     "48 or 64", BM_16, -1},
+        {e_bm_last_cond, "$.tiling.block_m[%d]: the last row must have no "
+                         "condition", BM_LAST, -1},
+        {e_bm_hides, "$.tiling.block_m[%d]: a row without a condition hides",
+         BM_24, -1},
+        {e_bn, "$.tiling.gemm[%d].block_n: expected a multiple of 64",
+         G_W2_24, -1},
+        {e_bk, "$.tiling.gemm[%d].block_k: 32 is out of range [64, 256]",
+         G_W2_24, -1},
+        {e_bk192, "$.tiling.gemm[%d].block_k: expected 64, 128 or 256",
+         G_W13_16, -1},
+        {e_wn, "$.tiling.gemm[%d].warps_n: expected a power of two dividing "
+               "block_n / 64 = 4", G_W2_24, -1},
+        {e_wk, "$.tiling.gemm[%d].warps_k: expected a power of two dividing "
+               "block_k / 16 = 4", G_LAST, -1},
+        {e_acc, "$.tiling.gemm[%d]: with block_m 48 (from "
+                "$.tiling.block_m[%d]) a warp would hold 3 x 2", G_MMA_48_64,
+         BM_48},
+        {e_smem, "bytes of shared memory (at most 232448)", -1, -1},
+        {e_key, "$.tiling.gemm[%d]: unknown key \"tile\"", G_W13_24, -1},
+        {e_gemm, "$.tiling.gemm[%d].gemm: expected \"w13\" or \"w2\"",
+         G_W13_24, -1},
+        {e_halves, "$.tiling.gemm[%d]: a w13 shape puts the gate and up "
+                   "halves", G_W2_24, -1},
+        {e_range, "$.tiling.gemm[%d].n: empty range [9, 3]", G_W13_32, -1},
+        {e_last, "$.tiling.gemm[%d]: the last row must have no condition",
+         G_LAST, -1},
+        {e_wg_bm, "$.tiling.block_m[%d].block_m: expected 16, 32, 48, 64, "
+                  "128 or 256 (wgmma", BM_WG128, -1},
+        {e_wg_shape, "$.tiling.gemm[%d]: a wgmma row has block_k 64, "
+                     "warps_k 1", G_WGMMA, -1},
         {e_wg_catch, "block_m has wgmma rows, but no wgmma GEMM row without "
-                     "conditions"},
-        {e_wg_mma, "$.tiling.gemm[11].mma: expected \"mma.sync\" or "
-                   "\"wgmma\""},
-        {e_wg_last, "$.tiling.block_m[8]: the last row is the one every "
-                    "device can run"},
-        {e_ws_plain, "$.tiling.gemm[8].warp_specialized: only a wgmma row "
-                     "with two or four consumer warpgroups"},
-        {e_ws_bool, "$.tiling.gemm[11].warp_specialized: expected true or "
-                    "false"},
-        {e_sa_plain, "$.tiling.gemm[8].scales_on_acc: only a "
-                     "warp_specialized row"},
-        {e_sa_bool, "$.tiling.gemm[11].wgmma_groups: expected 1 or 2"},
-        {e_wg_256, "$.tiling.gemm[11]: with block_m 256 (from "
-                   "$.tiling.block_m[7]) a wgmma warpgroup (4 warps_n) "
-                   "computes 64 columns: block_n 256 needs warps_n 16"},
-        {e_wg4_plain, "$.tiling.gemm[11].warps_n: four wgmma warpgroups "
-                      "(warps_n 16) need \"warp_specialized\""},
-        {e_wg4_sc, "$.tiling.gemm[11].split_codes: the codes are split for "
-                   "two consumer warpgroups"},
-        {e_wg4_256, "$.tiling.gemm[11]: with block_m 256 (from "
-                    "$.tiling.block_m[7]): four consumer warpgroups"},
-        {e_missing, "$.tiling: \"block_m\" and \"gemm\" are required"},
-        {e_stages, "$.tiling.gemm[5].stages: 1 is out of range [2, 8]"},
-        {e_split, "$.tiling.gemm[4].max_split_k: expected a power of two"},
-        {e_occ, "$.tiling.gemm[8].min_ctas: 5 CTAs of 512 threads exceed"},
-        {e_sb, "$.tiling.gemm[4].scales_in_b: expected true or false"},
+                     "conditions", -1, -1},
+        {e_wg_mma, "$.tiling.gemm[%d].mma: expected \"mma.sync\" or "
+                   "\"wgmma\"", G_WGMMA, -1},
+        {e_wg_last, "$.tiling.block_m[%d]: the last row is the one every "
+                    "device can run", BM_LAST, -1},
+        {e_ws_plain, "$.tiling.gemm[%d].warp_specialized: only a wgmma row "
+                     "with two or four consumer warpgroups", G_W13_32, -1},
+        {e_ws_bool, "$.tiling.gemm[%d].warp_specialized: expected true or "
+                    "false", G_WGMMA, -1},
+        {e_sa_plain, "$.tiling.gemm[%d].scales_on_acc: only a "
+                     "warp_specialized row", G_W13_32, -1},
+        {e_sa_bool, "$.tiling.gemm[%d].wgmma_groups: expected 1 or 2",
+         G_WGMMA, -1},
+        {e_wg_256, "$.tiling.gemm[%d]: with block_m 256 (from "
+                   "$.tiling.block_m[%d]) a wgmma warpgroup (4 warps_n) "
+                   "computes 64 columns: block_n 256 needs warps_n 16",
+                    G_WGMMA, BM_WG128},
+        {e_wg4_plain, "$.tiling.gemm[%d].warps_n: four wgmma warpgroups "
+                      "(warps_n 16) need \"warp_specialized\"", G_WGMMA, -1},
+        {e_wg4_sc, "$.tiling.gemm[%d].split_codes: the codes are split for "
+                   "two consumer warpgroups", G_WGMMA, -1},
+        {e_wg4_256, "$.tiling.gemm[%d]: with block_m 256 (from "
+                    "$.tiling.block_m[%d]): four consumer warpgroups",
+                     G_WGMMA, BM_WG128},
+        {e_missing, "$.tiling: \"block_m\" and \"gemm\" are required", -1, -1},
+        {e_stages, "$.tiling.gemm[%d].stages: 1 is out of range [2, 8]",
+         G_W2_24, -1},
+        {e_split, "$.tiling.gemm[%d].max_split_k: expected a power of two",
+         G_W13_24, -1},
+        {e_occ, "$.tiling.gemm[%d].min_ctas: 5 CTAs of 512 threads exceed",
+         G_W13_32, -1},
+        {e_sb, "$.tiling.gemm[%d].scales_in_b: expected true or false",
+         G_W13_24, -1},
     };
     for (size_t i = 0; i < W16_ARRAY_LEN(cases); i++) {
         wna16_error_t err;
+        char needle[256];
+        fill_rows(needle, sizeof needle, cases[i].needle, cases[i].r1,
+                  cases[i].r2);
         wna16_status_t st = load_edited(ctx, cases[i].edit, 0, NULL, &err);
-        TU_CHECK_MSG(st == WNA16_ESPEC && strstr(err.message, cases[i].needle),
+        TU_CHECK_MSG(st == WNA16_ESPEC && strstr(err.message, needle),
                      "case %zu: %s: %s", i, wna16_status_name(st),
                      err.message);
         TU_CHECK_MSG(strncmp(err.message, "edit.json: ", 11) == 0, "%s",
@@ -278,17 +428,17 @@ static void test_lookups(wna16_context_t *ctx)
                             &p8, &err), &err);
     TU_CHECK(c8.block_m == 8 && c8.block_n == 128 && c8.warps_n == 2 &&
              c8.min_ctas == 6 && c8.stages == 3 &&
-             strcmp(p8, "$.tiling.gemm[0]") == 0);
+             at_row(p8, "gemm", G_W13_8_WIDE));
     TU_OK(w16_moe_cuda_tile(m, 8, false, WNA16_GEMM_W13, 4096, 7168, &c8,
                             &p8, &err), &err);
-    TU_CHECK(c8.min_ctas == 4 && strcmp(p8, "$.tiling.gemm[1]") == 0);
+    TU_CHECK(c8.min_ctas == 4 && at_row(p8, "gemm", G_W13_8));
     TU_OK(w16_moe_cuda_tile(m, 8, false, WNA16_GEMM_W2, 4096, 14336, &c8,
                             &p8, &err), &err);
-    TU_CHECK(c8.min_ctas == 3 && strcmp(p8, "$.tiling.gemm[3]") == 0);
+    TU_CHECK(c8.min_ctas == 3 && at_row(p8, "gemm", G_W2_8));
     TU_OK(w16_moe_cuda_tile(m, 8, false, WNA16_GEMM_W2, 7168, 2048, &c8,
                             &p8, &err), &err);
     TU_CHECK(c8.block_n == 128 && c8.stages == 4 && c8.min_ctas == 6 &&
-             strcmp(p8, "$.tiling.gemm[2]") == 0);
+             at_row(p8, "gemm", G_W2_8_WIDE));
     TU_OK(w16_moe_cuda_tile(m, 8, false, WNA16_GEMM_W2, 4096, 14336, &c8,
                             &p8, &err), &err);
     /* the shared memory of that row fits four CTAs an SM (sm_90: 228 KiB,
@@ -303,11 +453,11 @@ static void test_lookups(wna16_context_t *ctx)
     TU_OK(w16_moe_cuda_tile(m, 24, false, WNA16_GEMM_W13, 28672, 4096, &c8,
                             &p8, &err), &err);
     TU_CHECK(c8.block_m == 24 && c8.min_ctas == 3 && c8.stages == 3 &&
-             strcmp(p8, "$.tiling.gemm[4]") == 0);
+             at_row(p8, "gemm", G_W13_24));
     TU_OK(w16_moe_cuda_tile(m, 24, false, WNA16_GEMM_W2, 4096, 14336, &c8,
                             &p8, &err), &err);
     TU_CHECK(c8.block_m == 24 && c8.min_ctas == 2 && c8.stages == 4 &&
-             strcmp(p8, "$.tiling.gemm[5]") == 0);
+             at_row(p8, "gemm", G_W2_24));
     /* w2 at block_m 16: row 7 (block_n 256, block_k 128, one K warp,
      * split-K up to 8 aimed at 2 CTAs an SM, launch bounds for 3); K = 192
      * halves block_k to 64 */
@@ -316,7 +466,7 @@ static void test_lookups(wna16_context_t *ctx)
     TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 2048, 768, &c, &path, &err),
           &err);
     TU_CHECK(c.block_n == 256 && c.block_k == 128 && c.warps_k == 1 &&
-             c.min_ctas == 3 && strcmp(path, "$.tiling.gemm[7]") == 0);
+             c.min_ctas == 3 && at_row(path, "gemm", G_W2_16));
     int max_split = 0, cps = 0;
     w16_moe_cuda_split(m, 16, false, WNA16_GEMM_W2, 2048, 768, &max_split, &cps);
     TU_CHECK_MSG(max_split == 8 && cps == 2, "split %d cps %d", max_split,
@@ -327,13 +477,13 @@ static void test_lookups(wna16_context_t *ctx)
                  c.warps_k);
     TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W13, 1536, 2048, &c, &path,
                             &err), &err);
-    TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[6]") == 0);
+    TU_CHECK(c.block_n == 256 && at_row(path, "gemm", G_W13_16));
     TU_OK(w16_moe_cuda_tile(m, 64, false, WNA16_GEMM_W13, 1024, 128, &c, &path, &err),
           &err);
-    TU_CHECK(c.block_n == 256 && strcmp(path, "$.tiling.gemm[10]") == 0);
+    TU_CHECK(c.block_n == 256 && at_row(path, "gemm", G_MMA_48_64));
     TU_OK(w16_moe_cuda_tile(m, 64, false, WNA16_GEMM_W13, 512, 128, &c, &path,
                             &err), &err);
-    TU_CHECK(strcmp(path, "$.tiling.gemm[12]") == 0);
+    TU_CHECK(at_row(path, "gemm", G_LAST));
     TU_CHECK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 256, 96, &c, &path,
                                &err) == WNA16_EUNSUPPORTED);
     /* where wgmma runs: block_m 48 from 25 routed slots per expert, 64
@@ -357,7 +507,7 @@ static void test_lookups(wna16_context_t *ctx)
     TU_OK(w16_moe_cuda_tile(m, 128, true, WNA16_GEMM_W13, 28672, 4096, &c,
                             &path, &err), &err);
     TU_CHECK(c.wgmma && c.block_n == 256 && c.warps_n == 8 &&
-             strcmp(path, "$.tiling.gemm[11]") == 0);
+             at_row(path, "gemm", G_WGMMA));
     TU_OK(w16_moe_cuda_tile(m, 64, false, WNA16_GEMM_W13, 28672, 4096, &c,
                             &path, &err), &err);
     TU_CHECK(!c.wgmma);
@@ -387,7 +537,7 @@ static void e_small_wgmma(cJSON *r, int a)
     cJSON_InsertItemInArray(cJSON_GetObjectItemCaseSensitive(tiling(r),
                                                              "block_m"),
                             0, bm);
-    cJSON *g = cJSON_Duplicate(row(r, "gemm", 11), 1); /* the wgmma row */
+    cJSON *g = cJSON_Duplicate(row(r, "gemm", ROW[G_WGMMA]), 1);
     cJSON *range = cJSON_CreateArray();
     cJSON_AddItemToArray(range, cJSON_CreateNumber(16));
     cJSON_AddItemToArray(range, cJSON_CreateNumber(48));
@@ -398,8 +548,8 @@ static void e_small_wgmma(cJSON *r, int a)
     /* g goes before the wgmma row and the last row (detached, added
      * back after it) */
     cJSON *gemm = cJSON_GetObjectItemCaseSensitive(tiling(r), "gemm");
-    cJSON *wgmma_row = cJSON_DetachItemFromArray(gemm, 11);
-    cJSON *last = cJSON_DetachItemFromArray(gemm, 11);
+    cJSON *wgmma_row = cJSON_DetachItemFromArray(gemm, ROW[G_WGMMA]);
+    cJSON *last = cJSON_DetachItemFromArray(gemm, ROW[G_WGMMA]);
     cJSON_AddItemToArray(gemm, g);
     cJSON_AddItemToArray(gemm, wgmma_row);
     cJSON_AddItemToArray(gemm, last);
@@ -427,7 +577,7 @@ static void test_small_wgmma(wna16_context_t *ctx)
     TU_OK(w16_moe_cuda_tile(m, 16, true, WNA16_GEMM_W13, 28672, 4096, &c,
                             &path, &err), &err);
     TU_CHECK_MSG(c.wgmma && c.ws && c.block_m == 16 && c.block_n == 256 &&
-                 c.stages == 6 && strcmp(path, "$.tiling.gemm[11]") == 0,
+                 c.stages == 6 && at_row(path, "gemm", G_WGMMA),
                  "%s: wgmma %d ws %d block_m %d block_n %d stages %d", path,
                  c.wgmma, c.ws, c.block_m, c.block_n, c.stages);
     int max_split = 0, cps = 0;
@@ -437,10 +587,13 @@ static void test_small_wgmma(wna16_context_t *ctx)
                  cps);
     TU_OK(w16_moe_cuda_tile(m, 128, true, WNA16_GEMM_W13, 28672, 4096, &c,
                             &path, &err), &err);
-    TU_CHECK(c.wgmma && strcmp(path, "$.tiling.gemm[12]") == 0);
+    /* the table's wgmma row, one down behind the new one */
+    char wg_path[64];
+    snprintf(wg_path, sizeof wg_path, "$.tiling.gemm[%d]", ROW[G_WGMMA] + 1);
+    TU_CHECK(c.wgmma && strcmp(path, wg_path) == 0);
     TU_OK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W13, 28672, 4096, &c,
                             &path, &err), &err);
-    TU_CHECK(!c.wgmma && strcmp(path, "$.tiling.gemm[6]") == 0);
+    TU_CHECK(!c.wgmma && at_row(path, "gemm", G_W13_16));
     /* the generator: block_m 16 builds, 40 is refused with the reason */
     memset(&c, 0, sizeof c);
     TU_OK(w16_moe_cuda_tile(m, 16, true, WNA16_GEMM_W2, 4096, 14336, &c,
@@ -613,6 +766,7 @@ static void test_create_refusals(wna16_context_t *ctx)
 int main(void)
 {
     wna16_context_t *ctx = tu_context();
+    find_rows();
     test_tiling_refusals(ctx);
     test_lookups(ctx);
     test_small_wgmma(ctx);
