@@ -527,8 +527,7 @@ static const char *check_wgmma(const w16_moe_gemm_cfg_t *c)
 {
     if (c->act_order)
         return "wgmma: act-order runs on the mma.sync template";
-    if (c->block_m != 16 && c->block_m != 32 && c->block_m != 48 &&
-        c->block_m != 64 && c->block_m != 128 && c->block_m != 256)
+    if (!w16_tile_block_m_ok(c->block_m, true))
         return "wgmma: block_m is 16, 32, 48, 64, 128 or 256";
     /* a warpgroup's columns: 128 (two m64 slices), or 64 (one slice: at
      * block_m 256, and for four warp-specialized consumer warpgroups) */
@@ -585,8 +584,7 @@ static wna16_status_t check_cfg(const w16_moe_gemm_cfg_t *c,
         why = "the w13 GEMM fuses a gated activation";
     else if (c->wgmma)
         why = check_wgmma(c);
-    else if (c->block_m != 8 && c->block_m != 24 &&
-             (c->block_m < 16 || c->block_m > 64 || c->block_m % 16))
+    else if (!w16_tile_block_m_ok(c->block_m, false))
         why = "block_m is 8, 16, 24, 32, 48 or 64";
     else if (c->grouped && !c->act_order &&
              (c->group_size < 16 || c->group_size % 16 ||

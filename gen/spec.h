@@ -208,6 +208,10 @@ typedef struct w16_tiling {
  * (sm_90: 227 KiB); a device with less refuses a shape at run time. */
 #define W16_TILING_MAX_SHARED 232448
 
+/* Whether the GEMM templates instantiate block_m (their static_asserts):
+ * wgmma's N (16, 32, 48, 64, 128, 256); mma.sync's m16 blocks (16-64)
+ * and its swapped n8 blocks of rows (8, 24). */
+bool w16_tile_block_m_ok(int block_m, bool wgmma);
 /* Shared memory of a GEMM CTA of this shape (the template's formula):
  * `scale_rows` is the rows of 64 scales a tile that a stage carries
  * (block_k / 16 at most: groups are multiples of 16). */

@@ -147,6 +147,14 @@ static bool mma_at(tload_t *L, const cJSON *obj, const char *base,
     return true;
 }
 
+bool w16_tile_block_m_ok(int block_m, bool wgmma)
+{
+    if (block_m >= 16 && block_m <= 64 && block_m % 16 == 0)
+        return true;
+    return wgmma ? block_m == 128 || block_m == 256
+                 : block_m == 8 || block_m == 24;
+}
+
 size_t w16_tile_shared_bytes(int block_m, int block_n, int block_k,
                              int stages, int bits, int scale_rows,
                              bool wgmma)
@@ -191,11 +199,10 @@ static bool load_bm(tload_t *L, const cJSON *arr, const char *base,
             return tfail(L, p, "\"block_m\" is required");
         if (!int_at(L, v, pk, 8, 256, &bm))
             return false;
-        if (b->wgmma && !((bm % 16 == 0 && bm <= 64) || bm == 128 ||
-                          bm == 256))
+        if (b->wgmma && !w16_tile_block_m_ok((int)bm, true))
             return tfail(L, pk, "expected 16, 32, 48, 64, 128 or 256 "
                          "(wgmma's N)");
-        if (!b->wgmma && bm != 8 && bm != 24 && (bm % 16 != 0 || bm > 64))
+        if (!b->wgmma && !w16_tile_block_m_ok((int)bm, false))
             return tfail(L, pk, "expected 8, 16, 24, 32, 48 or 64");
         if (i == n - 1 && b->wgmma)
             return tfail(L, p, "the last row is the one every device can "
