@@ -10,8 +10,9 @@ Routing: uniform random top-k over the model's global experts; with expert
 parallelism (DeepSeek-V3/EP8) this rank holds the first E global experts
 and drops the other slots, as bench_moe_cuda's expert map does.
 
-Weights: two bf16 copies per layer (2.8 GB each for both shapes) used in
-turn, far past the 60 MB L2, so even M = 1 reads its experts from HBM.
+Weights: two bf16 copies per layer (2.8 GB each for Mixtral-8x7B and
+DeepSeek-V3/EP8, 1.2 GB for Qwen3-30B-A3B) used in turn, far past the
+60 MB L2, so even M = 1 reads its experts from HBM.
 
     python3 bench/bench_moe_torch.py [--tokens 1,16,64,256,4096]
                                      [--model NAME] [--cuda-bench FILE]
@@ -28,10 +29,11 @@ import torch
 
 SHAPES = [  # model, local E, H, I, top-k, global experts (0: E)
     ("Mixtral-8x7B", 8, 4096, 14336, 2, 0),
+    ("Qwen3-30B-A3B", 128, 2048, 768, 8, 0),
     ("DeepSeek-V3/EP8", 32, 7168, 2048, 8, 256),
 ]
 ALIGN = 16  # rows per expert are padded to this (grouped GEMM offsets)
-COPIES = 2  # weight copies rotated (5.6 GB per shape)
+COPIES = 2  # weight copies rotated (up to 5.6 GB a shape)
 
 
 def copy_gbs():
