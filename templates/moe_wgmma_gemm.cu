@@ -71,6 +71,14 @@
 // moe_gemm_common.cu precedes this text: the stage geometry, element
 // types, addresses, cp.async, dequantization, activations, the epilogue.
 
+// wgmma and setmaxnreg exist in sm_90a's arch-specific PTX only. nvcc's
+// -arch=sm_90a also embeds portable compute_90 PTX, which cannot hold
+// them: say which flags build this unit rather than let ptxas list every
+// instruction it refuses.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "a wgmma unit compiles for sm_90a only: NVRTC --gpu-architecture=sm_90a, or nvcc -gencode arch=compute_90a,code=sm_90a"
+#endif
+
 namespace w16 {
 
 // ---- derived constants and the checks the specializer relies on ----------

@@ -31,8 +31,9 @@ static void usage(FILE *f)
         "(default BF16), --scale-dtype defaults to it, --activation to silu.\n"
         "--sm is the device's architecture (default 80): with 90 the tiling's\n"
         "wgmma rows apply (Hopper's warpgroup MMA, not for act-order), and the\n"
-        "unit then needs -arch=sm_90a. The unit compiles with NVRTC or\n"
-        "nvcc -std=c++17 -arch=sm_80 -c (sm_90a for a wgmma unit).\n");
+        "unit then needs sm_90a. The unit compiles with NVRTC or\n"
+        "nvcc -std=c++17 -arch=sm_80 -c (a wgmma unit: nvcc -std=c++17\n"
+        "-gencode arch=compute_90a,code=sm_90a -c).\n");
 }
 
 /* --unit values for the routing kernels (gen/moe_cuda.h) */
