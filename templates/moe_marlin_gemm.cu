@@ -326,21 +326,18 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // the routing kernels finished before the kernel ahead of it started.
     if constexpr (!EARLY_B)
         w16_pdl_enter(); // routing wrote num_post, expert_ids, sorted_ids
-    // A CTA without rows returns, but only after the wait: every CTA of
-    // the chain waits (moe_pdl.cu), so that GEMM 2 cannot complete, and
-    // let the finalize and the next run's routing go, while the kernel
-    // ahead of it still reads the routing.
-    if (mblk * BM >= *num_post) {
-        if constexpr (EARLY_B)
+    // A CTA without rows returns; in GEMM 2 at once, but CTA 0 only
+    // after the wait, so that GEMM 2 cannot complete, and let the
+    // finalize and the next run's routing go, while the kernel ahead of
+    // it still reads the routing (moe_pdl.cu). The host's grid covers the
+    // most row blocks any routing fills, most of them empty at small M,
+    // and an empty CTA that waited held its SM slot until GEMM 1 ended.
+    if (mblk * BM >= *num_post || expert_ids[mblk] < 0) {
+        if (EARLY_B && blockIdx.x == 0)
             w16_pdl_wait();
         return;
     }
     const int e = expert_ids[mblk];
-    if (e < 0) {
-        if constexpr (EARLY_B)
-            w16_pdl_wait();
-        return;
-    }
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wn = warp % WN, wk = warp / WN;

@@ -35,12 +35,17 @@
 //     finished before the routing's wait returned), then waits for y.
 // (Calling w16_pdl_launch before those reads, so that they cannot delay
 // the next launch, was measured and not kept: bench/RESULTS.md,
-// 2026-11-30.) No kernel writes global memory before its wait, and every
-// CTA waits, also one that has nothing to do (GEMM 2's CTAs past num_post
-// wait before they return: were they to return at once, with no slot
-// routed to this rank GEMM 2 and then the finalize could complete while
-// CTAs of the kernel ahead still read num_post, which the next run's
-// routing rewrites).
+// 2026-11-30.) No kernel writes global memory before its wait, and in
+// every grid at least CTA 0 waits, also when it has nothing to do: a grid
+// completes when its last CTA returns, so one waiting CTA keeps the whole
+// grid from completing before the kernel ahead of it has. GEMM 2's CTAs
+// past num_post other than CTA 0 return at once (were all of them to,
+// with no slot routed to this rank GEMM 2 and then the finalize could
+// complete while CTAs of the kernel ahead still read num_post, which the
+// next run's routing rewrites); in the other kernels every CTA waits. An
+// empty CTA that waits holds its SM slot until the kernel ahead has
+// completed: DeepSeek-V3/EP8 M = 1 measured 25.6 -> 24.1 us without that
+// (bench/RESULTS.md, 2026-11-30f).
 // Both are no-ops before sm_90 (and on a plain launch), so sm_80 runs the
 // same code serialized by the stream.
 
