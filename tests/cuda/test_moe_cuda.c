@@ -56,6 +56,11 @@ typedef struct tcase {
     int bits, gs;
     bool zp, act_order, bias, batched;
     bool on_input, round, map, device_tensors, weights, repeat;
+    /* an expert map of 8 global experts a local one (8-way expert
+     * parallelism), every slot routed to a local expert: eight times the
+     * rows the runtime expects (its tiles and split-K come from the
+     * expected rows; the grid must still cover the real ones) */
+    bool ep8_local;
     wna16_dtype_t act, scale;
     wna16_activation_t fn;
     float limit;
@@ -197,6 +202,15 @@ static void build_cases(void)
     c = base_case(); c.map = true; c.M = 31; c.topk = 3; c.why = "expert map";
     add(c);
     c = base_case(); c.map = true; c.M = 1; c.topk = 4; c.why = "expert map";
+    add(c);
+    /* every slot local under an EP8 map: about twice the row blocks the
+     * split-K was planned for, in GEMM 1 (32 row blocks of block_m 8 for
+     * 16 expected, split 16) and in GEMM 2 (32 for 14, N = 6144) */
+    c = base_case(); c.ep8_local = true; c.E = 16; c.H = 2048; c.I = 256;
+    c.topk = 8; c.M = 20; c.why = "EP8 map, every slot local: GEMM 1 items";
+    add(c);
+    c = base_case(); c.ep8_local = true; c.E = 32; c.H = 6144; c.I = 128;
+    c.topk = 8; c.M = 14; c.why = "EP8 map, every slot local: GEMM 2 items";
     add(c);
     c = base_case(); c.on_input = true; c.topk = 1; c.M = 21;
     c.why = "weights on input"; add(c);
@@ -655,16 +669,18 @@ static void run_case(const tcase_t *c, result_t *res)
                                             counts, wt, got2, &err);
     } else {
         int32_t n_glob = c->E;
-        if (c->map) {
-            /* twice as many global experts; every other one is elsewhere */
-            n_glob = 2 * c->E;
+        if (c->map || c->ep8_local) {
+            /* twice (eight times) as many global experts; one of every two
+             * (eight) is local */
+            int32_t every = c->ep8_local ? 8 : 2;
+            n_glob = every * c->E;
             map = malloc((size_t)n_glob * sizeof *map);
             if (!map) {
                 fail(res, "out of memory", NULL);
                 goto out;
             }
             for (int32_t g = 0; g < n_glob; g++)
-                map[g] = g % 2 ? -1 : g / 2;
+                map[g] = g % every ? -1 : g / every;
             p.expert_map = map;
             p.global_num_experts = n_glob;
         }
@@ -680,6 +696,8 @@ static void run_case(const tcase_t *c, result_t *res)
                 bool dup;
                 do { /* distinct experts per token, as top-k gives */
                     id = (int32_t)tu_rng_below(&r, (uint32_t)pool);
+                    if (c->ep8_local) /* pool: the E local experts */
+                        id *= 8;
                     dup = false;
                     for (int32_t j2 = 0; j2 < j; j2++)
                         dup |= ids[(size_t)m * c->topk + j2] == id;
@@ -974,7 +992,8 @@ int main(int argc, char **argv)
                  c->zp ? " zp" : "", c->act_order ? " act-order" : "",
                  c->bias ? " bias" : "", wna16_dtype_name(c->act),
                  wna16_dtype_name(c->scale), wna16_activation_name(c->fn),
-                 c->map ? " map" : "", c->on_input ? " on-input" : "",
+                 c->map ? " map" : c->ep8_local ? " ep8-local" : "",
+                 c->on_input ? " on-input" : "",
                  c->round ? " round" : "",
                  c->device_tensors ? " device-tensors" : "");
         TU_CHECK_MSG(r->ok, "%s: %s", desc, r->msg);
