@@ -204,13 +204,17 @@ static void build_cases(void)
     c = base_case(); c.map = true; c.M = 1; c.topk = 4; c.why = "expert map";
     add(c);
     /* every slot local under an EP8 map: about twice the row blocks the
-     * split-K was planned for, in GEMM 1 (32 row blocks of block_m 8 for
-     * 16 expected, split 16) and in GEMM 2 (32 for 14, N = 6144) */
+     * split-K was planned for (32 row blocks of block_m 8 for 16 or 14
+     * expected): GEMM 1 with a deep K (H 2048, split 16) and a wide N (I
+     * 2048), GEMM 2 on the 128-column row for N >= 6144 */
     c = base_case(); c.ep8_local = true; c.E = 16; c.H = 2048; c.I = 256;
-    c.topk = 8; c.M = 20; c.why = "EP8 map, every slot local: GEMM 1 items";
+    c.topk = 8; c.M = 20; c.why = "EP8 map, every slot local: deep K";
+    add(c);
+    c = base_case(); c.ep8_local = true; c.E = 16; c.H = 256; c.I = 2048;
+    c.topk = 8; c.M = 20; c.why = "EP8 map, every slot local: wide I";
     add(c);
     c = base_case(); c.ep8_local = true; c.E = 32; c.H = 6144; c.I = 128;
-    c.topk = 8; c.M = 14; c.why = "EP8 map, every slot local: GEMM 2 items";
+    c.topk = 8; c.M = 14; c.why = "EP8 map, every slot local: GEMM 2";
     add(c);
     c = base_case(); c.on_input = true; c.topk = 1; c.M = 21;
     c.why = "weights on input"; add(c);
