@@ -1115,7 +1115,10 @@ wna16_status_t wna16_moe_layer_run_batched(wna16_moe_layer_t *layer,
  * routing on the GPU (tokens sorted and padded per expert, deterministic),
  * GEMM 1 with the activation fused, GEMM 2, and the top-k weighted sum in
  * a fixed order: no float atomics, so a run's output bits depend only on
- * its inputs.
+ * its inputs and on the tiles and split-K chosen for them, which follow
+ * the spec's tiling table and the device's SM count (the same inputs on
+ * the same kind of GPU give the same bits; another GPU may sum the K
+ * slices in other groups and differ in the last bits).
  *
  * Semantics are the reference's (same arguments, same rounding points).
  * Numerics: float32 accumulation on tensor cores; with grouped scales the
