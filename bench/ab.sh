@@ -2,8 +2,8 @@
 # ab.sh - one bench program, two source trees, in the same run: builds the
 # program from both trees (in parallel), then runs A, B, A, B, ... so that
 # both see the same machine (clocks, other load, the GPU's temperature),
-# and prints each run's output under a [A] / [B] header. What every
-# before/after figure in bench/RESULTS.md needs, in one device call.
+# and prints each run's output under a [A] / [B] header: a before/after
+# counts only when both sides saw the same machine, in one device call.
 #
 #   bash bench/ab.sh [-n ROUNDS] [-g GREP] [-x TREE]... TREE_A TREE_B TARGET [ARG...]
 #

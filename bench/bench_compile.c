@@ -4,9 +4,9 @@
  * (qweight, or emulation's dequantized weight): each source format x each
  * backend layout, w13 and w2, word blocks as the runtime builds them. A
  * program, not a test: it prints each pair's median of `reps` compiles and
- * then the slowest ones (the target is under 100 ms a kernel; see
- * bench/RESULTS.md). Pairs a layout cannot hold are listed with the
- * builder's reason, once.
+ * then the slowest ones (the target is under 100 ms a kernel, so that a
+ * layer's first repack in a process is not mostly JIT time). Pairs a layout
+ * cannot hold are listed with the builder's reason, once.
  *
  *   bench_compile [reps [experts hidden intermediate]]  (3; 8 2048 768)
  */

@@ -161,7 +161,8 @@ int main(int argc, char **argv)
     /* variants: the runtime's kernels (staged tiles where the builder finds
      * them) and the plain gather of one word per lane (the kernels before
      * the staged tiles, measured in the same run); 128 and 512 lanes (other
-     * tile shapes) measured no better on the H200 (bench/RESULTS.md) */
+     * tile shapes) were no faster than 256 on the H200 (51-56% and 50-55%
+     * of a copy against 52-58%), so only the runtime's shape is timed */
     static const struct { bool tiles; int lanes; const char *name; } var[] = {
         {true, 0, "runtime"}, {false, 0, "gather"}};
     printf("\n  weight kernels alone (sources on the device), median of 15:\n");

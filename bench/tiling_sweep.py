@@ -97,7 +97,8 @@ CANDIDATES = {
             "n256k128w4x1p4s8c4o2": (256, 128, 4, 1, 4, 8, 4, 2),
             "n256k128w4x1p4s4c4o2": (256, 128, 4, 1, 4, 4, 4, 2),
             # a group (128) a warp and stage: half the deferred-scale
-            # flushes, two stages (RESULTS, night 3: 4-11% slower)
+            # flushes, but two stages: 4-11% slower on the H200 (fewer
+            # bytes in flight cost more than the flushes saved)
             "n256k256w4x2p2s16c2o2": (256, 256, 4, 2, 2, 16, 2, 2),
             "n128k128w2x2p4s16c4o4": (128, 128, 2, 2, 4, 16, 4, 4),
             # 64-thread CTAs (a gate and an up tile), six an SM
@@ -152,7 +153,9 @@ CANDIDATES = {
             "n256k64w4x1p4s16c2o2": (256, 64, 4, 1, 4, 16, 2, 2),
         },
         "w2": {
-            # the table's row (w13's shape, RESULTS 2026-11-30c), the base
+            # the table's row, the base: w13's shape (256 columns, four N
+            # warps, three stages), 309 against 321 us for the generic row
+            # at Mixtral-8x7B M = 64 on the H200
             "n256k128w4x1p3s16c2o2": (256, 128, 4, 1, 3, 16, 2, 2),
             # the generic row it replaced
             "n128k128w2x2p4s16c2o1": (128, 128, 2, 2, 4, 16, 2, 1),
