@@ -11,9 +11,9 @@
  *   bench_cache [--lookups N] [--disk-reps N] [--dir DIR]
  */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/base/base.h"
+#include "base/base.h"
 #include "bench/bench_util.h"
-#include "runtime/cache.h"
+#include "runtime/cache/cache.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -225,7 +225,7 @@ int main(int argc, char **argv)
     double rd = time_read(path, (int)reps, samples);
 
     printf("kernel cache (hash %s), %ld lookups in batches of %d, %ld disk "
-           "reps, dir %s\n\n", w16_cache_hash_name(), lookups, BATCH, reps,
+           "reps, dir %s\n\n", w16_hash_name(), lookups, BATCH, reps,
            dir);
     printf("%-44s %12s\n", "operation", "median");
     printf("%-44s %9.1f ns\n", "memory hit: w16_cache_get", hit);

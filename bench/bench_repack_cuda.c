@@ -15,7 +15,7 @@
 #include "wna16.h"
 #include "bench/bench_cuda.h"
 #include "gen/build_repack.h"
-#include "gen/spec.h"
+#include "spec/spec.h"
 #include "runtime/cuda/cuda_kernels.h"
 
 #include <stdio.h>

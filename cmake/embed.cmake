@@ -16,10 +16,10 @@ function(wna16_embed out_file root glob table type header)
     VERBATIM)
 endfunction()
 
-# Every specs/**/*.json as w16_embedded_specs (gen/spec.h).
+# Every specs/**/*.json as w16_embedded_specs (spec/spec.h).
 function(wna16_embed_specs out_var spec_root)
   wna16_embed(embedded_specs.c ${spec_root} "*.json" w16_embedded_specs
-              w16_embedded_spec_t gen/spec.h)
+              w16_embedded_spec_t spec/spec.h)
   set(${out_var} ${CMAKE_CURRENT_BINARY_DIR}/embedded_specs.c PARENT_SCOPE)
 endfunction()
 

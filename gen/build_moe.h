@@ -35,7 +35,7 @@
 #define W16_BUILD_MOE_H
 
 #include "gen/kir.h"
-#include "gen/spec.h"
+#include "spec/spec.h"
 
 /* The four kernels, in launch order. ORDER MOESTAGE. */
 #define W16_MOE_STAGE_LIST(X)                                                \

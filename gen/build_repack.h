@@ -24,7 +24,7 @@
 #define W16_BUILD_REPACK_H
 
 #include "gen/kir.h"
-#include "gen/spec.h"
+#include "spec/spec.h"
 
 typedef struct w16_repack_request {
     const wna16_spec_t *src; /* format (per expert) or stacked spec */

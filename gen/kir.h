@@ -22,7 +22,7 @@
 #ifndef W16_KIR_H
 #define W16_KIR_H
 
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 /* Scalar types. X(ENUM, name, bits, is_float). ORDER KTYPE. */
 #define KIR_TYPE_LIST(X)                                                     \

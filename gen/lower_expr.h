@@ -30,7 +30,7 @@
 #ifndef W16_LOWER_EXPR_H
 #define W16_LOWER_EXPR_H
 
-#include "gen/expr.h"
+#include "spec/expr.h"
 #include "gen/kir.h"
 
 typedef struct w16_range {

@@ -21,7 +21,7 @@
 #ifndef W16_MOE_CUDA_H
 #define W16_MOE_CUDA_H
 
-#include "gen/spec.h"
+#include "spec/spec.h"
 
 /* Column permutations of a scale row the template can read. */
 typedef enum w16_moe_scales {

@@ -15,7 +15,7 @@
  * absent, as Hugging Face writes null for unset options.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

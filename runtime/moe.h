@@ -7,7 +7,7 @@
 #ifndef W16_MOE_H
 #define W16_MOE_H
 
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 /* Activation, its swiglu constants and the activation dtype. */
 wna16_status_t w16_moe_check_params(const wna16_moe_params_t *p,

@@ -19,41 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- activation names --------------------------------------------------- */
-
-static const struct {
-    const char *name;
-    bool gated;
-} act_table[WNA16_ACT_COUNT_] = {
-#define X(n, s, g) [WNA16_ACT_##n] = {s, g},
-    WNA16_ACTIVATION_LIST(X)
-#undef X
-};
-
-static bool act_valid(wna16_activation_t act)
-{
-    return (int)act >= 0 && act < WNA16_ACT_COUNT_;
-}
-
-const char *wna16_activation_name(wna16_activation_t act)
-{
-    return act_valid(act) ? act_table[act].name : NULL;
-}
-
-wna16_activation_t wna16_activation_from_name(const char *name)
-{
-    if (!name)
-        return WNA16_ACT_INVALID;
-    for (int a = 0; a < WNA16_ACT_COUNT_; a++)
-        if (strcmp(act_table[a].name, name) == 0)
-            return (wna16_activation_t)a;
-    return WNA16_ACT_INVALID;
-}
-
-bool wna16_activation_is_gated(wna16_activation_t act)
-{
-    return act_valid(act) && act_table[act].gated;
-}
 
 void wna16_moe_params_init(wna16_moe_params_t *p)
 {
@@ -120,7 +85,7 @@ static double act_eval(const wna16_moe_params_t *p, double g, double u)
 
 float wna16_ref_activation(const wna16_moe_params_t *p, float gate, float up)
 {
-    if (!p || !act_valid(p->activation))
+    if (!p || !wna16_activation_name(p->activation))
         return NAN;
     return (float)act_eval(p, gate, up);
 }
@@ -154,7 +119,7 @@ wna16_status_t w16_moe_check_params(const wna16_moe_params_t *p,
 {
     if (!p)
         return w16_err(err, WNA16_EINVAL, "moe: params is NULL");
-    if (!act_valid(p->activation))
+    if (!wna16_activation_name(p->activation))
         return w16_err(err, WNA16_EINVAL, "moe: invalid activation %d",
                        (int)p->activation);
     if (p->act_dtype != WNA16_DTYPE_F16 && p->act_dtype != WNA16_DTYPE_BF16) {
@@ -167,7 +132,7 @@ wna16_status_t w16_moe_check_params(const wna16_moe_params_t *p,
     if (swiglu && !(p->swiglu_limit > 0.0f))
         return w16_err(err, WNA16_EINVAL, "moe: %s needs swiglu_limit > 0 "
                        "(got %g; INFINITY disables the clamp)",
-                       act_table[p->activation].name, (double)p->swiglu_limit);
+                       wna16_activation_name(p->activation), (double)p->swiglu_limit);
     if (p->activation == WNA16_ACT_SWIGLUOAI &&
         (!isfinite(p->swiglu_alpha) || !isfinite(p->swiglu_beta)))
         return w16_err(err, WNA16_EINVAL, "moe: swigluoai needs finite "
@@ -229,7 +194,7 @@ static wna16_status_t check_layer(const wna16_qlayer_t *layer,
         return w16_err(err, WNA16_EINVAL, "moe: layer E, H and I must be "
                        "positive (got %d, %d, %d)", layer->E, layer->H,
                        layer->I);
-    bool gated = act_table[p->activation].gated;
+    bool gated = wna16_activation_is_gated(p->activation);
     int32_t N13 = gated ? 2 * layer->I : layer->I;
     if (gated && layer->I > INT32_MAX / 2)
         return w16_err(err, WNA16_EINVAL, "moe: I = %d is too large",
@@ -327,7 +292,7 @@ static wna16_status_t work_init(moe_work_t *w, const wna16_qlayer_t *layer,
     w->p = p;
     w->H = layer->H;
     w->I = layer->I;
-    w->gated = act_table[p->activation].gated;
+    w->gated = wna16_activation_is_gated(p->activation);
     w->N13 = w->gated ? 2 * layer->I : layer->I;
     w->loaded = -1;
     size_t n13 = 0, n2 = 0;

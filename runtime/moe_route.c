@@ -10,7 +10,7 @@
  * array sizes are vLLM's, so results can be compared with it entry by
  * entry.
  */
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 #include <stdlib.h>
 #include <string.h>

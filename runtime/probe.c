@@ -6,7 +6,7 @@
  * after a failed zeInit make no other ze* call (the loader may crash).
  */
 #define _GNU_SOURCE
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 #include <dlfcn.h>
 #include <stdarg.h>

@@ -4,7 +4,7 @@
  * config spells symmetric/zero-point and act-order differently; this is the
  * one place that knows those spellings.
  */
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 #include <string.h>
 

@@ -16,8 +16,8 @@
  * never survives.
  */
 #define _DEFAULT_SOURCE /* madvise */
-#include "runtime/base/base.h"
-#include "gen/spec.h"
+#include "base/base.h"
+#include "spec/spec.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -5,20 +5,11 @@
  * run repack kernels built from the same specs (runtime/repack_gen.c) and
  * must produce the same bytes.
  */
-#include "runtime/base/base.h"
-#include "gen/spec.h"
+#include "base/base.h"
+#include "spec/spec.h"
 
 #include <string.h>
 
-const char *wna16_target_name(wna16_target_t t)
-{
-    switch (t) {
-    case WNA16_TARGET_REFERENCE: return "reference";
-    case WNA16_TARGET_CPU: return "cpu";
-    case WNA16_TARGET_CUDA: return "cuda";
-    }
-    return "unknown";
-}
 
 /* Generated-kernel path; defined in repack_gen.c. */
 wna16_status_t w16_repack_layer_generated(wna16_context_t *ctx,

@@ -6,7 +6,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "runtime/repack_plan.h"
 
-#include "runtime/cache.h"
+#include "runtime/cache/cache.h"
 #include "runtime/cuda/cuda_kernels.h"
 
 #include <stdio.h>

@@ -12,7 +12,7 @@
  * metadata, the tensor table) lives in one arena freed by close().
  */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -13,7 +13,7 @@
  * spaces to a multiple of 8 bytes so tensor data stays 8-byte aligned.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -12,8 +12,8 @@
  * platform and in this build. Reasons are spec templates with {placeholders}
  * expanded into bounded buffers.
  */
-#include "gen/spec.h"
-#include "runtime/base/base.h"
+#include "spec/spec.h"
+#include "base/base.h"
 
 #include <stdio.h>
 #include <string.h>

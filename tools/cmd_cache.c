@@ -7,7 +7,7 @@
  * those are), so pointing --dir at the wrong place is harmless.
  */
 #include "cli.h"
-#include "runtime/cache.h"
+#include "runtime/cache/cache.h"
 
 #include <string.h>
 

@@ -9,7 +9,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
-#include "gen/spec.h" /* bsel.vllm_name for the report */
+#include "spec/spec.h" /* bsel.vllm_name for the report */
 
 #include <limits.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * every sample), and a layout in words with a worked example.
  */
 #include "cli.h"
-#include "gen/spec.h"
+#include "spec/spec.h"
 
 #include <string.h>
 

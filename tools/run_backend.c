@@ -21,7 +21,7 @@
  */
 #include "run.h"
 #include "gen/build_moe.h"
-#include "gen/spec.h"
+#include "spec/spec.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/ref/ref.h"

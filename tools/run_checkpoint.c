@@ -7,7 +7,7 @@
  * share: what the tensors present say about the layer, and freeing it.
  */
 #include "run.h"
-#include "gen/spec.h"
+#include "spec/spec.h"
 
 #include <stdlib.h>
 #include <string.h>

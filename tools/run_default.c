@@ -14,7 +14,7 @@
  * expert e of the whole layer.
  */
 #include "run.h"
-#include "gen/spec.h"
+#include "spec/spec.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -20,7 +20,7 @@
  * element-wise error models.
  */
 #include "run.h"
-#include "gen/spec.h"
+#include "spec/spec.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
  * median, and the cold-compile time what the first call cost on top of it.
  */
 #include "run.h"
-#include "runtime/cache.h"
+#include "runtime/cache/cache.h"
 
 #include <stdlib.h>
 #include <string.h>

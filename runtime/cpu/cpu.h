@@ -8,7 +8,7 @@
 #define W16_CPU_H
 
 #include "gen/kir.h"
-#include "runtime/cache.h"
+#include "runtime/cache/cache.h"
 
 typedef struct w16_cpu w16_cpu_t;
 

@@ -5,7 +5,7 @@
  * links under the same name. A memory hit costs one hash-table lookup.
  */
 #include "runtime/cpu/cpu.h"
-#include "runtime/cache.h"
+#include "runtime/cache/cache.h"
 #include "gen/emit_llvm.h"
 
 #include <stdio.h>

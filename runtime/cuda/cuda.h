@@ -13,7 +13,7 @@
 #ifndef W16_CUDA_H
 #define W16_CUDA_H
 
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -13,7 +13,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "runtime/cuda/cuda_kernels.h"
 #include "gen/emit_cuda.h"
-#include "runtime/cache.h"
+#include "runtime/cache/cache.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
 #define W16_CUDA_KERNELS_H
 
 #include "gen/kir.h"
-#include "runtime/cache.h"
+#include "runtime/cache/cache.h"
 #include "runtime/cuda/cuda.h"
 
 /* The kernel's function on the context's GPU, compiled on first use (the

@@ -8,7 +8,7 @@
 #ifndef W16_REF_H
 #define W16_REF_H
 
-#include "gen/spec.h"
+#include "spec/spec.h"
 
 /* Where one layout's tensor sits in the logical layer: experts from e_off
  * and output channels from n_off (the gate/up shards of a per-expert

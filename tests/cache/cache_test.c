@@ -6,7 +6,7 @@
  */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "cache_test.h"
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 #include <ftw.h>
 #include <stdio.h>

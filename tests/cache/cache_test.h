@@ -8,7 +8,7 @@
 #ifndef WNA16_CACHE_TEST_H
 #define WNA16_CACHE_TEST_H
 
-#include "runtime/cache.h"
+#include "runtime/cache/cache.h"
 #include "testutil.h"
 
 #include <pthread.h>

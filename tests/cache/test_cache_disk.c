@@ -30,10 +30,10 @@
 static uint32_t header_csum(const unsigned char *h)
 {
 #if defined(WNA16_HAVE_XXHASH)
-    if (strcmp(w16_cache_hash_name(), "xxh3") == 0)
+    if (strcmp(w16_hash_name(), "xxh3") == 0)
         return (uint32_t)XXH3_64bits(h, 60);
 #endif
-    return (uint32_t)w16_cache_builtin_hash128(h, 60).lo;
+    return (uint32_t)w16_hash_builtin128(h, 60).lo;
 }
 
 static void put32(unsigned char *p, uint32_t v)

@@ -86,12 +86,12 @@ static size_t frame(unsigned char *out, char tag, const void *p, size_t n)
 static w16_key_t oneshot(const void *p, size_t n)
 {
 #if defined(WNA16_HAVE_XXHASH)
-    if (strcmp(w16_cache_hash_name(), "xxh3") == 0) {
+    if (strcmp(w16_hash_name(), "xxh3") == 0) {
         XXH128_hash_t h = XXH3_128bits(p, n);
         return (w16_key_t){.lo = h.low64, .hi = h.high64};
     }
 #endif
-    return w16_cache_builtin_hash128(p, n);
+    return w16_hash_builtin128(p, n);
 }
 
 static void test_framing_spelled_out(void)
@@ -129,11 +129,11 @@ static void test_pinned(void)
     w16_keyer_str(&k, "sm_90");
     char hex[W16_KEY_HEX_SIZE];
     w16_key_hex(w16_keyer_done(&k), hex);
-    const char *expect = strcmp(w16_cache_hash_name(), "xxh3") == 0
+    const char *expect = strcmp(w16_hash_name(), "xxh3") == 0
                              ? PINNED_XXH3
                              : PINNED_BUILTIN;
     TU_CHECK_MSG(strcmp(hex, expect) == 0, "%s key %s, pinned %s",
-                 w16_cache_hash_name(), hex, expect);
+                 w16_hash_name(), hex, expect);
 }
 
 static int cmp_key(const void *a, const void *b)
@@ -167,7 +167,7 @@ static void test_distinct(void)
 
 static void check_vector(const char *s, uint64_t lo, uint64_t hi)
 {
-    w16_key_t k = w16_cache_builtin_hash128(s, strlen(s));
+    w16_key_t k = w16_hash_builtin128(s, strlen(s));
     TU_CHECK_MSG(k.lo == lo && k.hi == hi, "'%s': %016llx %016llx", s,
                  (unsigned long long)k.lo, (unsigned long long)k.hi);
 }
@@ -183,7 +183,7 @@ static void test_builtin_vectors(void)
 
 int main(void)
 {
-    printf("hash: %s\n", w16_cache_hash_name());
+    printf("hash: %s\n", w16_hash_name());
     test_hex();
     test_framing();
     test_framing_spelled_out();

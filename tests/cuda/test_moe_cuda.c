@@ -39,7 +39,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "moe_util.h"
-#include "gen/spec.h"
+#include "spec/spec.h"
 #include "runtime/cuda/cuda.h"
 
 #include <math.h>

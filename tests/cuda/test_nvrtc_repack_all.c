@@ -28,7 +28,7 @@
 #include "testutil.h"
 #include "gen/build_repack.h"
 #include "gen/emit_cuda.h"
-#include "runtime/cache.h"
+#include "runtime/cache/cache.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/ref/ref.h"
 

@@ -15,7 +15,7 @@
  */
 #include "testutil.h"
 
-#include "gen/expr.h"
+#include "spec/expr.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -17,7 +17,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "testutil.h"
 
-#include "gen/spec.h"
+#include "spec/spec.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

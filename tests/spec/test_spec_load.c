@@ -15,7 +15,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "testutil.h"
 
-#include "gen/spec.h"
+#include "spec/spec.h"
 
 #include <dirent.h>
 #include <inttypes.h>

@@ -6,7 +6,7 @@
  * with the size it was allocated with.
  */
 #include "testutil.h"
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * table of loaded kernel handles and an on-disk store of compiled blobs.
  * The cache is generic: it never sees LLVM, CUDA or spec structures, only
  * 128-bit keys (computed by the caller from everything that determines the
- * code, with w16_keyer_*), opaque serialized blobs and opaque handles, which
+ * code, with w16_keyer_* of base/hash.h), opaque serialized blobs and opaque handles, which
  * a caller-supplied w16_cache_loader_t produces. A lookup tries memory, then
  * disk, then compiles; concurrent requests for one key compile it once.
  * Disk entries are written atomically (temporary file, fsync, rename),
@@ -15,50 +15,11 @@
 #define W16_CACHE_H
 
 #include "wna16.h"
+#include "base/hash.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* ---- keys ------------------------------------------------------------------ */
-
-/* A 128-bit content hash (XXH3-128, or the built-in fallback; see
- * w16_cache_hash_name). Printed as 32 lowercase hex digits, hi first. */
-typedef struct w16_key {
-    uint64_t lo, hi;
-} w16_key_t;
-
-#define W16_KEY_HEX_SIZE 33 /* 32 hex digits and the NUL */
-
-/* Streaming key builder. Every call adds one self-delimiting field (a type
- * tag, the length, then the bytes), so field boundaries are part of the key:
- * str("ab") + str("c") differs from str("a") + str("bc"), and u64(5)
- * differs from bytes of the same 8 bytes. Lives on the stack (the storage
- * is 64-byte aligned as XXH3's state requires; do not memcpy it into
- * malloc'd memory). No allocation, no failure. */
-typedef struct w16_keyer {
-    _Alignas(64) unsigned char opaque_[640];
-} w16_keyer_t;
-
-void w16_keyer_init(w16_keyer_t *k);
-void w16_keyer_bytes(w16_keyer_t *k, const void *data, size_t n);
-/* NULL is a field of its own, distinct from "". */
-void w16_keyer_str(w16_keyer_t *k, const char *s);
-void w16_keyer_u64(w16_keyer_t *k, uint64_t v);
-/* The key; the keyer must be re-initialized before reuse. */
-w16_key_t w16_keyer_done(w16_keyer_t *k);
-
-void w16_key_hex(w16_key_t key, char out[W16_KEY_HEX_SIZE]);
-bool w16_key_equal(w16_key_t a, w16_key_t b);
-
-/* "xxh3" when built with xxHash, "builtin" otherwise (MurmurHash3_x64_128,
- * see cache.c). Keys and disk entries of the two builds never match. */
-const char *w16_cache_hash_name(void);
-
-/* The built-in 128-bit hash (MurmurHash3_x64_128, seed 0) in one shot;
- * exported so tests check it against the reference vectors even in builds
- * that use XXH3. lo = h1, hi = h2 of the reference implementation. */
-w16_key_t w16_cache_builtin_hash128(const void *data, size_t n);
 
 /* ---- the cache --------------------------------------------------------------- */
 

@@ -9,8 +9,8 @@
  * (spec_check.c). Only this file and spec_check.c know about cJSON.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "gen/spec.h"
-#include "runtime/cache.h"
+#include "spec/spec.h"
+#include "base/hash.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -385,51 +385,7 @@ static bool load_rules(loader_t *L, const cJSON *j, const char *path,
 
 /* ---- capabilities -------------------------------------------------------- */
 
-static const char *const platform_names[WNA16_PLATFORM_COUNT_] = {
-    "cuda", "rocm", "cpu", "xpu"};
 
-const char *wna16_platform_name(wna16_platform_t p)
-{
-    return (unsigned)p < WNA16_PLATFORM_COUNT_ ? platform_names[p] : "unknown";
-}
-
-/* ORDER INPUT: indexed by wna16_input_dtype_t (the A8 values). */
-static const char *const input_dtype_names[WNA16_INPUT_COUNT_] = {
-    "16bit", "int8", "fp8"};
-
-const char *wna16_input_dtype_name(wna16_input_dtype_t d)
-{
-    return (unsigned)d < WNA16_INPUT_COUNT_ ? input_dtype_names[d] : NULL;
-}
-
-wna16_input_dtype_t wna16_input_dtype_from_name(const char *name)
-{
-    for (int i = 0; name && i < WNA16_INPUT_COUNT_; i++)
-        if (strcmp(input_dtype_names[i], name) == 0)
-            return (wna16_input_dtype_t)i;
-    return (wna16_input_dtype_t)-1;
-}
-
-int w16_platform_from_name(const char *s)
-{
-    for (int i = 0; i < WNA16_PLATFORM_COUNT_; i++)
-        if (strcmp(platform_names[i], s) == 0)
-            return i;
-    return -1;
-}
-
-/* Activation functions wna16 knows (vLLM's MoEActivation spellings). */
-static const char *const known_activations[] = {
-    "silu", "gelu", "gelu_tanh", "swigluoai", "swiglustep", "silu_no_mul",
-    "gelu_no_mul", "gelu_tanh_no_mul", "relu2_no_mul", NULL};
-
-bool w16_activation_known(const char *s)
-{
-    for (const char *const *a = known_activations; *a; a++)
-        if (strcmp(*a, s) == 0)
-            return true;
-    return false;
-}
 
 static bool load_int_list(loader_t *L, const cJSON *j, const char *path,
                           int *out, int max, int *n_out, int64_t lo, int64_t hi)

@@ -2,7 +2,7 @@
  * dtype.c - the status and dtype tables (generated from the X-macro lists in
  * wna16.h) and exact float16/bfloat16 conversions.
  */
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 #include <math.h>
 #include <string.h>

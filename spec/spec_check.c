@@ -8,7 +8,7 @@
  * the inverse map as outside the logical domain (padding). A layout written
  * only as JSON is therefore known to be a bijection before anything uses it.
  */
-#include "gen/spec.h"
+#include "spec/spec.h"
 
 #include <stdio.h>
 #include <stdlib.h>

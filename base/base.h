@@ -108,6 +108,13 @@ wna16_status_t w16_tensor_set_add_uninit(wna16_tensor_set_t *set,
                                          wna16_tensor_t **out,
                                          wna16_error_t *err);
 
+/* ---- names (names.c) -------------------------------------------------------- */
+
+/* "cuda" -> WNA16_PLATFORM_CUDA; -1 if unknown. */
+int w16_platform_from_name(const char *s);
+/* Is this an activation function name wna16 knows? */
+bool w16_activation_known(const char *s);
+
 /* ---- context internals --------------------------------------------------- */
 
 typedef struct w16_spec_registry w16_spec_registry_t;
@@ -129,8 +136,17 @@ struct wna16_context {
     struct w16_cuda *cuda;     /* the CUDA target, created on first use */
 };
 
+/* ---- logging (log.c) ------------------------------------------------------ */
+
 /* Logs a message once per context and key (used for fallbacks). */
 void w16_log_once(wna16_context_t *ctx, wna16_log_level_t level,
                   const char *key, const char *fmt, ...) W16_PRINTF(4, 5);
+/* The sink a context gets when its options name none: "wna16: LEVEL: msg"
+ * on stderr. */
+void w16_log_default(void *user, wna16_log_level_t level, const char *msg);
+/* $WNA16_LOG_LEVEL: debug, info, warn or error; anything else is warn. */
+wna16_log_level_t w16_log_env_level(void);
+/* Frees the keys w16_log_once remembered (context teardown). */
+void w16_log_once_free(wna16_context_t *ctx);
 
 #endif /* W16_BASE_H */

@@ -30,7 +30,7 @@
 #ifndef W16_EXPR_H
 #define W16_EXPR_H
 
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 /* Every variable an expression may name. X(NAME, where, meaning).
  * `where` is a mask of W16_VW_* saying in which places it may appear.

@@ -1,5 +1,5 @@
 /*
- * cache.c - the kernel cache (see cache.h): keys, the sharded in-memory
+ * cache.c - the kernel cache (see cache.h): the sharded in-memory
  * table with one producer per key, and the on-disk store. A get locks one
  * of 64 shards (chosen by the key's top bits), and on a hit returns the
  * handle without allocating. On a miss it inserts a BUSY entry, drops the
@@ -13,8 +13,8 @@
  * second cache would stay silent).
  */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/cache.h"
-#include "runtime/base/base.h"
+#include "runtime/cache/cache.h"
+#include "base/base.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -27,247 +27,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-/* W16_CACHE_BUILTIN_HASH forces the fallback (to test it in a build that
- * has xxHash). */
-#if defined(WNA16_HAVE_XXHASH) && !defined(W16_CACHE_BUILTIN_HASH)
-#define W16_USE_XXH3 1
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
-#else
-#define W16_USE_XXH3 0
-#endif
-
-/* ---- little-endian helpers -------------------------------------------------- */
-
-static void put_le32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_le64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t get_le64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-/* ---- the built-in hash: MurmurHash3_x64_128 (Austin Appleby, public
- * domain), seed 0, made streaming by buffering a partial 16-byte block.
- * Used when xxHash is absent; it is well studied and as good as XXH3 for
- * telling kernels apart, only slower. ---------------------------------------- */
-
-typedef struct mm3 {
-    uint64_t h1, h2, total;
-    unsigned char buf[16];
-    size_t nbuf;
-} mm3_t;
-
-static const uint64_t MM3_C1 = 0x87c37b91114253d5ull;
-static const uint64_t MM3_C2 = 0x4cf5ad432745937full;
-
-static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-
-static uint64_t fmix64(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ull;
-    k ^= k >> 33;
-    return k;
-}
-
-static uint64_t mm3_k1(uint64_t k1) { return rotl64(k1 * MM3_C1, 31) * MM3_C2; }
-static uint64_t mm3_k2(uint64_t k2) { return rotl64(k2 * MM3_C2, 33) * MM3_C1; }
-
-static void mm3_block(mm3_t *m, const unsigned char *p)
-{
-    m->h1 ^= mm3_k1(get_le64(p));
-    m->h1 = rotl64(m->h1, 27) + m->h2;
-    m->h1 = m->h1 * 5 + 0x52dce729;
-    m->h2 ^= mm3_k2(get_le64(p + 8));
-    m->h2 = rotl64(m->h2, 31) + m->h1;
-    m->h2 = m->h2 * 5 + 0x38495ab5;
-}
-
-static void mm3_init(mm3_t *m) { memset(m, 0, sizeof *m); }
-
-static void mm3_update(mm3_t *m, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    m->total += n;
-    if (m->nbuf) {
-        size_t take = 16 - m->nbuf < n ? 16 - m->nbuf : n;
-        memcpy(m->buf + m->nbuf, p, take);
-        m->nbuf += take;
-        p += take;
-        n -= take;
-        if (m->nbuf < 16)
-            return;
-        mm3_block(m, m->buf);
-        m->nbuf = 0;
-    }
-    for (; n >= 16; p += 16, n -= 16)
-        mm3_block(m, p);
-    if (n) /* p may be NULL for an empty input */
-        memcpy(m->buf, p, n);
-    m->nbuf = n;
-}
-
-static w16_key_t mm3_final(const mm3_t *m)
-{
-    uint64_t h1 = m->h1, h2 = m->h2, k1 = 0, k2 = 0;
-    for (size_t i = m->nbuf; i > 8; i--)
-        k2 = (k2 << 8) | m->buf[i - 1];
-    for (size_t i = m->nbuf < 8 ? m->nbuf : 8; i > 0; i--)
-        k1 = (k1 << 8) | m->buf[i - 1];
-    if (m->nbuf > 8)
-        h2 ^= mm3_k2(k2);
-    if (m->nbuf > 0)
-        h1 ^= mm3_k1(k1);
-    h1 ^= m->total;
-    h2 ^= m->total;
-    h1 += h2;
-    h2 += h1;
-    h1 = fmix64(h1);
-    h2 = fmix64(h2);
-    h1 += h2;
-    h2 += h1;
-    return (w16_key_t){.lo = h1, .hi = h2};
-}
-
-w16_key_t w16_cache_builtin_hash128(const void *data, size_t n)
-{
-    mm3_t m;
-    mm3_init(&m);
-    mm3_update(&m, data, n);
-    return mm3_final(&m);
-}
-
-/* ---- the hash in use --------------------------------------------------------- */
-
-#if W16_USE_XXH3
-typedef XXH3_state_t hstate_t;
-static void h_init(hstate_t *s)
-{
-    XXH3_INITSTATE(s);
-    XXH3_128bits_reset(s);
-}
-static void h_update(hstate_t *s, const void *p, size_t n)
-{
-    XXH3_128bits_update(s, p, n);
-}
-static w16_key_t h_final(const hstate_t *s)
-{
-    XXH128_hash_t h = XXH3_128bits_digest(s);
-    return (w16_key_t){.lo = h.low64, .hi = h.high64};
-}
-static uint64_t hash64(const void *p, size_t n) { return XXH3_64bits(p, n); }
-enum { HASH_ALGO = 1 };
-#else
-typedef mm3_t hstate_t;
-static void h_init(hstate_t *s) { mm3_init(s); }
-static void h_update(hstate_t *s, const void *p, size_t n)
-{
-    mm3_update(s, p, n);
-}
-static w16_key_t h_final(const hstate_t *s) { return mm3_final(s); }
-static uint64_t hash64(const void *p, size_t n)
-{
-    return w16_cache_builtin_hash128(p, n).lo;
-}
-enum { HASH_ALGO = 2 };
-#endif
-
-_Static_assert(sizeof(hstate_t) <= sizeof(((w16_keyer_t *)0)->opaque_),
-               "w16_keyer_t too small for the hash state");
-_Static_assert(_Alignof(hstate_t) <= 64, "w16_keyer_t under-aligned");
-
-const char *w16_cache_hash_name(void)
-{
-    return W16_USE_XXH3 ? "xxh3" : "builtin";
-}
-
-/* ---- keys ------------------------------------------------------------------------ */
-
-/* Field tags: a field is tag, u64 length (LE), bytes. The tag keeps a
- * string and a number of the same bytes apart. */
-enum { FIELD_BYTES = 'b', FIELD_STR = 's', FIELD_NULL = 'n', FIELD_U64 = 'u' };
-
-/* Fed first: changing how keys are framed must change every key. */
-static const char KEY_DOMAIN[] = "wna16 kernel key v1";
-
-static hstate_t *keyer_state(w16_keyer_t *k) { return (hstate_t *)k->opaque_; }
-
-static void keyer_field(w16_keyer_t *k, int tag, const void *data, size_t n)
-{
-    unsigned char head[9];
-    head[0] = (unsigned char)tag;
-    put_le64(head + 1, n);
-    h_update(keyer_state(k), head, sizeof head);
-    if (n)
-        h_update(keyer_state(k), data, n);
-}
-
-void w16_keyer_init(w16_keyer_t *k)
-{
-    h_init(keyer_state(k));
-    keyer_field(k, FIELD_STR, KEY_DOMAIN, sizeof KEY_DOMAIN - 1);
-}
-
-void w16_keyer_bytes(w16_keyer_t *k, const void *data, size_t n)
-{
-    keyer_field(k, FIELD_BYTES, data, n);
-}
-
-void w16_keyer_str(w16_keyer_t *k, const char *s)
-{
-    if (s)
-        keyer_field(k, FIELD_STR, s, strlen(s));
-    else
-        keyer_field(k, FIELD_NULL, NULL, 0);
-}
-
-void w16_keyer_u64(w16_keyer_t *k, uint64_t v)
-{
-    unsigned char b[8];
-    put_le64(b, v);
-    keyer_field(k, FIELD_U64, b, sizeof b);
-}
-
-w16_key_t w16_keyer_done(w16_keyer_t *k) { return h_final(keyer_state(k)); }
-
-void w16_key_hex(w16_key_t key, char out[W16_KEY_HEX_SIZE])
-{
-    static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < 16; i++) {
-        out[i] = digits[(key.hi >> (60 - 4 * i)) & 15];
-        out[16 + i] = digits[(key.lo >> (60 - 4 * i)) & 15];
-    }
-    out[32] = '\0';
-}
-
-bool w16_key_equal(w16_key_t a, w16_key_t b)
-{
-    return a.lo == b.lo && a.hi == b.hi;
-}
 
 /* ---- the disk format ----------------------------------------------------------
  *
@@ -303,14 +62,14 @@ static void header_encode(unsigned char h[DISK_HEADER], const disk_header_t *d)
 {
     memset(h, 0, DISK_HEADER);
     memcpy(h, DISK_MAGIC, sizeof DISK_MAGIC);
-    put_le32(h + 8, DISK_VERSION);
-    put_le32(h + 12, DISK_HEADER);
-    put_le64(h + 16, d->key.lo);
-    put_le64(h + 24, d->key.hi);
-    put_le64(h + 32, d->size);
-    put_le64(h + 40, d->hash);
-    put_le32(h + 48, HASH_ALGO);
-    put_le32(h + DISK_HCSUM_AT, (uint32_t)hash64(h, DISK_HCSUM_AT));
+    w16_put_le32(h + 8, DISK_VERSION);
+    w16_put_le32(h + 12, DISK_HEADER);
+    w16_put_le64(h + 16, d->key.lo);
+    w16_put_le64(h + 24, d->key.hi);
+    w16_put_le64(h + 32, d->size);
+    w16_put_le64(h + 40, d->hash);
+    w16_put_le32(h + 48, (uint32_t)w16_hash_algo());
+    w16_put_le32(h + DISK_HCSUM_AT, (uint32_t)w16_hash64(h, DISK_HCSUM_AT));
 }
 
 /* Checks everything the header alone can tell; fills d. */
@@ -322,23 +81,23 @@ static wna16_status_t header_decode(const unsigned char h[DISK_HEADER],
     const char *why = NULL;
     if (memcmp(h, DISK_MAGIC, sizeof DISK_MAGIC) != 0)
         why = "bad magic";
-    else if (get_le32(h + 8) != DISK_VERSION)
+    else if (w16_get_le32(h + 8) != DISK_VERSION)
         why = "unknown format version";
-    else if (get_le32(h + 12) != DISK_HEADER)
+    else if (w16_get_le32(h + 12) != DISK_HEADER)
         why = "unexpected header size";
-    else if (get_le32(h + DISK_HCSUM_AT) != (uint32_t)hash64(h, DISK_HCSUM_AT))
+    else if (w16_get_le32(h + DISK_HCSUM_AT) != (uint32_t)w16_hash64(h, DISK_HCSUM_AT))
         why = "header checksum mismatch";
-    else if (get_le32(h + 48) != HASH_ALGO)
+    else if (w16_get_le32(h + 48) != (uint32_t)w16_hash_algo())
         why = "written with another hash algorithm";
-    else if (get_le32(h + 52) != 0 || get_le32(h + 56) != 0)
+    else if (w16_get_le32(h + 52) != 0 || w16_get_le32(h + 56) != 0)
         why = "reserved fields set";
     if (why)
         return w16_err(err, WNA16_EFORMAT, "%s: corrupt or foreign entry: %s",
                        path, why);
-    d->key.lo = get_le64(h + 16);
-    d->key.hi = get_le64(h + 24);
-    d->size = get_le64(h + 32);
-    d->hash = get_le64(h + 40);
+    d->key.lo = w16_get_le64(h + 16);
+    d->key.hi = w16_get_le64(h + 24);
+    d->size = w16_get_le64(h + 32);
+    d->hash = w16_get_le64(h + 40);
     return WNA16_OK;
 }
 
@@ -590,7 +349,7 @@ static wna16_status_t read_fd(w16_cache_t *c, int fd, const char *path,
     if (!p)
         return w16_err_nomem(err, "reading a kernel cache entry");
     r = read_full(fd, p, n);
-    if (r != (ssize_t)n || hash64(p, n) != d.hash) {
+    if (r != (ssize_t)n || w16_hash64(p, n) != d.hash) {
         w16_free(c->ctx, p, n);
         return w16_err(err, WNA16_EFORMAT,
                        "%s: corrupt or foreign entry: %s", path,
@@ -633,7 +392,7 @@ static uint64_t tmp_nonce(w16_cache_t *c)
                      atomic_fetch_add(&c->tmp_serial, 1),
                      (uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec,
                      (uint64_t)(uintptr_t)c};
-    return w16_cache_builtin_hash128(v, sizeof v).lo;
+    return w16_hash_builtin128(v, sizeof v).lo;
 }
 
 /* Opens "<path>.tmp.<pid>.<random>" exclusively; fd or -1 with errno. */
@@ -677,7 +436,7 @@ static int disk_write(w16_cache_t *c, w16_key_t key, const void *blob,
     if (fd < 0)
         return errno;
     unsigned char h[DISK_HEADER];
-    disk_header_t d = {.key = key, .size = size, .hash = hash64(blob, size)};
+    disk_header_t d = {.key = key, .size = size, .hash = w16_hash64(blob, size)};
     header_encode(h, &d);
     int rc = write_full(fd, h, sizeof h) == 0 &&
                      write_full(fd, blob, size) == 0 && fsync(fd) == 0
@@ -1169,4 +928,39 @@ wna16_status_t w16_cache_clear(const char *dir, size_t *removed,
     if (removed)
         *removed = w.removed;
     return st;
+}
+
+/* ---- the context's caches ------------------------------------------------------ */
+
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+
+wna16_status_t w16_context_cache(wna16_context_t *ctx, struct w16_cache **out,
+                                 wna16_error_t *err)
+{
+    pthread_mutex_lock(&cache_mu);
+    if (!ctx->cache) {
+        char dir[4096];
+        w16_cache_options_t o = {0};
+        if (w16_cache_default_dir(dir, sizeof dir) == WNA16_OK)
+            o.dir = dir;
+        else
+            o.memory_only = true;
+        ctx->cache = w16_cache_create(ctx, &o, err);
+    }
+    pthread_mutex_unlock(&cache_mu);
+    *out = ctx->cache;
+    return ctx->cache ? WNA16_OK : (err ? err->status : WNA16_ENOMEM);
+}
+
+wna16_status_t w16_context_plans(wna16_context_t *ctx, struct w16_cache **out,
+                                 wna16_error_t *err)
+{
+    pthread_mutex_lock(&cache_mu);
+    if (!ctx->plans) {
+        w16_cache_options_t o = {.memory_only = true};
+        ctx->plans = w16_cache_create(ctx, &o, err);
+    }
+    pthread_mutex_unlock(&cache_mu);
+    *out = ctx->plans;
+    return ctx->plans ? WNA16_OK : (err ? err->status : WNA16_ENOMEM);
 }

@@ -26,7 +26,7 @@
  * wgmma can run, and its problems choose among the wgmma GEMM rows only.
  * The language is documented in docs/specs.md, section 14.
  */
-#include "gen/spec.h"
+#include "spec/spec.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

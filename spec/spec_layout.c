@@ -5,7 +5,7 @@
  * -> coordinates). Shared by the consistency check, the reference and the
  * generator.
  */
-#include "gen/spec.h"
+#include "spec/spec.h"
 
 #include <string.h>
 

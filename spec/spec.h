@@ -8,7 +8,7 @@
 #ifndef W16_SPEC_H
 #define W16_SPEC_H
 
-#include "gen/expr.h"
+#include "spec/expr.h"
 
 /* Roles a layout can fill. X(ENUM, json key, default tensor name, doc).
  * ORDER ROLE. */
@@ -35,11 +35,6 @@ const char *w16_role_key(w16_role_t r);
 const char *w16_role_doc(w16_role_t r);
 /* The role's logical coordinates in array order (e first); returns count. */
 int w16_role_coords(w16_role_t r, w16_var_t *out);
-
-/* "cuda" -> WNA16_PLATFORM_CUDA; -1 if unknown. */
-int w16_platform_from_name(const char *s);
-/* Is this an activation function name wna16 knows? */
-bool w16_activation_known(const char *s);
 
 /* Logical coordinates of each role, in order. ORDER COORD. */
 enum { W16_MAX_COORDS = 3 };

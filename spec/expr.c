@@ -4,7 +4,7 @@
  * caller's arena and resolves every identifier at parse time, so an AST that
  * exists is well formed: only allowed variables, declared tables and lets.
  */
-#include "gen/expr.h"
+#include "spec/expr.h"
 
 #include <ctype.h>
 #include <stdarg.h>

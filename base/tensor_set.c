@@ -3,7 +3,7 @@
  * caller keeps alive, or storage the set owns (zero-filled, or left as
  * allocated for producers that write every byte).
  */
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 #include <string.h>
 

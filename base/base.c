@@ -2,7 +2,7 @@
  * base.c - allocation, errors, the text buffer and the arena (see base.h).
  */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MADV_HUGEPAGE */
-#include "runtime/base/base.h"
+#include "base/base.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,0 +1,71 @@
+/*
+ * context.c - wna16_context_create and _destroy: the one object that owns
+ * the allocator, the log sink (base/log.c), the spec registry and, created
+ * on first use, the targets and the kernel caches. It sits at the top of
+ * runtime/ because destroying a context tears down every layer below.
+ */
+#include "base/base.h"
+#include "spec/spec.h"
+#include "runtime/cpu/cpu.h"
+#include "runtime/cache/cache.h"
+#include "runtime/cuda/cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+wna16_status_t wna16_context_create(const wna16_context_options_t *opts,
+                                    wna16_context_t **out, wna16_error_t *err)
+{
+    if (!out)
+        return w16_err(err, WNA16_EINVAL, "wna16_context_create: out is NULL");
+    *out = NULL;
+    wna16_context_options_t o = {0};
+    if (opts)
+        o = *opts;
+    if (o.allocator && !(o.allocator->alloc && o.allocator->realloc &&
+                         o.allocator->free))
+        return w16_err(err, WNA16_EINVAL,
+                       "wna16_context_create: allocator must set alloc, "
+                       "realloc and free");
+    wna16_context_t tmp = {0};
+    if (o.allocator) {
+        tmp.allocator = *o.allocator;
+        tmp.custom_allocator = true;
+    }
+    wna16_context_t *ctx = w16_calloc(&tmp, 1, sizeof *ctx);
+    if (!ctx)
+        return w16_err_nomem(err, "creating a context");
+    *ctx = tmp;
+    ctx->log = o.log ? o.log : w16_log_default;
+    ctx->log_user = o.log_user;
+    ctx->log_level = (o.log_level_set || o.log_level) ? o.log_level
+                                                      : w16_log_env_level();
+    const char *dir = o.spec_dir ? o.spec_dir : getenv("WNA16_SPEC_DIR");
+    if (dir && !*dir)
+        dir = NULL;
+    wna16_status_t st = w16_specs_init(ctx, !o.no_builtin_specs, dir, err);
+    if (st != WNA16_OK) {
+        wna16_context_destroy(ctx);
+        return st;
+    }
+    *out = ctx;
+    return WNA16_OK;
+}
+
+void wna16_context_destroy(wna16_context_t *ctx)
+{
+    if (!ctx)
+        return;
+    /* the cache holds handles into the CPU target's JIT and CUDA modules
+     * of the CUDA target: it goes first (the plans, which point at those
+     * handles, before it) */
+    w16_cache_destroy(ctx->plans);
+    w16_cache_destroy(ctx->cache);
+    w16_cuda_destroy(ctx->cuda);
+    w16_cpu_destroy(ctx->cpu);
+    w16_specs_fini(ctx);
+    w16_log_once_free(ctx);
+    wna16_context_t copy = *ctx;
+    w16_free(&copy, ctx, sizeof *ctx);
+}
