@@ -1,9 +1,11 @@
 /*
  * spec.h - the frozen, validated form of a spec (internal).
  *
- * Only gen/spec*.c see cJSON. Everything else (the reference, selection, the
- * generator, the tools) reads these structs, which are immutable once
- * loaded and owned by the spec's arena. See docs/specs.md for the JSON.
+ * Only spec/spec_load.c (and spec/spec_tiling.c, for the "tiling" section)
+ * see cJSON; spec/spec_registry.c keeps the loaded specs. Everything else
+ * (the reference, selection, the generator, the tools) reads these
+ * structs, which are immutable once loaded and owned by the spec's arena.
+ * See docs/specs.md for the JSON.
  */
 #ifndef W16_SPEC_H
 #define W16_SPEC_H
@@ -33,6 +35,8 @@ typedef enum w16_role {
 
 const char *w16_role_key(w16_role_t r);
 const char *w16_role_doc(w16_role_t r);
+/* The tensor leaf name a layout of this role has unless it names one. */
+const char *w16_role_name(w16_role_t r);
 /* The role's logical coordinates in array order (e first); returns count. */
 int w16_role_coords(w16_role_t r, w16_var_t *out);
 
@@ -271,7 +275,7 @@ struct wna16_spec {
     int n_samples;
 };
 
-/* ---- registry ------------------------------------------------------------ */
+/* ---- registry (spec_registry.c) and loader (spec_load.c) ---------------- */
 
 typedef struct w16_embedded_spec {
     const char *origin; /* "builtin:specs/backends/marlin.json" */

@@ -1,13 +1,52 @@
 /*
- * spec_layout.c - binds a spec to a problem (the dimension variables of one
- * GEMM operand) and evaluates a layout's maps: shape, forward map
+ * spec_layout.c - the roles a layout fills (JSON key, default tensor name,
+ * logical coordinates); binds a spec to a problem (the dimension variables
+ * of one GEMM operand) and evaluates a layout's maps: shape, forward map
  * (coordinates -> storage index + bit) and inverse map (storage index + slot
- * -> coordinates). Shared by the consistency check, the reference and the
- * generator.
+ * -> coordinates). Shared by the loader, the consistency check, the
+ * reference and the generator.
  */
 #include "spec/spec.h"
 
 #include <string.h>
+
+/* ---- roles --------------------------------------------------------------- */
+
+static const struct {
+    const char *key, *name, *doc;
+} role_table[W16_ROLE_COUNT] = {
+#define X(e, key, name, doc) {key, name, doc},
+    W16_ROLE_LIST(X)
+#undef X
+};
+
+const char *w16_role_key(w16_role_t r) { return role_table[r].key; }
+const char *w16_role_doc(w16_role_t r) { return role_table[r].doc; }
+const char *w16_role_name(w16_role_t r) { return role_table[r].name; }
+
+/* Logical coordinates per role, in the order of wna16_qweight_t arrays. */
+static const w16_var_t role_coords[W16_ROLE_COUNT][W16_MAX_COORDS] = {
+    [W16_ROLE_QWEIGHT] = {W16_VAR_e, W16_VAR_n, W16_VAR_k},
+    [W16_ROLE_SCALES] = {W16_VAR_e, W16_VAR_g, W16_VAR_n},
+    [W16_ROLE_QZEROS] = {W16_VAR_e, W16_VAR_g, W16_VAR_n},
+    [W16_ROLE_G_IDX] = {W16_VAR_e, W16_VAR_k, W16_VAR_COUNT},
+    [W16_ROLE_SORT_IDX] = {W16_VAR_e, W16_VAR_k, W16_VAR_COUNT},
+    [W16_ROLE_BIAS] = {W16_VAR_e, W16_VAR_n, W16_VAR_COUNT},
+    [W16_ROLE_WEIGHT] = {W16_VAR_e, W16_VAR_n, W16_VAR_k},
+    /* one value per operand: no coordinates, a 0-dimensional tensor */
+    [W16_ROLE_GSCALE] = {W16_VAR_COUNT, W16_VAR_COUNT, W16_VAR_COUNT},
+};
+
+int w16_role_coords(w16_role_t r, w16_var_t *out)
+{
+    int n = 0;
+    for (int i = 0; i < W16_MAX_COORDS; i++)
+        if (role_coords[r][i] != W16_VAR_COUNT)
+            out[n++] = role_coords[r][i];
+    return n;
+}
+
+/* ---- binding and maps ---------------------------------------------------- */
 
 wna16_status_t w16_spec_bind(const wna16_spec_t *spec,
                              const w16_problem_t *p, wna16_gemm_t gemm,
