@@ -26,6 +26,11 @@
  * part that depends on the lane (the CPU emitter hoists the first out of
  * the loop over lanes) and the code slots of one word share their source
  * address (one load).
+ *
+ * Two files implement this header: lower_expr.c the lowering of spec
+ * expressions (w16_lower*), lower_arith.c the IR helpers and their facts
+ * (w16_ir_*, w16_lower_let, w16_lower_note_var), which the builders also
+ * use directly and which know nothing of spec expressions.
  */
 #ifndef W16_LOWER_EXPR_H
 #define W16_LOWER_EXPR_H
@@ -66,7 +71,21 @@ typedef struct w16_lower {
     char failbuf[96];
 } w16_lower_t;
 
+/* ---- lower_expr.c -------------------------------------------------------- */
+
 void w16_lower_init(w16_lower_t *L, kir_kernel_t *k);
+/* Forgets every variable binding (keeps the kernel's constant tables). */
+void w16_lower_clear_vars(w16_lower_t *L);
+/* Binds a free variable to an IR value of known range. */
+void w16_lower_bind(w16_lower_t *L, w16_var_t v, const kir_expr_t *value,
+                    int64_t lo, int64_t hi);
+/* Lowers x; the result is an i64 IR expression (NULL on failure, with
+ * L->failure set). `r` (may be NULL) receives the value's range. */
+const kir_expr_t *w16_lower(w16_lower_t *L, const w16_expr_t *x,
+                            w16_range_t *r);
+
+/* ---- lower_arith.c ------------------------------------------------------- */
+
 /* let name = e in block b, returning the value to use for it (e itself
  * for constants and variables). A value whose facts fit in 32 bits gets a
  * 32-bit variable, viewed as i64 through an extension: its arithmetic is
@@ -97,20 +116,15 @@ const kir_expr_t *w16_ir_assume_in_range(const w16_lower_t *L,
 bool w16_ir_uses_lane(const w16_lower_t *L, const kir_expr_t *e);
 /* The facts about an i64 (or zero-extended) IR value. */
 w16_facts_t w16_ir_facts(const w16_lower_t *L, const kir_expr_t *e);
-/* Forgets every variable binding (keeps the kernel's constant tables). */
-void w16_lower_clear_vars(w16_lower_t *L);
-/* Binds a free variable to an IR value of known range. */
-void w16_lower_bind(w16_lower_t *L, w16_var_t v, const kir_expr_t *value,
-                    int64_t lo, int64_t hi);
-/* Lowers x; the result is an i64 IR expression (NULL on failure, with
- * L->failure set). `r` (may be NULL) receives the value's range. */
-const kir_expr_t *w16_lower(w16_lower_t *L, const w16_expr_t *x,
-                            w16_range_t *r);
 
 /* IR helpers with constant folding and the range- and alignment-aware
  * forms above. All operands and results are i64 unless said otherwise. */
 const kir_expr_t *w16_ir_const(kir_kernel_t *k, int64_t v);
+/* Whether e is an i64 constant (its value in *v when v is not NULL). */
+bool w16_ir_is_const(const kir_expr_t *e, int64_t *v);
 const kir_expr_t *w16_ir_add(kir_kernel_t *k, const kir_expr_t *a,
+                             const kir_expr_t *b);
+const kir_expr_t *w16_ir_sub(kir_kernel_t *k, const kir_expr_t *a,
                              const kir_expr_t *b);
 const kir_expr_t *w16_ir_mul(kir_kernel_t *k, const kir_expr_t *a,
                              const kir_expr_t *b);
