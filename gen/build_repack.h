@@ -12,7 +12,7 @@
  * formats, dequantization for layouts that hold dequantized weights) and
  * writes the whole word once. For the CPU (request.word_blocks) a lane may
  * own a block of such words, chosen so that the vectorized lanes load
- * consecutive source words (build_repack.c, "word blocks"); on a GPU
+ * consecutive source words (build_repack_lanes.c, "word blocks"); on a GPU
  * (request.staged_tiles) a workgroup may first stage the source tile its
  * words read in shared memory, a lane may write the few words that read
  * the same source elements, or a workgroup whole rows of a layout with
@@ -45,8 +45,8 @@ typedef struct w16_repack_request {
     bool sort_k;
     /* A lane may write a block of words where the layout's maps show that
      * this turns the lanes' gathers into consecutive or shared loads
-     * (build_repack.c: word blocks): for targets that vectorize the loop
-     * over lanes (the CPU); GPUs want one word per lane. */
+     * (build_repack_lanes.c: word blocks): for targets that vectorize the
+     * loop over lanes (the CPU); GPUs want one word per lane. */
     bool word_blocks;
     /* A workgroup may stage the source tile it reads in shared memory and
      * read it from there, or use the plans without staging (shared reads,
@@ -78,8 +78,8 @@ typedef struct w16_repack_kernel {
      * filled tensor rather than the whole tensor. */
     bool sums;
     /* This (codes) kernel writes the block sums too, in the same pass: the
-     * separate sums kernel is not needed (build_repack.c, "sums in the
-     * codes' pass"). */
+     * separate sums kernel is not needed (build_repack_sums.c, "sums in
+     * the codes' pass"). */
     bool sums_fused;
 } w16_repack_kernel_t;
 

@@ -17,8 +17,10 @@
  *      any store; a barrier;
  *   3. gathers its U words as the plain kernel does (same maps, same
  *      conversions), each source element read from the shared box where
- *      the box holds it and from memory otherwise, and stores them, lanes
- *      along the destination row (the stores of a warp are consecutive).
+ *      the box holds it and from memory otherwise (the source loads of
+ *      build_repack_elem.c read the plan in B->tile), and stores them,
+ *      lanes along the destination row (the stores of a warp are
+ *      consecutive).
  *
  * The box comes from probes through the specs' maps (numeric, at the
  * first, a middle and the last tile: its offsets from the source element
@@ -48,7 +50,7 @@
 enum { TILE_MAX_BYTES = 16384, TILE_MAX_COPIES = 4 };
 /* A plain gather whose warp loads touch at most this many sectors is
  * left alone (twice the 4 of 32 consecutive words). */
-enum { PLAIN_SECTORS_OK = 8, MEMO_SIZE = 32 };
+enum { PLAIN_SECTORS_OK = 8 };
 /* Rows of a layout with sums: lanes per workgroup at most (CUDA's limit)
  * and, where rows are short, at least (rows are added up to it). */
 enum { ROWS_MAX_LANES = 1024, ROWS_MIN_LANES = 256 };
@@ -64,42 +66,6 @@ enum { ROWS_MAX_LANES = 1024, ROWS_MIN_LANES = 256 };
  * CPU and without any poison flag, right with at most 4 lanes (docs/
  * design-notes.md, "Rows of sums: copies a lane"). */
 enum { ROWS_COPIES = 4, ROWS_COPIES_BY_CODE = 2 };
-
-struct w16_rp_tile {
-    w16_role_t role;
-    int lanes, copies;
-    /* stage: the source box goes through shared memory (else the kernel
-     * reads memory directly: shared reads or rows); shared reads: the
-     * copies of a lane are bits [cbit, cbit + log2(copies)) of the
-     * tile-local word index (-1: copy c is lanes * c words on); rows: a
-     * workgroup is R whole rows of a layout with block sums, which it
-     * writes in the same pass, lane by lane */
-    bool stage, rows;
-    /* rows: the workgroup's R rows run over the rows of the whole grid
-     * (its dimensions but the last, flattened), where R does not divide
-     * the second-to-last dimension */
-    bool flat_rows;
-    int cbit;
-    int64_t R, C;            /* destination words: rows x columns */
-    int64_t a, nrows, elems; /* source tensor: row length, rows, elements */
-    int64_t ns, nu, nv;      /* box: tensors x rows x columns */
-    int64_t pitch;           /* shared row length (odd: no bank conflicts) */
-    int64_t ds, dr, dc;      /* box corner minus the first word's element */
-    const kir_shared_t *sh;
-    /* the box's corner at run time */
-    const kir_expr_t *bslot, *brow, *bcol;
-    /* while building the first word's source element: its table slot and
-     * flat index are recorded instead of staged */
-    bool capture;
-    const kir_expr_t *cap_slot, *cap_row, *cap_col;
-    /* the source elements read so far, by block: the code slots of a word
-     * share one read (see w16_rp_source_load) */
-    struct {
-        const kir_block_t *blk;
-        const kir_expr_t *slot, *flat, *val;
-    } memo[MEMO_SIZE];
-    int n_memo;
-};
 
 typedef struct box {
     int64_t lo[3], hi[3]; /* tensor, row, column relative to the first word */
@@ -522,7 +488,7 @@ static const kir_expr_t *tile_index_rc(builder_t *B, const int64_t *S, int n,
      * bits; R a power of two), which the lowering does not take apart into
      * the group id's terms: a sum would be, and then the codes of one
      * block read through different forms of one address, which the block
-     * sums' word-at-a-time check (build_repack.c) does not see as one */
+     * sums' word-at-a-time check (build_repack_sums.c) does not see as one */
     bool disjoint = T->rows && !(T->R & (T->R - 1));
     B->idx[n - 2] = w16_rp_let(B, name, disjoint ? kir_bin(k, KIR_OP_OR, row0, r)
                                                  : w16_ir_add(k, row0, r));
@@ -592,12 +558,12 @@ void w16_rp_tile_stage(builder_t *B, const int64_t *S, int n)
     B->idx[n - 1] = w16_ir_mul(k, B->idx[n - 1], ik(B, B->wide));
     B->pos = 0;
     lcoord_t at;
-    const kir_expr_t *valid = w16_rp_dst_slot(B, 0, &at);
+    const kir_expr_t *valid = w16_rp_let(B, "valid", w16_rp_dst_slot(B, 0, &at));
     if (!valid)
         return;
     w16_rp_clamp_slot(B, valid, &at);
     T->capture = true;
-    w16_rp_src_raw(B, T->role, &at);
+    w16_rp_src_value(B, T->role, &at, true);
     T->capture = false;
     if (!T->cap_slot || !T->cap_row || !T->cap_col) {
         w16_rp_fail(B, "the staged tile's first element has no source");
@@ -665,107 +631,4 @@ void w16_rp_tile_stage(builder_t *B, const int64_t *S, int n)
     }
     if (!B->fail && !kir_barrier(k, B->body))
         w16_rp_fail(B, "out of memory");
-}
-
-/* e seen through let-bound variables (their noted definitions, which
- * never change), so that a value and a variable bound to it compare
- * equal. */
-static const kir_expr_t *through_lets(const builder_t *B, const kir_expr_t *e)
-{
-    for (int guard = 0; e && guard < 64; guard++) {
-        const kir_expr_t *v = e;
-        if ((v->op == KIR_OP_ZEXT || v->op == KIR_OP_SEXT) && v->type == KIR_I64 &&
-            v->a->op == KIR_OP_VAR && v->a->type == KIR_I32)
-            v = v->a;
-        if (v->op != KIR_OP_VAR || v->var->index >= B->L.n_vfacts ||
-            !B->L.vdef[v->var->index])
-            return e;
-        e = B->L.vdef[v->var->index];
-    }
-    return e;
-}
-
-bool w16_rp_same_value(const builder_t *B, const kir_expr_t *a, const kir_expr_t *b)
-{
-    a = through_lets(B, a);
-    b = through_lets(B, b);
-    if (a == b)
-        return true;
-    if (!a || !b || !w16_rp_same_node(a, b))
-        return false;
-    return w16_rp_same_value(B, a->a, b->a) && w16_rp_same_value(B, a->b, b->b) &&
-           w16_rp_same_value(B, a->c, b->c);
-}
-
-/* The value read for (slot, flat) in the current block, or NULL. */
-static const kir_expr_t *memo_find(const builder_t *B, const kir_expr_t *slot,
-                                   const kir_expr_t *flat)
-{
-    const struct w16_rp_tile *T = B->tile;
-    for (int i = 0; i < T->n_memo && i < MEMO_SIZE; i++)
-        if (T->memo[i].blk == B->body && w16_rp_same_value(B, T->memo[i].slot, slot) &&
-            w16_rp_same_value(B, T->memo[i].flat, flat))
-            return T->memo[i].val;
-    return NULL;
-}
-
-static const kir_expr_t *memo_add(builder_t *B, const kir_expr_t *slot,
-                                  const kir_expr_t *flat, const kir_expr_t *val)
-{
-    struct w16_rp_tile *T = B->tile;
-    int m = T->n_memo++ % MEMO_SIZE;
-    T->memo[m].blk = B->body;
-    T->memo[m].slot = slot;
-    T->memo[m].flat = flat;
-    T->memo[m].val = val;
-    return val;
-}
-
-const kir_expr_t *w16_rp_source_load(builder_t *B, w16_role_t role,
-                                     const kir_expr_t *slot,
-                                     const kir_expr_t *flat,
-                                     const kir_expr_t *row,
-                                     const kir_expr_t *col)
-{
-    kir_kernel_t *k = B->k;
-    struct w16_rp_tile *T = B->tile;
-    const kir_expr_t *mem = kir_tload(k, B->table[role], w16_ir_index32(&B->L, slot),
-                                      w16_ir_index32(&B->L, flat));
-    if (!T || role != T->role)
-        return mem;
-    if (T->rows) /* one word per lane: its slots share loads as in the
-                  * plain gather (and the block sums see the loads) */
-        return mem;
-    if (!T->stage) { /* shared reads: one load per element and block */
-        const kir_expr_t *val = memo_find(B, slot, flat);
-        return val ? val : memo_add(B, slot, flat, w16_rp_let(B, "src_elem", mem));
-    }
-    if (T->capture) {
-        T->cap_slot = slot;
-        T->cap_row = row;
-        T->cap_col = col;
-        return mem;
-    }
-    /* One read per source element and block: the slots of a word reading
-     * the same element share it. The compiler does not merge the loads on
-     * its own (each sits behind its own select), and without this a word
-     * of eight codes made eight shared and eight fallback loads. */
-    const kir_expr_t *seen = memo_find(B, slot, flat);
-    if (seen)
-        return seen;
-    /* in 32 bits, as the corner */
-    const kir_expr_t *du = kir_bin(k, KIR_OP_SUB, w16_ir_narrow32(&B->L, row), T->brow);
-    const kir_expr_t *dv = kir_bin(k, KIR_OP_SUB, w16_ir_narrow32(&B->L, col), T->bcol);
-    const kir_expr_t *ds = kir_bin(k, KIR_OP_SUB, w16_ir_narrow32(&B->L, slot), T->bslot);
-    const kir_expr_t *hit = kir_bin(k, KIR_OP_AND,
-        kir_bin(k, KIR_OP_ULT, du, i32(B, T->nu)),
-        kir_bin(k, KIR_OP_AND, kir_bin(k, KIR_OP_ULT, dv, i32(B, T->nv)),
-                kir_bin(k, KIR_OP_ULT, ds, i32(B, T->ns))));
-    hit = w16_rp_let(B, "in_tile", hit);
-    const kir_expr_t *at = kir_bin(k, KIR_OP_ADD, kir_bin(k, KIR_OP_MUL,
-        kir_bin(k, KIR_OP_ADD, kir_bin(k, KIR_OP_MUL, ds, i32(B, T->nu)), du),
-        i32(B, T->pitch)), dv);
-    const kir_expr_t *cell = kir_shared_load(k, T->sh, kir_select(k, hit, at, i32(B, 0)));
-    return memo_add(B, slot, flat,
-                    w16_rp_let(B, "src_elem", w16_ir_select(k, hit, cell, mem)));
 }
