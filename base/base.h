@@ -118,9 +118,7 @@ bool w16_activation_known(const char *s);
 /* ---- context internals --------------------------------------------------- */
 
 typedef struct w16_spec_registry w16_spec_registry_t;
-struct w16_cpu;
 struct w16_cache;
-struct w16_cuda;
 
 struct wna16_context {
     wna16_allocator_t allocator;
@@ -130,10 +128,12 @@ struct wna16_context {
     wna16_log_level_t log_level;
     w16_spec_registry_t *specs;
     struct w16_once_key *once; /* keys already logged by w16_log_once */
-    struct w16_cpu *cpu;       /* the CPU target, created on first use */
     struct w16_cache *cache;   /* the kernel cache, created on first use */
     struct w16_cache *plans;   /* repack plans by request (memory only) */
-    struct w16_cuda *cuda;     /* the CUDA target, created on first use */
+    /* Each target's instance, by wna16_target_t, made on first use by its
+     * descriptor's probe and freed by its release (runtime/target/). The
+     * layers below runtime/ see only these opaque pointers. */
+    void *targets[WNA16_TARGET_COUNT_];
 };
 
 /* ---- logging (log.c) ------------------------------------------------------ */

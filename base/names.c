@@ -94,12 +94,11 @@ bool w16_activation_known(const char *s)
 
 /* ---- targets ------------------------------------------------------------- */
 
+/* ORDER TARGET: indexed by wna16_target_t. */
+static const char *const target_names[WNA16_TARGET_COUNT_] = {
+    "reference", "cpu", "cuda"};
+
 const char *wna16_target_name(wna16_target_t t)
 {
-    switch (t) {
-    case WNA16_TARGET_REFERENCE: return "reference";
-    case WNA16_TARGET_CPU: return "cpu";
-    case WNA16_TARGET_CUDA: return "cuda";
-    }
-    return "unknown";
+    return (unsigned)t < WNA16_TARGET_COUNT_ ? target_names[t] : "unknown";
 }

@@ -648,6 +648,7 @@ typedef enum wna16_target {
     WNA16_TARGET_REFERENCE = 0,
     WNA16_TARGET_CPU = 1,
     WNA16_TARGET_CUDA = 2,
+    WNA16_TARGET_COUNT_
 } wna16_target_t;
 
 const char *wna16_target_name(wna16_target_t t);

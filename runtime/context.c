@@ -6,9 +6,8 @@
  */
 #include "base/base.h"
 #include "spec/spec.h"
-#include "runtime/cpu/cpu.h"
 #include "runtime/cache/cache.h"
-#include "runtime/cuda/cuda.h"
+#include "runtime/targets.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,13 +56,11 @@ void wna16_context_destroy(wna16_context_t *ctx)
 {
     if (!ctx)
         return;
-    /* the cache holds handles into the CPU target's JIT and CUDA modules
-     * of the CUDA target: it goes first (the plans, which point at those
-     * handles, before it) */
+    /* the cache holds handles into the targets (JIT code, device modules):
+     * it goes first (the plans, which point at those handles, before it) */
     w16_cache_destroy(ctx->plans);
     w16_cache_destroy(ctx->cache);
-    w16_cuda_destroy(ctx->cuda);
-    w16_cpu_destroy(ctx->cpu);
+    w16_targets_release(ctx);
     w16_specs_fini(ctx);
     w16_log_once_free(ctx);
     wna16_context_t copy = *ctx;

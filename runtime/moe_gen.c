@@ -4,7 +4,9 @@
  * by expert, cut into one run per expert, each run with the block size
  * that costs it least), builds the kernels of the configuration
  * (gen/build_moe.c) on first use, compiles them through the context's
- * kernel cache and launches them on the CPU target's threads:
+ * kernel cache and launches them on a target whose kernels address host
+ * memory (the CPU: the orchestration here reads and writes the same
+ * buffers the kernels do, between launches):
  *
  *   check args -> route (slot experts, align, runs by block size)
  *   -> scratch -> kernels of the configuration (memo, else build + cache)
@@ -14,10 +16,9 @@
  * messages), before any work.
  */
 #include "gen/build_moe.h"
-#include "runtime/cpu/cpu.h"
-#include "runtime/moe.h"
+#include "runtime/ref/moe.h"
 #include "runtime/ref/ref.h"
-
+#include "runtime/targets.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -42,7 +43,8 @@ typedef struct variant_key {
 } variant_key_t;
 
 typedef struct stage_fn {
-    w16_cpu_fn fn; /* NULL until built */
+    void *fn; /* the loaded kernel; NULL until built */
+    int lanes, n_params;
     int64_t tiles;
     int param[W16_MOE_ARG_COUNT];
 } stage_fn_t;
@@ -57,6 +59,8 @@ typedef struct variant {
 
 struct wna16_moe_layer {
     wna16_context_t *ctx;
+    const w16_target_t *T;  /* where the kernels run (host memory) */
+    w16_stream_t *stream;   /* their launches */
     const wna16_spec_t *backend;
     w16_problem_t problem; /* `ungated` from the w13 tensor's shape */
     wna16_dtype_t dtype[2][W16_ROLE_COUNT];
@@ -230,24 +234,34 @@ wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
         return w16_err(err, WNA16_EUNSUPPORTED, "%s stores one tensor per "
                        "expert and projection; the generated fused MoE reads "
                        "stacked layouts", backend->name);
-    if (target != WNA16_TARGET_CPU)
+    /* what the target can do decides before whether it is here */
+    const w16_target_t *T = w16_target_find(target);
+    if (T && !T->host_memory)
         return w16_err(err, WNA16_EUNAVAILABLE, "%s target unavailable: the "
-                       "generated fused MoE runs on the cpu target (its CUDA "
-                       "kernels are compile-checked only)",
-                       wna16_target_name(target));
-    w16_cpu_t *cpu;
-    wna16_status_t st = w16_cpu_get(ctx, &cpu, err);
+                       "generated fused MoE runs where kernels address host "
+                       "memory (its %s kernels are compile-checked only; "
+                       "the tensor-core fused MoE is wna16_cuda_moe_*)",
+                       T->name, T->name);
+    void *inst = NULL;
+    wna16_status_t st = w16_target_probe(ctx, target, &T, &inst, err);
     if (st != WNA16_OK)
         return st;
     wna16_moe_layer_t *L = calloc(1, sizeof *L);
     if (!L)
         return w16_err_nomem(err, "creating a MoE layer");
     L->ctx = ctx;
+    L->T = T;
+    pthread_mutex_init(&L->mu, NULL);
+    st = T->stream_open(inst, ctx, &L->stream, err);
+    if (st != WNA16_OK) {
+        pthread_mutex_destroy(&L->mu);
+        free(L);
+        return st;
+    }
     L->backend = backend;
     L->problem = (w16_problem_t){E, H, I, quant->bits, quant->group_size,
                                  quant->zero_point, quant->act_order,
                                  quant->bias};
-    pthread_mutex_init(&L->mu, NULL);
     int64_t v13[W16_VAR_COUNT];
     st = w16_spec_bind(backend, &L->problem, WNA16_GEMM_W13, v13, err);
     if (st == WNA16_OK)
@@ -284,6 +298,8 @@ void wna16_moe_layer_destroy(wna16_moe_layer_t *L)
 {
     if (!L)
         return;
+    if (L->stream)
+        L->T->stream_close(L->stream, WNA16_OK, NULL);
     pthread_mutex_destroy(&L->mu);
     free(L->variants);
     free(L->x);
@@ -306,11 +322,11 @@ static wna16_status_t compile_stage(wna16_moe_layer_t *L,
     wna16_status_t st = w16_build_moe(L->ctx, req, s, &mk, err);
     if (st != WNA16_OK)
         return st;
-    w16_key_t key;
-    st = w16_cpu_kernel_key(L->ctx, "wna16 moe kernel", mk.kernel, &key, err);
-    if (st == WNA16_OK)
-        st = w16_cpu_kernel(L->ctx, key, mk.kernel, &out->fn, err);
+    st = w16_target_kernel(L->ctx, L->T, "wna16 moe kernel", mk.kernel,
+                           &out->fn, NULL, err);
     if (st == WNA16_OK) {
+        out->lanes = mk.kernel->lanes;
+        out->n_params = mk.kernel->n_params;
         out->tiles = mk.tiles;
         memcpy(out->param, mk.param, sizeof out->param);
     }
@@ -423,12 +439,13 @@ typedef struct call {
 
 /* Runs `major` x f->tiles workgroups of kernel f; `runs` is the GEMMs'
  * run list. */
-static void launch(wna16_moe_layer_t *L, const stage_fn_t *f,
-                   w16_moe_stage_t s, const call_t *c, const int32_t *runs,
-                   int64_t major)
+static wna16_status_t launch(wna16_moe_layer_t *L, const stage_fn_t *f,
+                             w16_moe_stage_t s, const call_t *c,
+                             const int32_t *runs, int64_t major,
+                             wna16_error_t *err)
 {
     if (major <= 0)
-        return;
+        return WNA16_OK;
     uint64_t args[W16_MOE_ARG_COUNT] = {0};
     uint64_t value[W16_MOE_ARG_COUNT] = {0};
 #define PTR(p) ((uint64_t)(uintptr_t)(p))
@@ -456,11 +473,8 @@ static void launch(wna16_moe_layer_t *L, const stage_fn_t *f,
      * waking the pool costs more than they do. */
     bool small = (s == W16_MOE_INPUT || s == W16_MOE_COMBINE) &&
                  major * L->problem.H <= SMALL_STAGE;
-    w16_cpu_t *cpu;
-    if (small)
-        f->fn(args, 0, groups, groups);
-    else if (w16_cpu_get(L->ctx, &cpu, NULL) == WNA16_OK)
-        w16_cpu_launch(cpu, f->fn, args, groups);
+    return L->T->launch(L->stream, f->fn, args, f->n_params, groups, f->lanes,
+                        small ? W16_LAUNCH_SMALL : 0, err);
 }
 
 /* Grows a scratch array to n elements of `size` bytes. */
@@ -549,14 +563,16 @@ static wna16_status_t run_call(wna16_moe_layer_t *L, const wna16_moe_params_t *p
                               &gemm[s][b], err);
     if (st != WNA16_OK)
         return st;
-    launch(L, &v->input, W16_MOE_INPUT, c, NULL, c->x_rows);
+    st = launch(L, &v->input, W16_MOE_INPUT, c, NULL, c->x_rows, err);
     for (int s = 0; s < 2; s++)
-        for (int b = 0; b < N_BLOCK_SIZES; b++)
+        for (int b = 0; b < N_BLOCK_SIZES && st == WNA16_OK; b++)
             if (n_runs[b])
-                launch(L, gemm[s][b], s ? W16_MOE_GEMM2 : W16_MOE_GEMM1, c,
-                       L->runs[b], n_runs[b]);
-    launch(L, &v->combine, W16_MOE_COMBINE, c, NULL, c->out_rows);
-    return WNA16_OK;
+                st = launch(L, gemm[s][b], s ? W16_MOE_GEMM2 : W16_MOE_GEMM1,
+                            c, L->runs[b], n_runs[b], err);
+    if (st == WNA16_OK)
+        st = launch(L, &v->combine, W16_MOE_COMBINE, c, NULL, c->out_rows,
+                    err);
+    return st;
 }
 
 /* ---- argument checks (the reference's rules and messages) ---------------- */

@@ -7,21 +7,9 @@
  */
 #include "base/base.h"
 #include "spec/spec.h"
+#include "runtime/repack_gen.h"
 
 #include <string.h>
-
-
-/* Generated-kernel path; defined in repack_gen.c. */
-wna16_status_t w16_repack_layer_generated(wna16_context_t *ctx,
-                                          const wna16_spec_t *src_format,
-                                          const wna16_tensor_set_t *src,
-                                          const char *prefix, int32_t E,
-                                          int32_t H, int32_t I,
-                                          const wna16_quant_desc_t *quant,
-                                          const wna16_spec_t *dst,
-                                          wna16_target_t target,
-                                          wna16_tensor_set_t *out,
-                                          wna16_error_t *err);
 
 wna16_status_t wna16_repack_layer(wna16_context_t *ctx,
                                   const wna16_spec_t *src_format,

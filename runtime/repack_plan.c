@@ -7,7 +7,6 @@
 #include "runtime/repack_plan.h"
 
 #include "runtime/cache/cache.h"
-#include "runtime/cuda/cuda_kernels.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -15,7 +14,7 @@
 
 typedef struct plan_job {
     wna16_context_t *ctx;
-    wna16_target_t target;
+    const w16_target_t *T;
     const w16_repack_request_t *req;
     bool sums;
     bool built;
@@ -31,14 +30,14 @@ static double ms_now(void)
 /* Everything the builder reads from a request, field by field (struct
  * padding would make bytes-of-the-struct keys differ for equal requests);
  * a spec by the hash of its JSON, since its address may be reused. */
-static w16_key_t request_key(wna16_target_t target,
+static w16_key_t request_key(const w16_target_t *T,
                              const w16_repack_request_t *r, bool sums)
 {
     w16_keyer_t kr;
     w16_keyer_init(&kr);
     w16_keyer_str(&kr, "wna16 repack plan");
     w16_keyer_str(&kr, WNA16_VERSION_STRING);
-    w16_keyer_u64(&kr, (uint64_t)target);
+    w16_keyer_u64(&kr, (uint64_t)T->id);
     w16_keyer_u64(&kr, sums);
     for (int i = 0; i < 2; i++) {
         w16_keyer_u64(&kr, r->src->content_hash[i]);
@@ -83,15 +82,9 @@ static wna16_status_t plan_compile(void *user, w16_key_t key, void **blob,
                              .ctx = J->ctx};
     p->rk.kernel = NULL;
     snprintf(p->name, sizeof p->name, "%s", rk.kernel->name);
-    if (J->target == WNA16_TARGET_CUDA) {
-        st = w16_cuda_kernel_get(J->ctx, rk.kernel, &p->cuda_fn, NULL, err);
-    } else {
-        w16_key_t kkey;
-        st = w16_cpu_kernel_key(J->ctx, "wna16 kernel", rk.kernel, &kkey,
-                                err);
-        if (st == WNA16_OK)
-            st = w16_cpu_kernel(J->ctx, kkey, rk.kernel, &p->cpu_fn, err);
-    }
+    p->target = J->T;
+    st = w16_target_kernel(J->ctx, J->T, "wna16 kernel", rk.kernel, &p->fn,
+                           NULL, err);
     w16_repack_kernel_free(&rk);
     if (st != WNA16_OK) {
         w16_free(J->ctx, p, sizeof *p);
@@ -127,7 +120,7 @@ static void plan_unload(void *user, void *handle)
     w16_free(p->ctx, p, sizeof *p);
 }
 
-wna16_status_t w16_repack_plan_get(wna16_context_t *ctx, wna16_target_t target,
+wna16_status_t w16_repack_plan_get(wna16_context_t *ctx, const w16_target_t *T,
                                    const w16_repack_request_t *req, bool sums,
                                    const w16_repack_plan_t **out, bool *built,
                                    wna16_error_t *err)
@@ -139,10 +132,10 @@ wna16_status_t w16_repack_plan_get(wna16_context_t *ctx, wna16_target_t target,
     wna16_status_t st = w16_context_plans(ctx, &plans, err);
     if (st != WNA16_OK)
         return st;
-    plan_job_t J = {.ctx = ctx, .target = target, .req = req, .sums = sums};
+    plan_job_t J = {.ctx = ctx, .T = T, .req = req, .sums = sums};
     w16_cache_loader_t loader = {plan_compile, plan_load, plan_unload, &J};
     void *h = NULL;
-    st = w16_cache_get(plans, request_key(target, req, sums), &loader, &h, err);
+    st = w16_cache_get(plans, request_key(T, req, sums), &loader, &h, err);
     if (st != WNA16_OK)
         return st;
     *out = h;

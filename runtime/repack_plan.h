@@ -14,24 +14,23 @@
 #define W16_REPACK_PLAN_H
 
 #include "gen/build_repack.h"
-#include "runtime/cpu/cpu.h"
-#include "runtime/cuda/cuda.h"
+#include "runtime/target/target.h"
 
 typedef struct w16_repack_plan {
     w16_repack_kernel_t rk; /* the builder's answer; rk.kernel is NULL */
     char name[192];         /* the kernel's name, for messages */
     int lanes;              /* workgroup size */
     int n_params;           /* kernel parameters */
-    w16_cpu_fn cpu_fn;      /* target cpu */
-    w16_cuda_function_t *cuda_fn; /* target cuda */
+    const w16_target_t *target; /* where fn runs */
+    void *fn;               /* the loaded kernel (the kernel cache's) */
     double compile_ms;      /* time this plan took to build and compile */
     wna16_context_t *ctx;   /* owner (frees the plan) */
 } w16_repack_plan_t;
 
-/* The plan for `req` (the block-sums kernel when `sums`) on `target` (cpu
- * or cuda). Plans stay valid until the context is destroyed. *built is set
- * when this call built it (may be NULL). */
-wna16_status_t w16_repack_plan_get(wna16_context_t *ctx, wna16_target_t target,
+/* The plan for `req` (the block-sums kernel when `sums`) on target T.
+ * Plans stay valid until the context is destroyed. *built is set when this
+ * call built it (may be NULL). */
+wna16_status_t w16_repack_plan_get(wna16_context_t *ctx, const w16_target_t *T,
                                    const w16_repack_request_t *req, bool sums,
                                    const w16_repack_plan_t **out, bool *built,
                                    wna16_error_t *err);

@@ -49,6 +49,10 @@ LAYERS = [
     # and fall back, to store and load binaries), so they sit below them.
     ("runtime/ref/", 4, "the reference"),
     ("runtime/cache/", 4, "the kernel cache"),
+    # What a target is (the descriptor every target fills in) and the
+    # kernel-through-the-cache helper every target shares: below the
+    # targets that implement it, beside the cache it uses.
+    ("runtime/target/", 4, "the target descriptor"),
     # One folder per target (cpu/, cuda/, later ze/): they use ref/ and
     # cache/ and are used by the runtime's top files.
     ("runtime/*/", 5, "a target (cpu/, cuda/, ze/...)"),

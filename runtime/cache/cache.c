@@ -608,7 +608,7 @@ static wna16_status_t produce_entry(w16_cache_t *c, shard_t *s, w16_key_t key,
         e->state = E_BUSY;
         e->refs = 1;
         e->unload = loader->unload;
-        e->user = loader->user;
+        e->user = loader->unload_user ? loader->unload_user : loader->user;
     }
     if (!e || !shard_insert(c, s, e)) {
         pthread_mutex_unlock(&s->lock);

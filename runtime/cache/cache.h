@@ -33,7 +33,9 @@ typedef struct w16_cache w16_cache_t;
  *   load:    turn a blob (fresh or read back from disk) into a live handle;
  *            the blob stays owned by the cache. An error for a disk blob
  *            makes the cache recompile it.
- *   unload:  release a handle; called by w16_cache_destroy. May be NULL.
+ *   unload:  release a handle; called by w16_cache_destroy with
+ *            unload_user (which must outlive the cache), or with user when
+ *            unload_user is NULL. May be NULL.
  * One key must always mean one artifact: handles are shared by every caller
  * asking for that key, whichever loader they pass. The callbacks may get
  * other keys from the same cache, never the key they are producing (that
@@ -45,6 +47,7 @@ typedef struct w16_cache_loader {
                            void **handle, wna16_error_t *err);
     void (*unload)(void *user, void *handle);
     void *user;
+    void *unload_user;
 } w16_cache_loader_t;
 
 typedef struct w16_cache_options {

@@ -8,7 +8,6 @@
 #define W16_CPU_H
 
 #include "gen/kir.h"
-#include "runtime/cache/cache.h"
 
 typedef struct w16_cpu w16_cpu_t;
 
@@ -39,21 +38,6 @@ wna16_status_t w16_cpu_compile(w16_cpu_t *cpu, const kir_kernel_t *k,
 void w16_cpu_launch(w16_cpu_t *cpu, w16_cpu_fn fn, const uint64_t *args,
                     int64_t num_groups);
 
-/* The compiled kernel for `k`, whose identity (everything that determines
- * its code) is `key`: from the context's kernel cache, in memory or on
- * disk, or compiled and published. */
-wna16_status_t w16_cpu_kernel(wna16_context_t *ctx, w16_key_t key,
-                              const kir_kernel_t *k, w16_cpu_fn *fn,
-                              wna16_error_t *err);
-/* Adds the CPU target's identity to a key: CPU name and features, LLVM
- * version. */
-void w16_cpu_key(w16_keyer_t *kr, w16_cpu_t *cpu);
-/* The kernel cache's key for `k` on the CPU: `kind` (which family of
- * kernels), the library and LLVM emitter versions, the CPU target and the
- * kernel's IR as printed (everything its builder decided). */
-wna16_status_t w16_cpu_kernel_key(wna16_context_t *ctx, const char *kind,
-                                  const kir_kernel_t *k, w16_key_t *key,
-                                  wna16_error_t *err);
 /* "LLVM 19.1.7" (or "none"). */
 const char *w16_cpu_compiler_version(void);
 

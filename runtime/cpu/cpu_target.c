@@ -126,10 +126,11 @@ wna16_status_t w16_cpu_get(wna16_context_t *ctx, w16_cpu_t **out,
 {
     pthread_mutex_lock(&init_mu);
     wna16_status_t st = WNA16_OK;
-    if (!ctx->cpu)
-        st = cpu_create(ctx, &ctx->cpu, err);
+    w16_cpu_t *c = ctx->targets[WNA16_TARGET_CPU];
+    if (!c && (st = cpu_create(ctx, &c, err)) == WNA16_OK)
+        ctx->targets[WNA16_TARGET_CPU] = c;
     pthread_mutex_unlock(&init_mu);
-    *out = ctx->cpu;
+    *out = c;
     return st;
 }
 

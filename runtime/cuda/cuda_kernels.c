@@ -4,14 +4,12 @@
  * that text plus everything else that decides the binary (the device's
  * architecture, NVRTC's and the driver's versions), so a change in the
  * builder or the emitter changes the key by itself. The cached artifact is
- * the CUBIN and the PTX in one blob:
- *
- *   u64 cubin_size | u64 ptx_size | cubin bytes | ptx bytes (no NUL)
- *
- * and the live handle is the loaded module with its kernel function.
+ * the CUBIN and the PTX in one blob (drawn in cuda_desc.h), and the live
+ * handle is the loaded module with its kernel functions.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "runtime/cuda/cuda_kernels.h"
+#include "runtime/cuda/cuda_desc.h"
 #include "gen/emit_cuda.h"
 #include "runtime/cache/cache.h"
 
@@ -20,7 +18,14 @@
 #include <string.h>
 #include <time.h>
 
-struct w16_cuda_kernel {
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+struct w16_cuda_loaded {
     w16_cuda_module_t *module;
     int n_fns;
     w16_cuda_function_t *fns[W16_CUDA_MODULE_MAX_FNS];
@@ -36,35 +41,28 @@ typedef struct cuda_job {
     double compile_ms; /* NVRTC time when this call compiled, else 0 */
 } cuda_job_t;
 
-static double now_ms(void)
+wna16_status_t w16_cuda_blob_compile(wna16_context_t *ctx, w16_cuda_t *cuda,
+                                     const char *source, const char *unit,
+                                     int n_fns, void **blob, size_t *size,
+                                     double *compile_ms, wna16_error_t *err)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static wna16_status_t job_compile(void *user, w16_key_t key, void **blob,
-                                  size_t *size, wna16_error_t *err)
-{
-    (void)key;
-    cuda_job_t *j = user;
     w16_cuda_image_t img;
     double t0 = now_ms();
-    wna16_status_t st = w16_nvrtc_compile_unit(j->ctx, j->source, j->name,
-                                               j->n_fns,
-                                               w16_cuda_cc_major(j->cuda),
-                                               w16_cuda_cc_minor(j->cuda),
+    wna16_status_t st = w16_nvrtc_compile_unit(ctx, source, unit, n_fns,
+                                               w16_cuda_cc_major(cuda),
+                                               w16_cuda_cc_minor(cuda),
                                                &img, err);
-    j->compile_ms = now_ms() - t0;
+    if (compile_ms)
+        *compile_ms = now_ms() - t0;
     if (st != WNA16_OK)
         return st;
     if (!img.cubin_size && !img.ptx_size) {
         w16_cuda_image_free(&img);
         return w16_err(err, WNA16_EINTERNAL, "kernel %s: NVRTC produced "
-                       "neither a CUBIN nor PTX", j->name);
+                       "neither a CUBIN nor PTX", unit);
     }
     size_t n = 16 + img.cubin_size + img.ptx_size;
-    unsigned char *b = w16_alloc(j->ctx, n);
+    unsigned char *b = w16_alloc(ctx, n);
     if (!b) {
         w16_cuda_image_free(&img);
         return w16_err_nomem(err, "keeping a compiled CUDA kernel");
@@ -81,23 +79,27 @@ static wna16_status_t job_compile(void *user, w16_key_t key, void **blob,
     return WNA16_OK;
 }
 
-static wna16_status_t job_load(void *user, const void *blob, size_t size,
-                               void **handle, wna16_error_t *err)
+wna16_status_t w16_cuda_blob_load(w16_cuda_t *cuda, const void *blob,
+                                  size_t size, const char *unit,
+                                  const char *const *fn_names, int n_fns,
+                                  w16_cuda_loaded_t **out, wna16_error_t *err)
 {
-    cuda_job_t *j = user;
     uint64_t sizes[2];
+    if (n_fns < 1 || n_fns > W16_CUDA_MODULE_MAX_FNS)
+        return w16_err(err, WNA16_EINVAL, "CUDA unit %s: %d kernels (1 to %d)",
+                       unit, n_fns, W16_CUDA_MODULE_MAX_FNS);
     if (size < 16)
         return w16_err(err, WNA16_EFORMAT, "kernel %s: cached CUDA blob of %zu "
-                       "bytes is too short", j->name, size);
+                       "bytes is too short", unit, size);
     memcpy(sizes, blob, 16);
     if (sizes[0] > size - 16 || sizes[1] > size - 16 - sizes[0] ||
         16 + sizes[0] + sizes[1] != size)
         return w16_err(err, WNA16_EFORMAT, "kernel %s: cached CUDA blob sizes "
-                       "do not add up", j->name);
+                       "do not add up", unit);
     /* the PTX must be NUL-terminated for the driver's JIT: copy it out */
     w16_cuda_image_t img = {.cubin_size = sizes[0], .ptx_size = sizes[1],
-                            .cc_major = w16_cuda_cc_major(j->cuda),
-                            .cc_minor = w16_cuda_cc_minor(j->cuda)};
+                            .cc_major = w16_cuda_cc_major(cuda),
+                            .cc_minor = w16_cuda_cc_minor(cuda)};
     img.cubin = sizes[0] ? (unsigned char *)blob + 16 : NULL;
     char *ptx = NULL;
     if (sizes[1]) {
@@ -108,30 +110,62 @@ static wna16_status_t job_load(void *user, const void *blob, size_t size,
         ptx[sizes[1]] = 0;
         img.ptx = ptx;
     }
-    struct w16_cuda_kernel *k = calloc(1, sizeof *k);
-    wna16_status_t st = k ? w16_cuda_module_load(j->cuda, &img, &k->module, err)
+    w16_cuda_loaded_t *k = calloc(1, sizeof *k);
+    wna16_status_t st = k ? w16_cuda_module_load(cuda, &img, &k->module, err)
                           : w16_err_nomem(err, "loading a CUDA kernel");
     free(ptx);
-    for (int i = 0; st == WNA16_OK && i < j->n_fns; i++)
-        st = w16_cuda_function(k->module, j->fn_names[i], &k->fns[i], err);
+    for (int i = 0; st == WNA16_OK && i < n_fns; i++)
+        st = w16_cuda_function(k->module, fn_names[i], &k->fns[i], err);
     if (k)
-        k->n_fns = j->n_fns;
+        k->n_fns = n_fns;
     if (st != WNA16_OK) {
-        if (k)
-            w16_cuda_module_unload(k->module);
-        free(k);
+        w16_cuda_loaded_free(k);
         return st;
     }
-    *handle = k;
+    *out = k;
     return WNA16_OK;
+}
+
+w16_cuda_function_t *w16_cuda_loaded_fn(const w16_cuda_loaded_t *l, int i)
+{
+    return i >= 0 && i < l->n_fns ? l->fns[i] : NULL;
+}
+
+int w16_cuda_loaded_count(const w16_cuda_loaded_t *l) { return l->n_fns; }
+
+void w16_cuda_loaded_free(w16_cuda_loaded_t *l)
+{
+    if (!l)
+        return;
+    w16_cuda_module_unload(l->module);
+    free(l);
+}
+
+static wna16_status_t job_compile(void *user, w16_key_t key, void **blob,
+                                  size_t *size, wna16_error_t *err)
+{
+    (void)key;
+    cuda_job_t *j = user;
+    return w16_cuda_blob_compile(j->ctx, j->cuda, j->source, j->name,
+                                 j->n_fns, blob, size, &j->compile_ms, err);
+}
+
+static wna16_status_t job_load(void *user, const void *blob, size_t size,
+                               void **handle, wna16_error_t *err)
+{
+    cuda_job_t *j = user;
+    w16_cuda_loaded_t *l = NULL;
+    wna16_status_t st = w16_cuda_blob_load(j->cuda, blob, size, j->name,
+                                           j->fn_names, j->n_fns, &l, err);
+    if (st == WNA16_OK)
+        *handle = l;
+    return st;
 }
 
 static void job_unload(void *user, void *handle)
 {
     (void)user; /* the job that loaded it is long gone */
-    struct w16_cuda_kernel *k = handle;
-    w16_cuda_module_unload(k->module);
-    free(k);
+    w16_cuda_loaded_free(handle);
 }
 
 wna16_status_t w16_cuda_kernel_source(wna16_context_t *ctx,
@@ -202,7 +236,7 @@ wna16_status_t w16_cuda_module_get(wna16_context_t *ctx, const char *unit,
     st = w16_cache_get(cache, key, &loader, &h, err);
     if (st != WNA16_OK)
         return st;
-    const struct w16_cuda_kernel *k = h;
+    const w16_cuda_loaded_t *k = h;
     if (k->n_fns != n_fns) /* one key, one artifact: cannot happen */
         return w16_err(err, WNA16_EINTERNAL, "CUDA unit %s: cached module has "
                        "%d kernels, expected %d", unit, k->n_fns, n_fns);

@@ -720,10 +720,11 @@ wna16_status_t w16_cuda_get(wna16_context_t *ctx, w16_cuda_t **out,
     /* Guards the creation only (one target per context); holds no state. */
     pthread_mutex_lock(&cuda_get_mu);
     wna16_status_t st = WNA16_OK;
-    if (!ctx->cuda)
-        st = cuda_create(ctx, &ctx->cuda, err);
+    w16_cuda_t *c = ctx->targets[WNA16_TARGET_CUDA];
+    if (!c && (st = cuda_create(ctx, &c, err)) == WNA16_OK)
+        ctx->targets[WNA16_TARGET_CUDA] = c;
     pthread_mutex_unlock(&cuda_get_mu);
-    *out = ctx->cuda;
+    *out = c;
     return st;
 }
 

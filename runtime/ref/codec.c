@@ -456,13 +456,6 @@ wna16_status_t w16_check_holds(const wna16_spec_t *spec,
     return WNA16_OK;
 }
 
-wna16_dtype_t w16_layout_float_dtype(const w16_layout_t *l, wna16_dtype_t have)
-{
-    for (int i = 0; i < l->n_dtypes; i++)
-        if (have != WNA16_DTYPE_INVALID && l->dtypes[i] == have)
-            return have;
-    return l->dtypes[0];
-}
 
 /* Float roles keep the data's own dtype when the layout accepts it. */
 static wna16_dtype_t pick_dtype(const w16_layout_t *l, const wna16_qweight_t *qw)
@@ -639,5 +632,62 @@ wna16_status_t wna16_ref_encode_input(wna16_context_t *ctx,
     wna16_qlayer_free(&work);
     free(perm[0]);
     free(perm[1]);
+    return st;
+}
+
+/* The operand's largest scale as the destination will store it, from the
+ * source's scales (decoded through the reference): vLLM's max over the
+ * destination tensor, padding zeros included. Here rather than in
+ * scale_xform.c, which stays below the decoder. */
+wna16_status_t w16_scale_prepare_source(const wna16_spec_t *src,
+                                        const wna16_spec_t *dst,
+                                        const wna16_tensor_set_t *set,
+                                        const char *prefix,
+                                        const w16_problem_t *p, wna16_gemm_t g,
+                                        float *max_out, wna16_error_t *err)
+{
+    int64_t dv[W16_VAR_COUNT], sv[W16_VAR_COUNT];
+    w16_scale_xform_t x;
+    *max_out = 0.0f;
+    wna16_status_t st = w16_spec_bind(dst, p, g, dv, err);
+    if (st == WNA16_OK)
+        st = w16_scale_xform(dst, dv, &x, err);
+    if (st != WNA16_OK || (x.multiply == 1 && !x.int16_range) ||
+        !w16_layout_present(dst->layouts[W16_ROLE_SCALES], dv))
+        return st;
+    if ((st = w16_spec_bind(src, p, g, sv, err)) != WNA16_OK)
+        return st;
+    /* The operand's scales as the source holds them: stacked N (2 IP for
+     * w13), G of K, IP being the source's own padded size (I for a
+     * checkpoint format). */
+    bool w13 = g == WNA16_GEMM_W13;
+    int64_t I = p->I, IPs = sv[W16_VAR_IP], IPd = dv[W16_VAR_IP];
+    int64_t K = w13 ? p->H : IPs, N = w13 ? 2 * IPs : p->H;
+    wna16_qweight_t q = {.E = (int32_t)p->E, .K = (int32_t)K, .N = (int32_t)N,
+                         .G = p->GS > 0 ? (int32_t)(K / p->GS) : 1,
+                         .bits = (int32_t)p->BITS,
+                         .group_size = (int32_t)p->GS};
+    size_t total = (size_t)q.E * (size_t)q.G * (size_t)q.N, n = 0;
+    q.scales = malloc(sizeof(float) * (total ? total : 1));
+    if (!q.scales)
+        return w16_err_nomem(err, "reading the source scales");
+    st = w16_decode_role(src, set, prefix, p, g, W16_ROLE_SCALES, false, &q,
+                         err);
+    /* keep the layer's own scales (drop the source's padding), in place */
+    int64_t G = p->GS > 0 ? (w13 ? p->H : I) / p->GS : 1;
+    for (size_t i = 0; st == WNA16_OK && i < total; i++) {
+        int64_t col = (int64_t)(i % (size_t)q.N);
+        int64_t row = (int64_t)(i / (size_t)q.N) % q.G;
+        if (w13 ? col % IPs < I : row < G)
+            q.scales[n++] = q.scales[i];
+    }
+    /* the destination's padding holds zeros, which vLLM's max sees */
+    if (st == WNA16_OK)
+        st = w16_scale_prepare(
+            dst, &x,
+            w16_layout_float_dtype(dst->layouts[W16_ROLE_SCALES],
+                                   q.scale_dtype),
+            g, q.scales, n, IPd != I && (w13 || p->GS > 0), max_out, err);
+    free(q.scales);
     return st;
 }

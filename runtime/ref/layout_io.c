@@ -536,3 +536,11 @@ wna16_status_t w16_layout_encode(const wna16_spec_t *spec,
     w16_arena_free(&w.arena);
     return st;
 }
+
+wna16_dtype_t w16_layout_float_dtype(const w16_layout_t *l, wna16_dtype_t have)
+{
+    for (int i = 0; i < l->n_dtypes; i++)
+        if (have != WNA16_DTYPE_INVALID && l->dtypes[i] == have)
+            return have;
+    return l->dtypes[0];
+}

@@ -6,12 +6,14 @@
  */
 #include "testutil.h"
 #include "runtime/repack_plan.h"
+#include "runtime/targets.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 static wna16_context_t *ctx;
+static const w16_target_t *cpu; /* the CPU target */
 
 static w16_repack_request_t request_to(const char *dst, int gs,
                                        bool word_blocks)
@@ -51,7 +53,7 @@ static void *ask(void *arg)
 {
     asker_t *a = arg;
     wna16_error_t err;
-    a->st = w16_repack_plan_get(ctx, WNA16_TARGET_CPU, &a->req, false,
+    a->st = w16_repack_plan_get(ctx, cpu, &a->req, false,
                                 &a->plan, &a->built, &err);
     return NULL;
 }
@@ -60,8 +62,9 @@ int main(void)
 {
     wna16_error_t err;
     TU_OK(wna16_context_create(NULL, &ctx, &err), &err);
-    w16_cpu_t *cpu;
-    if (w16_cpu_get(ctx, &cpu, &err) == WNA16_EUNAVAILABLE) {
+    void *inst;
+    if (w16_target_probe(ctx, WNA16_TARGET_CPU, &cpu, &inst, &err) ==
+        WNA16_EUNAVAILABLE) {
         printf("SKIP: %s\n", err.message);
         wna16_context_destroy(ctx);
         return 77;
@@ -71,12 +74,12 @@ int main(void)
     TU_CHECK(r.src && r.dst);
     const w16_repack_plan_t *p1, *p2;
     bool built;
-    TU_OK(w16_repack_plan_get(ctx, WNA16_TARGET_CPU, &r, false, &p1, &built,
+    TU_OK(w16_repack_plan_get(ctx, cpu, &r, false, &p1, &built,
                               &err), &err);
-    TU_CHECK(built && p1->cpu_fn && p1->rk.num_groups > 0);
+    TU_CHECK(built && p1->fn && p1->target == cpu && p1->rk.num_groups > 0);
     TU_CHECK_MSG(strstr(p1->name, "gptq_to_marlin") != NULL, "name %s",
                  p1->name);
-    TU_OK(w16_repack_plan_get(ctx, WNA16_TARGET_CPU, &r, false, &p2, &built,
+    TU_OK(w16_repack_plan_get(ctx, cpu, &r, false, &p2, &built,
                               &err), &err);
     TU_CHECK(!built && p2 == p1);
 
@@ -86,7 +89,7 @@ int main(void)
     other[2].problem.E = 3;
     other[3].gemm = WNA16_GEMM_W2;
     for (int i = 0; i < 4; i++) {
-        TU_OK(w16_repack_plan_get(ctx, WNA16_TARGET_CPU, &other[i], false,
+        TU_OK(w16_repack_plan_get(ctx, cpu, &other[i], false,
                                   &p2, &built, &err), &err);
         TU_CHECK_MSG(built && p2 != p1, "request variant %d", i);
     }
@@ -112,7 +115,7 @@ int main(void)
     for (int wb = 0; wb < 2; wb++) {
         w16_repack_request_t c = request_to("cpu", 128, wb);
         TU_CHECK(c.dst != NULL);
-        TU_OK(w16_repack_plan_get(ctx, WNA16_TARGET_CPU, &c, false, &p2,
+        TU_OK(w16_repack_plan_get(ctx, cpu, &c, false, &p2,
                                   &built, &err), &err);
         TU_CHECK_MSG(p2->rk.sums_fused, "cpu qweight (word blocks %d): "
                      "the sums are not written by %s", wb, p2->name);

@@ -13,7 +13,7 @@
  * GEMM, as vLLM's kernels do). Every argument is validated before any
  * work, so a bad input gets an error and never an out-of-bounds access.
  */
-#include "runtime/moe.h"
+#include "runtime/ref/moe.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /*
  * moe.h - internal pieces shared by the reference fused MoE
- * (runtime/moe_ref.c), the generated one (runtime/moe_gen.c) and the
- * tensor-core one (runtime/moe_cuda.c), so they accept and refuse the same
+ * (runtime/ref/moe_ref.c), the generated one (runtime/moe_gen.c) and the
+ * tensor-core one (runtime/cuda/cuda_moe.c), so they accept and refuse the same
  * arguments with the same messages.
  */
 #ifndef W16_MOE_H

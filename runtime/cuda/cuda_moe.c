@@ -1,5 +1,5 @@
 /*
- * moe_cuda.c - the fused MoE on a CUDA GPU (wna16_cuda_moe_*): a layer in
+ * cuda_moe.c - the fused MoE on a CUDA GPU (wna16_cuda_moe_*): a layer in
  * a Marlin-family layout on the device, and runs that go
  *
  *   route (count, scan, fill, scatter)   tokens sorted and padded per
@@ -35,7 +35,8 @@
 #include "gen/moe_cuda.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/cuda_kernels.h"
-#include "runtime/moe.h"
+#include "runtime/cuda/cuda_desc.h"
+#include "runtime/ref/moe.h"
 #include "runtime/ref/ref.h"
 
 #include <math.h>
@@ -325,7 +326,7 @@ static wna16_status_t check_act_order(wna16_cuda_moe_t *m, int g,
     return read_err(m, what, err);
 }
 
-void wna16_cuda_moe_destroy(wna16_cuda_moe_t *m)
+static void cm_destroy(wna16_cuda_moe_t *m)
 {
     if (!m)
         return;
@@ -344,7 +345,7 @@ void wna16_cuda_moe_destroy(wna16_cuda_moe_t *m)
     w16_free(m->ctx, m, sizeof *m);
 }
 
-wna16_status_t wna16_cuda_moe_create(wna16_context_t *ctx,
+static wna16_status_t cm_create(wna16_context_t *ctx,
                                      const wna16_spec_t *backend,
                                      const wna16_tensor_set_t *tensors,
                                      const char *prefix, int32_t E, int32_t H,
@@ -397,7 +398,7 @@ wna16_status_t wna16_cuda_moe_create(wna16_context_t *ctx,
     if (st == WNA16_OK)
         st = w16_cuda_get(ctx, &m->cuda, err);
     if (st != WNA16_OK) {
-        wna16_cuda_moe_destroy(m);
+        cm_destroy(m);
         return st;
     }
     m->owned = !device_tensors;
@@ -437,7 +438,7 @@ wna16_status_t wna16_cuda_moe_create(wna16_context_t *ctx,
     for (int g = 0; g < 2 && st == WNA16_OK && quant->act_order; g++)
         st = check_act_order(m, g, err);
     if (st != WNA16_OK) {
-        wna16_cuda_moe_destroy(m);
+        cm_destroy(m);
         return st;
     }
     *out = m;
@@ -446,7 +447,7 @@ wna16_status_t wna16_cuda_moe_create(wna16_context_t *ctx,
 
 /* ---- checks shared with the reference ------------------------------------ */
 
-/* The shared checks (runtime/moe.h), then what this kernel family lacks. */
+/* The shared checks (runtime/ref/moe.h), then what this kernel family lacks. */
 static wna16_status_t check_params(const wna16_cuda_moe_t *m,
                                    const wna16_moe_params_t *p,
                                    wna16_error_t *err)
@@ -953,7 +954,7 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
 
 /* ---- the API ---------------------------------------------------------------- */
 
-wna16_status_t wna16_cuda_moe_run_device(wna16_cuda_moe_t *m,
+static wna16_status_t cm_run_device(wna16_cuda_moe_t *m,
                                          const wna16_moe_params_t *p,
                                          uint64_t hidden, int32_t M,
                                          uint64_t topk_ids,
@@ -980,7 +981,7 @@ wna16_status_t wna16_cuda_moe_run_device(wna16_cuda_moe_t *m,
     return run(m, p, &a, err);
 }
 
-wna16_status_t wna16_cuda_moe_run_batched_device(
+static wna16_status_t cm_run_batched_device(
     wna16_cuda_moe_t *m, const wna16_moe_params_t *p, uint64_t hidden,
     int32_t max_tokens, uint64_t expert_num_tokens, uint64_t weights,
     uint64_t out, void *stream, wna16_error_t *err)
@@ -997,7 +998,7 @@ wna16_status_t wna16_cuda_moe_run_batched_device(
     return run(m, p, &a, err);
 }
 
-wna16_status_t wna16_cuda_moe_sync(wna16_cuda_moe_t *m, void *stream,
+static wna16_status_t cm_sync(wna16_cuda_moe_t *m, void *stream,
                                    wna16_error_t *err)
 {
     if (!m)
@@ -1025,7 +1026,7 @@ static wna16_status_t ensure_io(wna16_cuda_moe_t *m, size_t bytes,
     return st;
 }
 
-wna16_status_t wna16_cuda_moe_run(wna16_cuda_moe_t *m,
+static wna16_status_t cm_run(wna16_cuda_moe_t *m,
                                   const wna16_moe_params_t *p,
                                   const void *hidden, int32_t M,
                                   const int32_t *topk_ids,
@@ -1063,16 +1064,16 @@ wna16_status_t wna16_cuda_moe_run(wna16_cuda_moe_t *m,
     if (st == WNA16_OK)
         st = w16_cuda_copy_h2d(m->cuda, io + o_w, topk_weights, P * 4, err);
     if (st == WNA16_OK)
-        st = wna16_cuda_moe_run_device(m, p, io + o_h, M, io + o_i, io + o_w,
+        st = cm_run_device(m, p, io + o_h, M, io + o_i, io + o_w,
                                        topk, io + o_o, NULL, err);
     if (st == WNA16_OK)
-        st = wna16_cuda_moe_sync(m, NULL, err);
+        st = cm_sync(m, NULL, err);
     if (st == WNA16_OK)
         st = w16_cuda_copy_d2h(m->cuda, out, io + o_o, nh, err);
     return st;
 }
 
-wna16_status_t wna16_cuda_moe_run_batched(wna16_cuda_moe_t *m,
+static wna16_status_t cm_run_batched(wna16_cuda_moe_t *m,
                                           const wna16_moe_params_t *p,
                                           const void *hidden,
                                           int32_t max_tokens,
@@ -1113,17 +1114,17 @@ wna16_status_t wna16_cuda_moe_run_batched(wna16_cuda_moe_t *m,
     if (st == WNA16_OK && weights)
         st = w16_cuda_copy_h2d(m->cuda, io + o_w, weights, rows * 4, err);
     if (st == WNA16_OK)
-        st = wna16_cuda_moe_run_batched_device(m, p, io + o_h, max_tokens,
+        st = cm_run_batched_device(m, p, io + o_h, max_tokens,
                                                io + o_c, weights ? io + o_w : 0,
                                                io + o_o, NULL, err);
     if (st == WNA16_OK)
-        st = wna16_cuda_moe_sync(m, NULL, err);
+        st = cm_sync(m, NULL, err);
     if (st == WNA16_OK)
         st = w16_cuda_copy_d2h(m->cuda, out, io + o_o, nh, err);
     return st;
 }
 
-void wna16_cuda_moe_last_report(const wna16_cuda_moe_t *m,
+static void cm_last_report(const wna16_cuda_moe_t *m,
                                 wna16_cuda_moe_report_t *out)
 {
     if (!out)
@@ -1134,3 +1135,16 @@ void wna16_cuda_moe_last_report(const wna16_cuda_moe_t *m,
     }
     *out = m->report;
 }
+
+/* The public doors (runtime/moe_native.c) reach these through the CUDA
+ * target's descriptor. */
+const w16_native_moe_t w16_cuda_native_moe = {
+    .create = cm_create,
+    .destroy = cm_destroy,
+    .run = cm_run,
+    .run_batched = cm_run_batched,
+    .run_device = cm_run_device,
+    .run_batched_device = cm_run_batched_device,
+    .sync = cm_sync,
+    .last_report = cm_last_report,
+};
