@@ -13,6 +13,7 @@
  * expanded into bounded buffers.
  */
 #include "spec/spec.h"
+#include "runtime/targets.h"
 #include "base/base.h"
 
 #include <stdio.h>
@@ -657,17 +658,11 @@ wna16_status_t wna16_select(wna16_context_t *ctx,
     return select_auto(&s, res);
 }
 
+/* The platforms of the targets this build has (runtime/targets.c). */
 uint32_t wna16_build_kernel_platforms(void)
 {
     uint32_t mask = 0;
-#ifdef WNA16_HAVE_LLVM
-    mask |= 1u << WNA16_PLATFORM_CPU;
-#endif
-#ifdef WNA16_HAVE_CUDA
-    mask |= 1u << WNA16_PLATFORM_CUDA;
-#endif
-#ifdef WNA16_HAVE_LEVEL_ZERO
-    mask |= 1u << WNA16_PLATFORM_XPU;
-#endif
+    for (int i = 0; i < w16_target_count(); i++)
+        mask |= 1u << w16_target_at(i)->platform;
     return mask;
 }

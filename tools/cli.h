@@ -48,6 +48,13 @@ bool cli_opt_value(int argc, char **argv, int *i, const char *name,
 /* Parses a decimal int in [lo, hi]; false if malformed. */
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
 
+/* Parses a --target value: a target's name ("cpu", "cuda"; whether this
+ * build and machine have it is asked later, of the target list), or
+ * "reference" where `reference_ok`. Prints the usage error naming the
+ * choices and returns CLI_USAGE when it is none of them. */
+int cli_target(const char *cmd, const char *value, bool reference_ok,
+               wna16_target_t *out);
+
 /* Writes s as a JSON string (quoted, escaped). */
 void cli_json_string(FILE *f, const char *s);
 

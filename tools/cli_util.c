@@ -25,6 +25,27 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     return CLI_USAGE;
 }
 
+int cli_target(const char *cmd, const char *value, bool reference_ok,
+               wna16_target_t *out)
+{
+    int first = reference_ok ? WNA16_TARGET_REFERENCE : WNA16_TARGET_REFERENCE + 1;
+    char choices[160] = "";
+    for (int t = first; t < WNA16_TARGET_COUNT_; t++) {
+        const char *name = wna16_target_name((wna16_target_t)t);
+        if (value && strcmp(value, name) == 0) {
+            *out = (wna16_target_t)t;
+            return CLI_OK;
+        }
+        size_t n = strlen(choices);
+        snprintf(choices + n, sizeof choices - n, "%s%s",
+                 t == first ? "" : t + 1 == WNA16_TARGET_COUNT_ ? " or " : ", ",
+                 name);
+    }
+    if (!value)
+        return cli_usage_error(cmd, "--target needs %s", choices);
+    return cli_usage_error(cmd, "--target: '%s' is not %s", value, choices);
+}
+
 int cli_fail(const wna16_error_t *err)
 {
     fprintf(stderr, "wna16: %s\n", err->message[0] ? err->message

@@ -13,6 +13,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "runtime/targets.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -544,12 +545,8 @@ static int parse_opts(int argc, char **argv, fz_opts_t *o)
             if (!v || !*v || *end)
                 return cli_usage_error(CMD, "--seed: expected an integer");
         } else if (cli_opt_value(argc, argv, &i, "--target", &v)) {
-            if (v && strcmp(v, "cpu") == 0)
-                o->target = WNA16_TARGET_CPU;
-            else if (v && strcmp(v, "cuda") == 0)
-                o->target = WNA16_TARGET_CUDA;
-            else
-                return cli_usage_error(CMD, "--target: expected cpu or cuda");
+            if (cli_target(CMD, v, false, &o->target) != CLI_OK)
+                return CLI_USAGE;
         } else if (cli_opt_value(argc, argv, &i, "--from", &v)) {
             if (!v)
                 return cli_usage_error(CMD, "--from: expected a spec name");
@@ -579,26 +576,15 @@ static int parse_opts(int argc, char **argv, fz_opts_t *o)
     return CLI_OK;
 }
 
-/* The target must be able to run kernels here. */
-static int check_target(const fz_opts_t *o)
+/* The target must be able to run kernels here: this build has it and its
+ * probe finds what it needs (a GPU and NVRTC, or LLVM). */
+static int check_target(wna16_context_t *ctx, const fz_opts_t *o)
 {
-    wna16_platform_t p = o->target == WNA16_TARGET_CPU ? WNA16_PLATFORM_CPU
-                                                       : WNA16_PLATFORM_CUDA;
-    if (!(wna16_build_kernel_platforms() & (1u << p))) {
-        fprintf(stderr, "wna16 fuzz: this build has no %s target (%s)\n",
-                wna16_target_name(o->target),
-                p == WNA16_PLATFORM_CPU ? "LLVM 19 was not found"
-                                        : "NVRTC was not found");
+    wna16_error_t err;
+    void *inst;
+    if (w16_target_probe(ctx, o->target, NULL, &inst, &err) != WNA16_OK) {
+        fprintf(stderr, "wna16 fuzz: %s\n", err.message);
         return CLI_FAIL;
-    }
-    if (p == WNA16_PLATFORM_CUDA) {
-        wna16_device_info_t dev;
-        wna16_probe_device(&dev);
-        if (dev.platform != WNA16_PLATFORM_CUDA) {
-            fprintf(stderr, "wna16 fuzz: CUDA target unavailable: %s\n",
-                    dev.notes);
-            return CLI_FAIL;
-        }
     }
     return CLI_OK;
 }
@@ -685,12 +671,14 @@ int cmd_fuzz(int argc, char **argv)
     int rc = parse_opts(argc, argv, &o);
     if (rc < 0)
         return CLI_OK;
-    if (rc != CLI_OK || (rc = check_target(&o)) != CLI_OK)
+    if (rc != CLI_OK)
         return rc;
     wna16_context_t *ctx = cli_context();
     if (!ctx)
         return CLI_FAIL;
-    rc = o.one ? fuzz_one(ctx, &o) : fuzz_many(ctx, &o);
+    rc = check_target(ctx, &o);
+    if (rc == CLI_OK)
+        rc = o.one ? fuzz_one(ctx, &o) : fuzz_many(ctx, &o);
     wna16_context_destroy(ctx);
     return rc;
 }

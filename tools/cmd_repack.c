@@ -242,14 +242,7 @@ static int check_names(wna16_context_t *ctx, const repack_cli_t *o,
         }
         return CLI_OK;
     }
-    *target = WNA16_TARGET_REFERENCE;
-    for (int t = WNA16_TARGET_REFERENCE; t <= WNA16_TARGET_CUDA; t++)
-        if (strcmp(o->target, wna16_target_name((wna16_target_t)t)) == 0) {
-            *target = (wna16_target_t)t;
-            return CLI_OK;
-        }
-    return cli_usage_error(CMD, "--target: '%s' is not reference, cpu or cuda",
-                           o->target);
+    return cli_target(CMD, o->target, true, target);
 }
 
 /* ---- progress ------------------------------------------------------------ */

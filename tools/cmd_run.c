@@ -129,15 +129,8 @@ static int parse(int argc, char **argv, run_opts_t *o)
             if (!number("--seed", v, 0, 1L << 30, &o->seed))
                 return CLI_USAGE;
         } else if (cli_opt_value(argc, argv, &i, "--target", &v)) {
-            if (v && strcmp(v, "cpu") == 0)
-                o->target = WNA16_TARGET_CPU;
-            else if (v && strcmp(v, "cuda") == 0)
-                o->target = WNA16_TARGET_CUDA;
-            else if (v)
-                return cli_usage_error("run", "--target: '%s' is not cpu or "
-                                       "cuda", v);
-            else
-                return cli_usage_error("run", "--target needs cpu or cuda");
+            if (cli_target("run", v, false, &o->target) != CLI_OK)
+                return CLI_USAGE;
             o->target_set = true;
         } else if (strcmp(argv[i], "--json") == 0) {
             o->json = true;
@@ -178,6 +171,26 @@ static int check_backend(wna16_context_t *ctx, const char *name)
                            name, list);
 }
 
+/* The layer's fused MoE: the target's own (the CUDA target's tensor-core
+ * kernels; tools/run_moe_cuda.c is compiled in builds that have that
+ * target) or the generated one. */
+static int run_fused_moe(wna16_context_t *ctx, const run_layer_t *L,
+                         const run_choice_t *c,
+                         const wna16_tensor_set_t *packed,
+                         const run_input_t *in, void *out, run_figures_t *f,
+                         run_log_t *log)
+{
+    if (!c->native_moe)
+        return run_moe_cpu(ctx, L, c, packed, in, out, f, log);
+#ifdef WNA16_HAVE_CUDA
+    return run_moe_cuda(ctx, L, c, packed, in, out, f, log);
+#else
+    fprintf(stderr, "wna16: the %s target's own fused MoE is not in this "
+            "build\n", wna16_target_name(c->target));
+    return CLI_FAIL;
+#endif
+}
+
 /* The repack into the chosen layout, on the target. */
 static int repack(wna16_context_t *ctx, const run_layer_t *L,
                   const run_choice_t *c, wna16_tensor_set_t *packed,
@@ -187,7 +200,7 @@ static int repack(wna16_context_t *ctx, const run_layer_t *L,
     run_log_step(log, "repack: %s -> %s, generated kernels on the %s target "
                  "(%s)", wna16_spec_name(L->format), wna16_spec_name(c->backend),
                  wna16_target_name(c->target),
-                 c->target == WNA16_TARGET_CUDA ? "NVRTC" : "LLVM JIT");
+                 c->compiler);
     if (wna16_repack_layer(ctx, L->format, L->tensors, L->prefix, L->E, L->H,
                            L->I, &L->quant, c->backend, c->target, packed,
                            &err) != WNA16_OK)
@@ -252,9 +265,7 @@ static int run(wna16_context_t *ctx, const run_opts_t *o)
         rc = CLI_FAIL;
         goto out;
     }
-    rc = c.target == WNA16_TARGET_CUDA
-             ? run_moe_cuda(ctx, &L, &c, packed, &in, got, &f, &log)
-             : run_moe_cpu(ctx, &L, &c, packed, &in, got, &f, &log);
+    rc = run_fused_moe(ctx, &L, &c, packed, &in, got, &f, &log);
     if (rc != CLI_OK || (rc = run_reference(ctx, &L, &in, got, ref, &f,
                                             &log)) != CLI_OK)
         goto out;

@@ -148,9 +148,13 @@ int run_output_write(wna16_context_t *ctx, const char *path,
 
 #define RUN_MAX_SKIPPED 16
 typedef struct run_choice {
-    wna16_target_t target;      /* CPU or CUDA */
+    wna16_target_t target;      /* where the fused MoE runs */
+    /* the target's own fused MoE (wna16_cuda_moe_*) runs the layer; else
+     * the generated one (wna16_moe_layer_*) */
+    bool native_moe;
     wna16_device_info_t dev;
-    char device[160];           /* what runs it, in words */
+    char device[256];           /* what runs it, in words */
+    const char *compiler;       /* the target's compiler, in words */
     wna16_platform_t platform;  /* selection's platform for the target */
     int32_t cc_major, cc_minor;
     wna16_select_result_t sel;

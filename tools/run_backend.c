@@ -22,14 +22,40 @@
 #include "run.h"
 #include "gen/build_moe.h"
 #include "spec/spec.h"
-#include "runtime/cpu/cpu.h"
-#include "runtime/cuda/cuda.h"
 #include "runtime/ref/ref.h"
+#include "runtime/targets.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- the target -------------------------------------------------------------- */
+
+/* The first target in the list's order (a GPU first) that serves the
+ * device found or the host and probes successfully; a target that serves
+ * the device but cannot run is noted with its reason. */
+static const w16_target_t *best_target(wna16_context_t *ctx,
+                                       const wna16_device_info_t *dev,
+                                       void **inst, char *note, size_t n)
+{
+    bool served = dev->platform == WNA16_PLATFORM_CPU;
+    for (int i = 0; i < w16_target_count(); i++) {
+        const w16_target_t *T = w16_target_at(i);
+        if (T->platform != WNA16_PLATFORM_CPU && T->platform != dev->platform)
+            continue;
+        served = served || T->platform == dev->platform;
+        wna16_error_t err;
+        if (w16_target_probe(ctx, T->id, NULL, inst, &err) == WNA16_OK)
+            return T;
+        if (T->platform != WNA16_PLATFORM_CPU)
+            snprintf(note, n, "; a %s device is present but the %s",
+                     wna16_platform_name(T->platform), err.message);
+    }
+    if (!served)
+        snprintf(note, n, "; %s found, but this build has no target for %s",
+                 dev->name, wna16_platform_name(dev->platform));
+    return NULL;
+}
 
 int run_choose_target(wna16_context_t *ctx, const run_opts_t *o,
                       run_choice_t *c, run_log_t *log)
@@ -38,53 +64,39 @@ int run_choose_target(wna16_context_t *ctx, const run_opts_t *o,
     memset(c, 0, sizeof *c);
     wna16_probe_device(&c->dev);
     char note[768] = "";
-    c->target = o->target_set ? o->target
-                : c->dev.platform == WNA16_PLATFORM_CUDA ? WNA16_TARGET_CUDA
-                                                         : WNA16_TARGET_CPU;
-    if (!o->target_set && c->dev.platform == WNA16_PLATFORM_XPU)
-        snprintf(note, sizeof note, "; %s found, but wna16 has no fused MoE "
-                 "for xpu yet", c->dev.name);
-    if (c->target == WNA16_TARGET_CUDA) {
-        w16_cuda_t *cuda = NULL;
-        if (w16_cuda_get(ctx, &cuda, &err) != WNA16_OK ||
-            !w16_nvrtc_available(ctx, &err)) {
-            /* one wording whichever piece is missing (the driver says
-             * "CUDA target unavailable: ...", NVRTC "NVRTC unavailable") */
-            static const char pre[] = "CUDA target unavailable: ";
-            const char *why = err.message;
-            if (strncmp(why, pre, sizeof pre - 1) == 0)
-                why += sizeof pre - 1;
-            if (o->target_set) {
-                fprintf(stderr, "wna16: %s%s\n", pre, why);
-                return CLI_FAIL;
-            }
-            snprintf(note, sizeof note, "; a GPU is present but the %s%s "
-                     "(the CPU runs it)", pre, why);
-            c->target = WNA16_TARGET_CPU;
-        } else {
-            c->platform = WNA16_PLATFORM_CUDA;
-            c->cc_major = w16_cuda_cc_major(cuda);
-            c->cc_minor = w16_cuda_cc_minor(cuda);
-            snprintf(c->device, sizeof c->device, "%s (compute capability "
-                     "%d.%d), NVRTC", w16_cuda_device_name(cuda), c->cc_major,
-                     c->cc_minor);
+    const w16_target_t *T = NULL;
+    void *inst = NULL;
+    if (o->target_set) {
+        if (w16_target_probe(ctx, o->target, &T, &inst, &err) != WNA16_OK)
+            return cli_fail(&err);
+    } else {
+        T = best_target(ctx, &c->dev, &inst, note, sizeof note);
+        if (!T) { /* the host CPU's own reason */
+            if (w16_target_probe(ctx, WNA16_TARGET_CPU, &T, &inst, &err) !=
+                WNA16_OK)
+                return cli_fail(&err);
+        } else if (note[0] && T->platform == WNA16_PLATFORM_CPU) {
+            size_t n = strlen(note);
+            snprintf(note + n, sizeof note - n, " (the %s runs it)",
+                     T->name);
         }
     }
-    if (c->target == WNA16_TARGET_CPU) {
-        w16_cpu_t *cpu = NULL;
-        if (w16_cpu_get(ctx, &cpu, &err) != WNA16_OK)
-            return cli_fail(&err);
-        c->platform = WNA16_PLATFORM_CPU;
-        snprintf(c->device, sizeof c->device, "host CPU (%s, %d threads), "
-                 "LLVM JIT", w16_cpu_name(cpu), w16_cpu_threads(cpu));
-    }
+    w16_target_device_t d;
+    T->describe(inst, &d);
+    c->target = T->id;
+    c->native_moe = T->native_moe != NULL;
+    c->platform = T->platform;
+    c->cc_major = d.cc_major;
+    c->cc_minor = d.cc_minor;
+    snprintf(c->device, sizeof c->device, "%s, %s", d.text, T->compiler);
+    c->compiler = T->compiler;
     size_t nn = strlen(c->dev.notes);
     while (nn && c->dev.notes[nn - 1] == ' ')
         c->dev.notes[--nn] = '\0';
-    run_log_step(log, "target: %s, %s%s%s%s%s", wna16_target_name(c->target),
-                 c->device, o->target_set ? " (--target)" : "", note,
-                 nn && c->target == WNA16_TARGET_CPU ? "; " : "",
-                 c->target == WNA16_TARGET_CPU ? c->dev.notes : "");
+    bool host = T->platform == WNA16_PLATFORM_CPU;
+    run_log_step(log, "target: %s, %s%s%s%s%s", T->name, c->device,
+                 o->target_set ? " (--target)" : "", note,
+                 nn && host ? "; " : "", host ? c->dev.notes : "");
     return CLI_OK;
 }
 
@@ -191,15 +203,13 @@ static void fit(const run_choice_t *c, const wna16_spec_t *b,
     if (!b->stacked) {
         snprintf(f->why_not, sizeof f->why_not, "%s stores experts as "
                  "separate tensors", b->name);
-    } else if (c->target == WNA16_TARGET_CPU &&
-               w16_moe_check(&req, &err) != WNA16_OK) {
+    } else if (!c->native_moe && w16_moe_check(&req, &err) != WNA16_OK) {
         snprintf(f->why_not, sizeof f->why_not, "%s", err.message);
     } else if (w16_spec_bind(b, &p, WNA16_GEMM_W13, vars, &err) != WNA16_OK ||
                w16_check_holds(b, &p, (int32_t)vars[W16_VAR_IP], &err) !=
                    WNA16_OK) {
         snprintf(f->why_not, sizeof f->why_not, "%s", err.message);
-    } else if (c->target == WNA16_TARGET_CUDA &&
-               (!b->tiling || !b->caps.standard_format)) {
+    } else if (c->native_moe && (!b->tiling || !b->caps.standard_format)) {
         snprintf(f->why_not, sizeof f->why_not, "the CUDA fused MoE "
                  "(tensor-core templates) reads the layouts with a tiling "
                  "table in the standard activation format; %s is not one",
@@ -207,7 +217,7 @@ static void fit(const run_choice_t *c, const wna16_spec_t *b,
     } else {
         f->runs = true;
     }
-    f->fast = c->target == WNA16_TARGET_CUDA ||
+    f->fast = c->native_moe ||
               (b->stacked &&
                k_major(b, &p, WNA16_GEMM_W13, f->why_slow, sizeof f->why_slow) &&
                k_major(b, &p, WNA16_GEMM_W2, f->why_slow, sizeof f->why_slow));
@@ -351,7 +361,7 @@ int run_choose_backend(wna16_context_t *ctx, const run_opts_t *o,
         return CLI_FAIL;
     }
     c->substituted = true;
-    const char *how = c->target == WNA16_TARGET_CUDA
+    const char *how = c->native_moe
         ? "the first layout in vLLM's CUDA priority order with tensor-core "
           "kernels that holds this layer"
         : "the first K-major layout in vLLM's CUDA priority order that holds "
@@ -359,8 +369,8 @@ int run_choose_backend(wna16_context_t *ctx, const run_opts_t *o,
     if (sel && f.runs) /* runs, but slowly: the CPU and a non-K-major layout */
         snprintf(c->why, sizeof c->why, "%s's layout is slow on the CPU: the "
                  "generated kernels vectorize over k, and %s, so they would "
-                 "read it with scalar loads (an order of magnitude slower, "
-                 "bench/RESULTS.md). Running %s's layout instead (%s)",
+                 "read it with scalar loads (an order of magnitude slower: "
+                 "code-by-code reads defeat the vector loop). Running %s's layout instead (%s)",
                  sel->name, f.why_slow, c->backend->name, how);
     else if (sel)
         snprintf(c->why, sizeof c->why, "the %s target cannot run %s's "

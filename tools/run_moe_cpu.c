@@ -5,7 +5,7 @@
  * by run_time_calls.
  */
 #include "run.h"
-#include "runtime/cpu/cpu.h"
+#include "runtime/targets.h"
 
 #include <stdlib.h>
 
@@ -35,11 +35,14 @@ int run_moe_cpu(wna16_context_t *ctx, const run_layer_t *L,
                 run_log_t *log)
 {
     wna16_error_t err;
-    w16_cpu_t *cpu = NULL;
+    const w16_target_t *T;
+    void *inst;
+    w16_target_device_t d;
     cpu_call_t call = {.in = in};
-    if (w16_cpu_get(ctx, &cpu, &err) != WNA16_OK)
+    if (w16_target_probe(ctx, c->target, &T, &inst, &err) != WNA16_OK)
         return cli_fail(&err);
-    f->threads = w16_cpu_threads(cpu);
+    T->describe(inst, &d);
+    f->threads = d.threads;
     run_log_step(log, "fused MoE on the CPU: kernels generated from %s's "
                  "layout spec, LLVM JIT, %d threads; %d tokens, top-%d, %s, "
                  "silu", wna16_spec_name(c->backend), f->threads, in->M, in->topk,
@@ -51,7 +54,7 @@ int run_moe_cpu(wna16_context_t *ctx, const run_layer_t *L,
     if (!call.scratch) {
         fprintf(stderr, "wna16: out of memory\n");
     } else if (wna16_moe_layer_create(ctx, c->backend, packed, L->prefix, L->E,
-                                      L->H, L->I, &L->quant, WNA16_TARGET_CPU,
+                                      L->H, L->I, &L->quant, c->target,
                                       &call.layer, &err) != WNA16_OK) {
         cli_fail(&err);
     } else {

@@ -15,8 +15,8 @@ typedef struct w16_cpu w16_cpu_t;
 typedef void (*w16_cpu_fn)(const uint64_t *args, int64_t group_begin,
                            int64_t group_end, int64_t num_groups);
 
-/* The context's CPU target, created on first use. EUNAVAILABLE (with the
- * reason) in builds without LLVM. */
+/* The context's CPU target, created on first use. (Builds without LLVM
+ * do not compile this target; runtime/targets.c does not list it.) */
 wna16_status_t w16_cpu_get(wna16_context_t *ctx, w16_cpu_t **out,
                            wna16_error_t *err);
 void w16_cpu_destroy(w16_cpu_t *cpu);

@@ -10,6 +10,7 @@
 #include "runtime/target/target.h"
 #include "gen/emit_llvm.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,13 @@ static wna16_status_t cpu_probe(wna16_context_t *ctx, void **inst,
     wna16_status_t st = w16_cpu_get(ctx, &cpu, err);
     *inst = cpu;
     return st;
+}
+
+static void cpu_describe(void *inst, w16_target_device_t *out)
+{
+    *out = (w16_target_device_t){.threads = w16_cpu_threads(inst)};
+    snprintf(out->text, sizeof out->text, "host CPU (%s, %d threads)",
+             w16_cpu_name(inst), w16_cpu_threads(inst));
 }
 
 static void cpu_release(wna16_context_t *ctx)
@@ -170,6 +178,7 @@ const w16_target_t w16_target_cpu = {
     .word_blocks = true,
     .key_symbols = true,
     .probe = cpu_probe,
+    .describe = cpu_describe,
     .release = cpu_release,
     .key = cpu_key,
     .source = cpu_source,

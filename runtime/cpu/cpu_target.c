@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef WNA16_HAVE_LLVM
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
@@ -281,50 +280,3 @@ void w16_cpu_launch(w16_cpu_t *c, w16_cpu_fn fn, const uint64_t *args,
     launch_t l = {fn, args, num_groups};
     w16_pool_run(c->pool, num_groups, run_range, &l);
 }
-
-#else /* no LLVM: the target reports itself unavailable */
-
-struct w16_cpu {
-    int unused;
-};
-
-wna16_status_t w16_cpu_get(wna16_context_t *ctx, w16_cpu_t **out,
-                           wna16_error_t *err)
-{
-    (void)ctx;
-    *out = NULL;
-    return w16_err(err, WNA16_EUNAVAILABLE, "CPU target unavailable: this "
-                   "build has no LLVM 19 (install llvm-19-dev and reconfigure)");
-}
-
-void w16_cpu_destroy(w16_cpu_t *cpu) { (void)cpu; }
-wna16_status_t w16_cpu_compile_object(w16_cpu_t *c, const kir_kernel_t *k,
-                                      const char *s, void **o, size_t *n,
-                                      wna16_error_t *err)
-{
-    (void)c; (void)k; (void)s; (void)o; (void)n;
-    return w16_err(err, WNA16_EUNAVAILABLE, "CPU target unavailable");
-}
-wna16_status_t w16_cpu_load_object(w16_cpu_t *c, const void *o, size_t n,
-                                   const char *s, w16_cpu_fn *fn,
-                                   wna16_error_t *err)
-{
-    (void)c; (void)o; (void)n; (void)s; (void)fn;
-    return w16_err(err, WNA16_EUNAVAILABLE, "CPU target unavailable");
-}
-wna16_status_t w16_cpu_compile(w16_cpu_t *c, const kir_kernel_t *k,
-                               w16_cpu_fn *fn, wna16_error_t *err)
-{
-    (void)c; (void)k; (void)fn;
-    return w16_err(err, WNA16_EUNAVAILABLE, "CPU target unavailable");
-}
-void w16_cpu_launch(w16_cpu_t *c, w16_cpu_fn fn, const uint64_t *a, int64_t n)
-{
-    (void)c; (void)fn; (void)a; (void)n;
-}
-const char *w16_cpu_compiler_version(void) { return "none"; }
-const char *w16_cpu_name(const w16_cpu_t *c) { (void)c; return ""; }
-const char *w16_cpu_features(const w16_cpu_t *c) { (void)c; return ""; }
-int w16_cpu_threads(const w16_cpu_t *c) { (void)c; return 0; }
-
-#endif

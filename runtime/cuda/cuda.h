@@ -5,8 +5,9 @@
  * with no CUDA at all. The two halves are independent: NVRTC works on a
  * machine without a GPU or driver (CI compiles every generated kernel
  * there), while the driver half (w16_cuda_get) reports EUNAVAILABLE with
- * the reason. Builds without the CUDA headers keep every function, which
- * then reports "CUDA target unavailable: built without CUDA headers".
+ * the reason. Builds without the CUDA headers do not compile this target
+ * at all (CMake leaves runtime/cuda/ out; runtime/targets.c does not list
+ * it).
  * This header never includes <cuda.h>: driver handles are opaque pointers
  * here (a w16_cuda_stream_t * is the CUstream itself, and so on).
  */

@@ -9,6 +9,8 @@
 #include "runtime/cuda/cuda_kernels.h"
 #include "gen/emit_cuda.h"
 
+#include <stdio.h>
+
 static wna16_status_t cuda_probe(wna16_context_t *ctx, void **inst,
                                  wna16_error_t *err)
 {
@@ -18,6 +20,14 @@ static wna16_status_t cuda_probe(wna16_context_t *ctx, void **inst,
         st = err ? err->status : WNA16_EUNAVAILABLE;
     *inst = st == WNA16_OK ? cuda : NULL;
     return st;
+}
+
+static void cuda_describe(void *inst, w16_target_device_t *out)
+{
+    *out = (w16_target_device_t){.cc_major = w16_cuda_cc_major(inst),
+                                 .cc_minor = w16_cuda_cc_minor(inst)};
+    snprintf(out->text, sizeof out->text, "%s (compute capability %d.%d)",
+             w16_cuda_device_name(inst), out->cc_major, out->cc_minor);
 }
 
 static void cuda_release(wna16_context_t *ctx)
@@ -70,6 +80,7 @@ const w16_target_t w16_target_cuda = {
     .staged_tiles = true,
     .key_symbols = false,
     .probe = cuda_probe,
+    .describe = cuda_describe,
     .release = cuda_release,
     .key = cuda_key,
     .source = cuda_source,

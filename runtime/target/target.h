@@ -75,6 +75,14 @@ typedef struct w16_native_moe {
                         wna16_cuda_moe_report_t *out);
 } w16_native_moe_t;
 
+/* What a probed target runs on, for reports and for selection. */
+typedef struct w16_target_device {
+    char text[200];   /* "NVIDIA H200 (compute capability 9.0)",
+                         "host CPU (znver5, 2 threads)" */
+    int cc_major, cc_minor; /* a CUDA device's compute capability, else 0 */
+    int threads;            /* host threads that run its kernels, or 0 */
+} w16_target_device_t;
+
 typedef struct w16_target {
     wna16_target_t id;           /* the public enum value */
     const char *name;            /* "cpu", "cuda": wna16_target_name(id) */
@@ -97,6 +105,8 @@ typedef struct w16_target {
      * cannot run here. Thread safe. */
     wna16_status_t (*probe)(wna16_context_t *ctx, void **inst,
                             wna16_error_t *err);
+    /* The device or CPU the instance runs on. */
+    void (*describe)(void *inst, w16_target_device_t *out);
     /* Frees the context's instance, if any (context teardown; the kernel
      * cache, which holds loaded handles, is gone by then). */
     void (*release)(wna16_context_t *ctx);
