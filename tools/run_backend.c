@@ -1,8 +1,9 @@
 /*
  * run_backend.c - where `wna16 run` runs the layer and in which layout.
  *
- * The target is the best present: a CUDA GPU when the CUDA target can run
- * (driver and NVRTC), else the CPU (LLVM JIT). Selection (vLLM's
+ * The target is the best present: the first in the target list
+ * (runtime/targets.c: a GPU first) that serves the device found and
+ * probes, else the CPU (LLVM JIT). Selection (vLLM's
  * select_wna16_moe_backend, from the specs) then picks the backend for
  * the target's platform, and the target's fused MoE runs that backend's
  * layout when it can run it well:
@@ -12,7 +13,8 @@
  *     but they vectorize the dot products over k, so they are fast only on
  *     layouts that pack each row's codes in k order ("K-major", e.g. the
  *     N-first Triton layout) and read the others code by code (the CPU
- *     backend's VNNI blocks, an order of magnitude slower: bench/RESULTS.md).
+ *     backend's VNNI blocks, an order of magnitude slower: Qwen3-30B-A3B
+ *     at M = 1, 35 ms against 1.2 ms in Triton's layout, under load).
  * When selection's answer is not such a layout (or selection finds none),
  * the run says so and uses the first layout, in vLLM's CUDA priority
  * order, that the target runs well and that holds the layer. --backend
