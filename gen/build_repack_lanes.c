@@ -187,8 +187,8 @@ const kir_expr_t *w16_rp_map_lanes(builder_t *B, const int64_t *S, int n, int ma
         total *= S[d];
     /* Only where the lanes are a vector loop (the CPU): on a GPU a warp
      * down a column stores 32 words a row apart, and the H200 measured
-     * that slower than loads a row apart (bench/RESULTS.md, GPU repack:
-     * w2 18% of a copy with columns, w13 30% along rows). */
+     * that slower than loads a row apart (the N-first layouts' w2 kernels:
+     * 17-18% of a copy with lanes down columns, 47% along rows). */
     if (total > 0 && !B->blocked && B->req->word_blocks &&
         lanes_down_columns(B, S, n)) {
         int64_t ta = max_lanes;

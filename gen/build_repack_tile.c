@@ -57,8 +57,9 @@ enum { ROWS_MAX_LANES = 1024, ROWS_MIN_LANES = 256 };
 /* Rows of a layout with sums: words a lane at most (one per row) where
  * the block sums go a word at a time, and elsewhere (their sums code by
  * code: each copy is several times the text, and so the cold NVRTC
- * compile). On the H200 (bench/RESULTS.md) 2, 3 and 4 rows a lane ran
- * the GPTQ w13 kernel at 64%, 72% and 84% of a copy. Not 8 code by code
+ * compile). On the H200, in one run, 2, 3 and 4 rows a lane ran the
+ * GPTQ w13 kernel at 64%, 72% and 84% of a copy (w2 71%, 82%, 87%), with
+ * the same 30-32 registers. Not 8 code by code
  * on the CPU either: with eight copies of a Marlin-source kernel, LLVM
  * 19.1's SLP vectorizer alone (opt -passes=slp-vectorizer on the IR just
  * before it, x86-64-v3/v4 and znver4 cost models, vectors of 8) changes
@@ -381,8 +382,9 @@ bool w16_rp_tile_plan(builder_t *B, const int64_t *S, int n, int np,
     if (a <= 0 || elems >= (INT64_C(1) << 31))
         return false;
     int64_t best_score = 0;
-    /* the plain gather's warp loads are coalesced enough (Marlin's tiles
-     * measured slower staged: bench/RESULTS.md) */
+    /* the plain gather's warp loads are coalesced enough (Marlin's tiles,
+     * at most 8 sectors a warp load, measured slower staged: 42% / 49% of
+     * a copy against 55% / 61% for the gather) */
     int64_t mid = total / 2 / 32 * 32;
     if (plain_sectors(B, S, n, np, slots, esz, 0, total) <= PLAIN_SECTORS_OK ||
         plain_sectors(B, S, n, np, slots, esz, mid, total) <= PLAIN_SECTORS_OK)

@@ -485,7 +485,9 @@ __device__ __forceinline__ void splitk_fixup(
 {
     // the flag in the (dynamic) shared memory the epilogue is done with: a
     // static __shared__ int cost a third of the CTAs an SM their room at
-    // block_m 16 (the layer 15-20% slower, bench/RESULTS.md 2026-11-30c)
+    // block_m 16 (64 -> 80 bytes of static shared memory: the layer 15-20%
+    // slower, Mixtral-8x7B M = 16 218.7 -> 252.8 us, also where no split
+    // ran)
     extern __shared__ int4 smem4[];
     int &s_last = *reinterpret_cast<int *>(smem4);
     __threadfence(); // this CTA's partial sums, before it counts itself
@@ -515,8 +517,9 @@ __device__ __forceinline__ void splitk_fixup(
 
 } // namespace w16
 
-// The GEMM kernel's parameters: the launch contract with runtime/moe_cuda.c,
-// one list for both templates (expanded after `using namespace w16`).
+// The GEMM kernel's parameters: the launch contract with
+// runtime/cuda/cuda_moe.c, one list for both templates (expanded after
+// `using namespace w16`).
 #define W16_GEMM_PARAMS                                                      \
     const act_t *__restrict__ a, int a_row_div, int n_slots,                 \
         const int *__restrict__ sorted_ids,                                  \

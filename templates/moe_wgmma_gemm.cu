@@ -13,11 +13,12 @@
 // columns its M. At BM 16 and 32 (up to 24 rows an expert: the small-M
 // decode) the products are m64n16k16 and m64n32k16, 8 and 16
 // accumulators a slice; measured 1.2-1.5x slower than the mma.sync
-// kernel there (it issues more instructions per weight, and the tensor
-// cores were not the limit: bench/RESULTS.md, 2026-11-29 night 2, wgsm),
-// so the built-in tables keep those problems on mma.sync. From 25 rows
-// an expert (BM 48, 64, 128) the tensor cores' share grows and this
-// kernel is 1.0-1.6x faster (RESULTS, 2026-11-30c).
+// kernel there (it issues about 35% more instructions per weight, and
+// the tensor cores were not the limit: under ncu both kernels are bound
+// by issuing the dequantization with few warps), so the built-in tables
+// keep those problems on mma.sync. From 25 rows an expert (BM 48, 64,
+// 128) the tensor cores' share grows and this kernel is 1.0-1.6x faster
+// (Mixtral-8x7B M = 256: 973 -> 601 us).
 //
 // Warpgroups. WN = 4 * WGS warps form WGS warpgroups; warpgroup wg owns
 // the CTA's Marlin tiles 2wg and 2wg+1 (128 columns; for w13 that is one

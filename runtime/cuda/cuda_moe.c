@@ -742,10 +742,10 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     }
     /* GEMM 1's split-K sums: in the mma.sync GEMM (the last split of a
      * tile adds them) while its expected CTAs fit on the device at once,
-     * else in the reduce kernel. Measured on the H200 (bench/RESULTS.md,
-     * 2026-11-30c): DeepSeek-V3/EP8 M = 1 and 16 (one wave) 7% faster in
-     * the GEMM, Mixtral-8x7B M = 1 (1.13 waves) 5% slower, as the sums
-     * then lengthen the second wave's tail. */
+     * else in the reduce kernel. Same-run A/B on the H200: DeepSeek-V3/EP8
+     * M = 1 and 16 (one wave) 7% faster in the GEMM (29.9 -> 27.8 and
+     * 103.3 -> 95.5 us), Mixtral-8x7B M = 1 (1.13 waves) 5% slower (79.1 ->
+     * 83.1 us), as the sums then lengthen the second wave's tail. */
     const int64_t wave = (int64_t)(cfg[0].min_ctas > 1 ? cfg[0].min_ctas : 1) *
                          w16_cuda_sm_count(m->cuda);
     const bool fixup = split[0] > 1 && !cfg[0].wgmma &&
@@ -756,8 +756,9 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     /* few outputs with split-K sums to add: the latency-bound finalize,
      * while its CTAs (3 an SM by its launch bounds) take at most two
      * waves; otherwise the plain form's occupancy (templates/moe_aux.cu;
-     * the small form measured 0.6-0.8% slower at M = 16 without a split,
-     * bench/RESULTS.md) */
+     * the small form's gain is the partial sums of eight splits in flight,
+     * and without a split it measured 0.6-0.8% slower at M = 16 on
+     * DeepSeek-V3/EP8 and Qwen3-30B-A3B) */
     const unsigned fin_grid = grid_stride((size_t)a->M * (size_t)H);
     const bool few = !a->batched && split[1] > 1 &&
                      (int64_t)fin_grid <=

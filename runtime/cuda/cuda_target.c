@@ -334,7 +334,8 @@ static void nvrtc_report_warnings(wna16_context_t *ctx, const char *kernel,
  * It leaves every kernel's code as it is: on NVRTC 13.0 the CUBIN's .text
  * sections of the fused-MoE units are byte for byte the same with and
  * without it (only the ELF's symbol order and the toolkit note, which
- * records the options, differ; bench/RESULTS.md). A unit of one kernel
+ * records the options, differ; test_moe_cuda_compile compares the
+ * .text sections). A unit of one kernel
  * gains nothing and pays the threads' start (about 10 ms), so it is asked
  * for units of several kernels only, and from NVRTC 12.4 on (older ones
  * may not know the option: they compile as before). */
