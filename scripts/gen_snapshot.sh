@@ -8,6 +8,8 @@
 # backend, standard and batched, every stage) and the tensor-core CUDA units
 # (marlin and batched_marlin, sm_80 and sm_90, decode to prefill tiles).
 # A case the generator refuses is recorded too: its message and exit status.
+# A change that only rewords comments in templates/ shows as such with
+# scripts/snapshot_comment_diff.py BEFORE_DIR AFTER_DIR over two recordings.
 #
 # usage: scripts/gen_snapshot.sh WNA16 record DIR   write DIR/<case>.txt and DIR/MANIFEST
 #        scripts/gen_snapshot.sh WNA16 check FILE    compare with a MANIFEST (exit 1 on a difference)
@@ -18,7 +20,7 @@
 set -euo pipefail
 unset WNA16_SPEC_DIR
 if [ $# -lt 2 ]; then
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 wna16=$1 mode=$2
