@@ -20,7 +20,7 @@
 set -euo pipefail
 unset WNA16_SPEC_DIR
 if [ $# -lt 2 ]; then
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 wna16=$1 mode=$2
