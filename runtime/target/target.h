@@ -142,7 +142,9 @@ typedef struct w16_target {
     wna16_status_t (*put)(w16_stream_t *s, const void *host, size_t bytes,
                           uint64_t *addr, wna16_error_t *err);
     /* n host buffers for kernels to read, and at *table the table of
-     * their n addresses (u64 each). */
+     * their n addresses (u64 each). The buffers and the `hosts` array
+     * must stay valid until the stream is closed (a host-memory target
+     * hands the array itself to the kernels). */
     wna16_status_t (*put_table)(w16_stream_t *s, int n, const uint64_t *hosts,
                                 const size_t *bytes, uint64_t *table,
                                 wna16_error_t *err);
