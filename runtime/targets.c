@@ -62,15 +62,12 @@ void w16_target_names(char *out, size_t n)
 }
 
 /* Why a build has no such target: the component it was built without. */
-static const char *missing_component(wna16_target_t id)
-{
-    switch (id) {
-    case WNA16_TARGET_CPU: return "built without LLVM 19 (install llvm-19-dev "
-                                  "and reconfigure)";
-    case WNA16_TARGET_CUDA: return "built without CUDA headers";
-    default: return "no generated kernels run there";
-    }
-}
+static const char *const missing_component[WNA16_TARGET_COUNT_] = {
+    [WNA16_TARGET_REFERENCE] = "no generated kernels run there",
+    [WNA16_TARGET_CPU] = "built without LLVM 19 (install llvm-19-dev and "
+                         "reconfigure)",
+    [WNA16_TARGET_CUDA] = "built without CUDA headers",
+};
 
 wna16_status_t w16_target_probe(wna16_context_t *ctx, wna16_target_t id,
                                 const w16_target_t **T, void **inst,
@@ -82,7 +79,9 @@ wna16_status_t w16_target_probe(wna16_context_t *ctx, wna16_target_t id,
     *inst = NULL;
     if (!t)
         return w16_err(err, WNA16_EUNAVAILABLE, "%s target unavailable: %s",
-                       wna16_target_name(id), missing_component(id));
+                       wna16_target_name(id),
+                       (unsigned)id < WNA16_TARGET_COUNT_
+                           ? missing_component[id] : "no such target");
     return t->probe(ctx, inst, err);
 }
 

@@ -37,7 +37,7 @@ typedef struct run_opts {
     long seed;              /* --seed N (weights, activations, routing) */
     bool tokens_set;
     bool target_set;        /* --target given */
-    wna16_target_t target;  /* WNA16_TARGET_CPU or WNA16_TARGET_CUDA */
+    wna16_target_t target;  /* --target: a target of runtime/targets.c */
     bool json;
 } run_opts_t;
 
