@@ -5,6 +5,7 @@
 #include "base/base.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 const char *wna16_version(void) { return WNA16_VERSION_STRING; }
@@ -31,10 +32,10 @@ const char *wna16_status_text(wna16_status_t status)
 
 static const struct {
     const char *name;
-    size_t size;
+    int bits;
 } dtype_table[WNA16_DTYPE_COUNT_] = {
     [WNA16_DTYPE_INVALID] = {NULL, 0},
-#define X(name, st, size, isf) [WNA16_DTYPE_##name] = {st, size},
+#define X(name, st, bits, isf) [WNA16_DTYPE_##name] = {st, bits},
     WNA16_DTYPE_LIST(X)
 #undef X
 };
@@ -46,11 +47,29 @@ const char *wna16_dtype_name(wna16_dtype_t d)
     return dtype_table[d].name;
 }
 
-size_t wna16_dtype_size(wna16_dtype_t d)
+int wna16_dtype_bits(wna16_dtype_t d)
 {
     if ((int)d <= 0 || d >= WNA16_DTYPE_COUNT_)
         return 0;
-    return dtype_table[d].size;
+    return dtype_table[d].bits;
+}
+
+size_t wna16_dtype_size(wna16_dtype_t d)
+{
+    int bits = wna16_dtype_bits(d);
+    return bits % 8 ? 0 : (size_t)bits / 8;
+}
+
+bool wna16_dtype_nbytes(wna16_dtype_t d, uint64_t numel, size_t *out)
+{
+    uint64_t bits = (uint64_t)wna16_dtype_bits(d);
+    if (!bits || (numel && bits > UINT64_MAX / numel))
+        return false;
+    uint64_t total = numel * bits;
+    if (total % 8 || total / 8 > SIZE_MAX)
+        return false;
+    *out = (size_t)(total / 8);
+    return true;
 }
 
 wna16_dtype_t wna16_dtype_from_name(const char *name, size_t len)

@@ -140,20 +140,23 @@ static wna16_status_t add_owned(wna16_tensor_set_t *set, const char *name,
     if (ndim < 0 || ndim > WNA16_MAX_DIMS)
         return w16_err(err, WNA16_EINVAL, "tensor '%s': %d dimensions (max %d)",
                        name, ndim, WNA16_MAX_DIMS);
-    size_t es = wna16_dtype_size(dtype);
-    if (!es)
+    if (!wna16_dtype_bits(dtype))
         return w16_err(err, WNA16_EINVAL, "tensor '%s': invalid dtype", name);
     wna16_tensor_t t = {.name = name, .dtype = dtype, .ndim = ndim};
-    size_t bytes = es;
+    size_t numel = 1, bytes;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             return w16_err(err, WNA16_EINVAL, "tensor '%s': negative dimension",
                            name);
         t.shape[i] = shape[i];
-        if (!w16_mul_size(bytes, (size_t)shape[i], &bytes))
+        if (!w16_mul_size(numel, (size_t)shape[i], &numel))
             return w16_err(err, WNA16_ELIMIT, "tensor '%s': size overflows",
                            name);
     }
+    if (!wna16_dtype_nbytes(dtype, numel, &bytes))
+        return w16_err(err, WNA16_ELIMIT, "tensor '%s': %zu elements of %s "
+                       "are not a whole number of bytes below 2^64", name,
+                       numel, wna16_dtype_name(dtype));
     t.nbytes = bytes;
     t.data = w16_alloc_bulk(set->ctx, bytes ? bytes : 1, zero);
     if (!t.data)

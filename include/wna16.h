@@ -147,20 +147,39 @@ void wna16_log(wna16_context_t *ctx, wna16_log_level_t level, const char *fmt,
 /* Data types and tensors                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* X(NAME, safetensors name, size in bytes, is_float). ORDER DTYPE. */
+/* Every dtype of the safetensors format. X(NAME, safetensors name, bits
+ * per element, is_float). ORDER DTYPE: the values of the first eight are
+ * stable; new dtypes go at the end. wna16's kernels and layouts read and
+ * write the first eight; every dtype can be read, passed through and
+ * written (`--all-tensors`), including the sub-byte ones, whose tensors
+ * must hold a whole number of bytes. */
 #define WNA16_DTYPE_LIST(X)                                                  \
-    X(F16, "F16", 2, 1)                                                      \
-    X(BF16, "BF16", 2, 1)                                                    \
-    X(F32, "F32", 4, 1)                                                      \
-    X(I32, "I32", 4, 0)                                                      \
-    X(U8, "U8", 1, 0)                                                        \
-    X(I8, "I8", 1, 0)                                                        \
-    X(I16, "I16", 2, 0)                                                      \
-    X(I64, "I64", 8, 0)
+    X(F16, "F16", 16, 1)                                                     \
+    X(BF16, "BF16", 16, 1)                                                   \
+    X(F32, "F32", 32, 1)                                                     \
+    X(I32, "I32", 32, 0)                                                     \
+    X(U8, "U8", 8, 0)                                                        \
+    X(I8, "I8", 8, 0)                                                        \
+    X(I16, "I16", 16, 0)                                                     \
+    X(I64, "I64", 64, 0)                                                     \
+    X(BOOL, "BOOL", 8, 0)                                                    \
+    X(U16, "U16", 16, 0)                                                     \
+    X(U32, "U32", 32, 0)                                                     \
+    X(U64, "U64", 64, 0)                                                     \
+    X(F64, "F64", 64, 1)                                                     \
+    X(C64, "C64", 64, 1)                                                     \
+    X(F8_E4M3, "F8_E4M3", 8, 1)                                              \
+    X(F8_E5M2, "F8_E5M2", 8, 1)                                              \
+    X(F8_E8M0, "F8_E8M0", 8, 1)                                              \
+    X(F8_E4M3FNUZ, "F8_E4M3FNUZ", 8, 1)                                      \
+    X(F8_E5M2FNUZ, "F8_E5M2FNUZ", 8, 1)                                      \
+    X(F6_E2M3, "F6_E2M3", 6, 1)                                              \
+    X(F6_E3M2, "F6_E3M2", 6, 1)                                              \
+    X(F4, "F4", 4, 1)
 
 typedef enum wna16_dtype {
     WNA16_DTYPE_INVALID = 0,
-#define WNA16_X_(name, st, size, isf) WNA16_DTYPE_##name,
+#define WNA16_X_(name, st, bits, isf) WNA16_DTYPE_##name,
     WNA16_DTYPE_LIST(WNA16_X_)
 #undef WNA16_X_
     WNA16_DTYPE_COUNT_
@@ -168,7 +187,8 @@ typedef enum wna16_dtype {
 
 /* "F16" etc. (the safetensors spelling); NULL for an invalid value. */
 const char *wna16_dtype_name(wna16_dtype_t dtype);
-/* Size in bytes of one element; 0 for an invalid value. */
+/* Size in bytes of one element; 0 for an invalid value and for the
+ * sub-byte dtypes (F4, F6_*): see wna16_dtype_bits. */
 size_t wna16_dtype_size(wna16_dtype_t dtype);
 /* Parses a safetensors dtype name (exact, case-sensitive);
  * WNA16_DTYPE_INVALID if unknown. */
@@ -190,6 +210,12 @@ typedef struct wna16_tensor {
 int64_t wna16_tensor_numel(const wna16_tensor_t *t);
 
 /* Float conversions used everywhere (round to nearest even). */
+/* Bits of one element (4 for F4, 6 for F6_*, 8 for U8...); 0 for an
+ * invalid value. */
+int wna16_dtype_bits(wna16_dtype_t dtype);
+/* Bytes of `numel` elements: false for an invalid dtype, an overflow, or
+ * a sub-byte count that is not a whole number of bytes. */
+bool wna16_dtype_nbytes(wna16_dtype_t dtype, uint64_t numel, size_t *out);
 float wna16_f16_to_f32(uint16_t h);
 uint16_t wna16_f32_to_f16(float f);
 float wna16_bf16_to_f32(uint16_t b);

@@ -18,9 +18,10 @@ wna16_status_t wna16_model_config_quant(const wna16_model_config_t *cfg,
     memset(out, 0, sizeof *out);
     const char *f = cfg->format_name;
     if (!*f)
-        return w16_err(err, WNA16_EUNSUPPORTED, "config.json: quant_method "
-                       "\"%s\" is not a format wna16 knows (gptq, awq, "
-                       "compressed-tensors, moe_wna16)",
+        return w16_err(err, WNA16_EUNSUPPORTED, "config.json: "
+                       "$.quantization_config.quant_method \"%s\" is not a "
+                       "format wna16 reads (gptq, awq, compressed-tensors, "
+                       "moe_wna16); --format overrides it",
                        cfg->quant_method);
     out->bits = cfg->bits;
     out->group_size = cfg->group_size ? cfg->group_size : -1;

@@ -413,6 +413,10 @@ static wna16_status_t base_quant(const wna16_model_config_t *cfg,
     if (o->bits && o->bits != 4 && o->bits != 8)
         return w16_err(err, WNA16_EUNSUPPORTED, "%d-bit weights: wna16 "
                        "handles 4 and 8 bits", o->bits);
+    /* a quantization_config wna16 does not read, and no --format: name it
+     * and the methods wna16 reads */
+    if (!base.format_name[0] && cfg && cfg->quant_method[0])
+        return wna16_model_config_quant(cfg, q, err);
     if (!base.format_name[0] || !base.bits)
         return WNA16_OK; /* reported as missing by the caller */
     return wna16_model_config_quant(&base, q, err);

@@ -280,7 +280,7 @@ static wna16_status_t entry_fields(const st_parse_t *p, const char *name,
 }
 
 /* " F16 BF16 ..." from the dtype table, for messages. */
-#define ST_DTYPE_NAME_(name, st, size, isf) " " st
+#define ST_DTYPE_NAME_(name, st, bits, isf) " " st
 static const char known_dtypes[] = WNA16_DTYPE_LIST(ST_DTYPE_NAME_);
 #undef ST_DTYPE_NAME_
 
@@ -325,10 +325,13 @@ static wna16_status_t parse_shape(const st_parse_t *p, const char *name,
         t->shape[ndim++] = (int64_t)v;
     }
     t->ndim = ndim;
-    size_t es = wna16_dtype_size(t->dtype);
-    if (numel > SIZE_MAX / es)
-        return terr(p, name, "shape: byte size overflows");
-    t->nbytes = (size_t)numel * es;
+    size_t bytes;
+    if (!wna16_dtype_nbytes(t->dtype, numel, &bytes))
+        return terr(p, name, wna16_dtype_size(t->dtype)
+                                 ? "shape: byte size overflows"
+                                 : "shape: the elements of a sub-byte dtype "
+                                   "are not a whole number of bytes");
+    t->nbytes = bytes;
     return WNA16_OK;
 }
 

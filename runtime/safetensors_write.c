@@ -321,8 +321,7 @@ static wna16_status_t check_tensor(const wna16_safetensors_writer_t *w,
                                    sw_decl_t *d, const int64_t *shape,
                                    wna16_error_t *err)
 {
-    size_t es = wna16_dtype_size(d->dtype);
-    if (!es)
+    if (!wna16_dtype_bits(d->dtype))
         return w16_err(err, WNA16_EINVAL, "%s: tensor '%s': invalid dtype %d",
                        w->path, d->name, (int)d->dtype);
     if (d->ndim < 0 || d->ndim > WNA16_MAX_DIMS || (d->ndim && !shape))
@@ -341,12 +340,17 @@ static wna16_status_t check_tensor(const wna16_safetensors_writer_t *w,
         numel *= (uint64_t)v;
         d->shape[i] = v;
     }
-    if (numel > SW_MAX_JSON_INT / es ||
-        numel * es > SW_MAX_JSON_INT - w->data_size ||
-        numel * es > SIZE_MAX)
+    size_t bytes;
+    if (!wna16_dtype_nbytes(d->dtype, numel, &bytes))
+        return w16_err(err, wna16_dtype_size(d->dtype) ? WNA16_ELIMIT
+                                                        : WNA16_EINVAL,
+                       "%s: tensor '%s': %llu elements of %s are not a whole "
+                       "number of bytes below 2^64", w->path, d->name,
+                       (unsigned long long)numel, wna16_dtype_name(d->dtype));
+    if (bytes > SW_MAX_JSON_INT || bytes > SW_MAX_JSON_INT - w->data_size)
         return w16_err(err, WNA16_ELIMIT, "%s: tensor '%s': the file would "
                        "exceed 2^53 bytes", w->path, d->name);
-    d->nbytes = numel * es;
+    d->nbytes = bytes;
     return WNA16_OK;
 }
 

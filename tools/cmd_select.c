@@ -173,6 +173,9 @@ static int parse_args(int argc, char **argv, sel_opts_t *o)
                                    "and '%s')", o->path, a);
         o->path = a;
     }
+    if (o->group_size.set && (o->group_size.v == 0 || o->group_size.v < -1))
+        return cli_usage_error(CMD, "--group-size: '%ld' is not -1 or a "
+                               "positive integer", (long)o->group_size.v);
     if (o->sym && o->zero_point)
         return cli_usage_error(CMD, "--sym and --zero-point contradict");
     if (o->input_dtype &&
@@ -463,6 +466,14 @@ int cmd_select(int argc, char **argv)
             return rc;
     }
     deploy_from_flags(&o, &d);
+    /* a quantization_config wna16 does not read, and no --format: say
+     * which method it is and which ones wna16 reads */
+    if (!d.format && mc.quant_method[0]) {
+        wna16_quant_desc_t qd;
+        wna16_error_t err;
+        if (wna16_model_config_quant(&mc, &qd, &err) != WNA16_OK)
+            return cli_fail(&err);
+    }
     if ((rc = check_missing(&d, o.path)) != CLI_OK)
         return rc;
     wna16_select_query_t q;

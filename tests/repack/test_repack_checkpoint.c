@@ -538,6 +538,20 @@ static void test_refusals(void)
     rt_rmtree(dir);
     free(dir);
 
+    /* a quantization_config wna16 does not read is named, with the
+     * methods it reads; --format overrides it */
+    rt_make_layer(&L, E, H, I, 4, GS, false, false, false, 33);
+    dir = one_layer_ckpt("repack-fp8", "gptq", &L, prefix,
+                         "{\"quant_method\": \"fp8\", \"bits\": 4, "
+                         "\"group_size\": 32}", NULL, NULL, 0, NULL);
+    o.backend = "triton";
+    expect_refusal("quant_method fp8", dir, &o,
+                   "quant_method \"fp8\" is not a format wna16 reads (gptq, "
+                   "awq, compressed-tensors, moe_wna16)");
+    wna16_qlayer_free(&L);
+    rt_rmtree(dir);
+    free(dir);
+
     rt_make_layer(&L, E, H, I, 4, GS, false, false, true, 32);
     dir = one_layer_ckpt("repack-bias", "gptq", &L, prefix, GPTQ_SYM, NULL,
                          NULL, 0, NULL);
@@ -709,6 +723,80 @@ static void test_shapes(void)
                   &err, WNA16_EINVAL, "not a backend");
 }
 
+/* A model whose other tensors use every safetensors dtype the kernels do
+ * not read (FP8 attention, booleans, unsigned and 64-bit integers, the
+ * sub-byte F4 and F6 formats): the experts repack, the other tensors are
+ * ignored, and with all_tensors copied byte for byte in their order. */
+static void test_every_dtype(void)
+{
+    static const struct {
+        wna16_dtype_t dt;
+        int64_t cols; /* F6's 6-bit and F4's 4-bit elements fill whole bytes */
+    } extras[] = {
+        {WNA16_DTYPE_F8_E4M3, 16},     {WNA16_DTYPE_F8_E5M2, 16},
+        {WNA16_DTYPE_F8_E8M0, 4},      {WNA16_DTYPE_F8_E4M3FNUZ, 16},
+        {WNA16_DTYPE_F8_E5M2FNUZ, 16}, {WNA16_DTYPE_BOOL, 8},
+        {WNA16_DTYPE_U16, 8},          {WNA16_DTYPE_U32, 8},
+        {WNA16_DTYPE_U64, 8},          {WNA16_DTYPE_I16, 8},
+        {WNA16_DTYPE_F64, 8},          {WNA16_DTYPE_C64, 8},
+        {WNA16_DTYPE_F6_E2M3, 4},      {WNA16_DTYPE_F6_E3M2, 12},
+        {WNA16_DTYPE_F4, 6},
+    };
+    enum { N = sizeof extras / sizeof extras[0] };
+    wna16_error_t err;
+    char *dir = rt_tempdir("repack-dtypes");
+    rt_ckpt_t ck;
+    rt_ckpt_init(&ck, ctx, 1);
+    wna16_qlayer_t L;
+    rt_make_layer(&L, E, H, I, 4, GS, false, false, false, 7);
+    wna16_tensor_set_t *src = rt_encode(ctx, "gptq", &L, prefixes[0]);
+    const wna16_tensor_t *extra[N];
+    for (int x = 0; x < N; x++) {
+        char name[96];
+        snprintf(name, sizeof name, "model.layers.1.self_attn.t%d.%s", x,
+                 wna16_dtype_name(extras[x].dt));
+        extra[x] = rt_ckpt_add_random(&ck, 0, name, extras[x].dt, 3,
+                                      extras[x].cols, 50 + (uint64_t)x);
+        TU_CHECK_MSG(extra[x]->nbytes == (size_t)(3 * extras[x].cols *
+                                                  wna16_dtype_bits(extras[x].dt) / 8),
+                     "%s: %zu bytes", name, extra[x]->nbytes);
+    }
+    rt_ckpt_add_set(&ck, 0, src, NULL, NULL, 0, NULL);
+    rt_ckpt_write(&ck, dir);
+    rt_write_config(dir, E, H, I, 2, GPTQ_SYM);
+
+    /* ignored */
+    char *out = rt_path(root, "dtypes.marlin.safetensors");
+    wna16_repack_options_t o = {.backend = "marlin"};
+    wna16_repack_summary_t sum;
+    TU_OK(repack(dir, out, &o, &sum, &err), &err);
+    wna16_safetensors_t *st = open_out(out);
+    if (st) {
+        for (int x = 0; x < N; x++)
+            TU_CHECK(!wna16_safetensors_find(st, extra[x]->name));
+        wna16_safetensors_close(st);
+    }
+    /* passed through, byte for byte, in the checkpoint's order */
+    o.all_tensors = true;
+    TU_OK(repack(dir, out, &o, &sum, &err), &err);
+    TU_CHECK_MSG(sum.n_copied == N, "%zu copied", sum.n_copied);
+    st = open_out(out);
+    if (st) {
+        for (int x = 0; x < N; x++) {
+            const wna16_tensor_t *g = wna16_safetensors_find(st, extra[x]->name);
+            TU_CHECK_MSG(g && g->dtype == extras[x].dt, "%s", extra[x]->name);
+            rt_same_tensor("copied", extra[x], g);
+        }
+        wna16_safetensors_close(st);
+    }
+    free(out);
+    wna16_tensor_set_destroy(src);
+    wna16_qlayer_free(&L);
+    rt_ckpt_free(&ck);
+    rt_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     ctx = tu_context();
@@ -729,6 +817,7 @@ int main(void)
     test_refusals();
     test_errors();
     test_shapes();
+    test_every_dtype();
     TU_CHECK(rt_count_tmp(root) == 0);
     rt_rmtree(root);
     free(root);
