@@ -190,6 +190,12 @@ const char *wna16_dtype_name(wna16_dtype_t dtype);
 /* Size in bytes of one element; 0 for an invalid value and for the
  * sub-byte dtypes (F4, F6_*): see wna16_dtype_bits. */
 size_t wna16_dtype_size(wna16_dtype_t dtype);
+/* Bits of one element (4 for F4, 6 for F6_*, 8 for U8...); 0 for an
+ * invalid value. */
+int wna16_dtype_bits(wna16_dtype_t dtype);
+/* Bytes of `numel` elements: false for an invalid dtype, an overflow, or
+ * a sub-byte count that is not a whole number of bytes. */
+bool wna16_dtype_nbytes(wna16_dtype_t dtype, uint64_t numel, size_t *out);
 /* Parses a safetensors dtype name (exact, case-sensitive);
  * WNA16_DTYPE_INVALID if unknown. */
 wna16_dtype_t wna16_dtype_from_name(const char *name, size_t len);
@@ -210,12 +216,6 @@ typedef struct wna16_tensor {
 int64_t wna16_tensor_numel(const wna16_tensor_t *t);
 
 /* Float conversions used everywhere (round to nearest even). */
-/* Bits of one element (4 for F4, 6 for F6_*, 8 for U8...); 0 for an
- * invalid value. */
-int wna16_dtype_bits(wna16_dtype_t dtype);
-/* Bytes of `numel` elements: false for an invalid dtype, an overflow, or
- * a sub-byte count that is not a whole number of bytes. */
-bool wna16_dtype_nbytes(wna16_dtype_t dtype, uint64_t numel, size_t *out);
 float wna16_f16_to_f32(uint16_t h);
 uint16_t wna16_f32_to_f16(float f);
 float wna16_bf16_to_f32(uint16_t b);
