@@ -203,6 +203,10 @@ typedef struct run_figures {
     /* against the reference */
     double reference_s;
     double max_abs, max_ref, max_rel;
+    /* output positions where the reference itself is NaN or infinite
+     * (left out of the comparison), and the first non-finite input */
+    size_t ref_nonfinite;
+    char input_nonfinite[160];
     bool ok;
     double total_s;
 } run_figures_t;

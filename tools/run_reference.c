@@ -23,6 +23,7 @@
 #include "spec/spec.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,10 +180,43 @@ static double act_value(wna16_dtype_t d, uint16_t v)
     return d == WNA16_DTYPE_F16 ? wna16_f16_to_f32(v) : wna16_bf16_to_f32(v);
 }
 
+/* The first NaN or infinity of the input (hidden states, then router
+ * weights), in words, or "" when all are finite. The layer still runs on
+ * such input and its output is written: the non-finite values propagate
+ * as they would in a serving system. */
+static void first_nonfinite(const run_input_t *in, int32_t H, char *out,
+                            size_t n)
+{
+    out[0] = 0;
+    size_t nh = (size_t)in->M * (size_t)H, nw = (size_t)in->M * (size_t)in->topk;
+    for (size_t i = 0; i < nh; i++) {
+        double v = act_value(in->dtype, in->hidden[i]);
+        if (!isfinite(v)) {
+            snprintf(out, n, "hidden_states[%zu][%zu] is %s", i / (size_t)H,
+                     i % (size_t)H, isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf");
+            return;
+        }
+    }
+    for (size_t i = 0; i < nw; i++)
+        if (!isfinite(in->weights[i])) {
+            snprintf(out, n, "topk_weights[%zu][%zu] is %s",
+                     i / (size_t)in->topk, i % (size_t)in->topk,
+                     isnan(in->weights[i]) ? "NaN"
+                     : in->weights[i] > 0  ? "+Inf" : "-Inf");
+            return;
+        }
+}
+
 int run_reference(wna16_context_t *ctx, const run_layer_t *L,
                   const run_input_t *in, const void *got, void *ref,
                   run_figures_t *f, run_log_t *log)
 {
+    first_nonfinite(in, L->H, f->input_nonfinite, sizeof f->input_nonfinite);
+    if (f->input_nonfinite[0])
+        fprintf(stderr, "wna16: warning: the input is not finite: %s (the "
+                "first such value); the layer runs on it as given and the "
+                "comparison leaves out the positions where the reference "
+                "output is not finite\n", f->input_nonfinite);
     wna16_error_t err;
     wna16_moe_params_t p;
     wna16_moe_params_init(&p);
@@ -232,8 +266,13 @@ int run_reference(wna16_context_t *ctx, const run_layer_t *L,
 
     double dmax = 0.0, rmax = 0.0;
     const uint16_t *g = got, *r = ref;
+    f->ref_nonfinite = 0;
     for (size_t i = 0; i < (size_t)in->M * (size_t)L->H; i++) {
         double a = act_value(in->dtype, g[i]), b = act_value(in->dtype, r[i]);
+        if (!isfinite(b)) { /* nothing to compare against */
+            f->ref_nonfinite++;
+            continue;
+        }
         double d = fabs(a - b);
         if (!(d <= dmax)) /* NaN sticks */
             dmax = isnan(dmax) ? dmax : d;
@@ -247,5 +286,11 @@ int run_reference(wna16_context_t *ctx, const run_layer_t *L,
                  "to max |reference| %.3g: %.3g (at most 2^-5): %s",
                  L->has_logical ? "ran" : "decoded and ran", f->reference_s,
                  f->max_abs, f->max_ref, f->max_rel, f->ok ? "ok" : "MISMATCH");
+    if (f->ref_nonfinite)
+        run_log_more(log, "%zu of %zu output values left out: the reference "
+                     "itself is not finite there (%s)", f->ref_nonfinite,
+                     (size_t)in->M * (size_t)L->H,
+                     f->input_nonfinite[0] ? f->input_nonfinite
+                                           : "the input is finite");
     return CLI_OK;
 }

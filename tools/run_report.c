@@ -208,6 +208,9 @@ void run_report_json(const run_opts_t *o, const run_layer_t *L,
     jnum(&j, "max_abs_error", f->max_abs);
     jnum(&j, "max_rel_error", f->max_rel);
     jnum(&j, "max_abs_reference", f->max_ref);
+    jnum(&j, "reference_nonfinite", (double)f->ref_nonfinite);
+    jstr(&j, "input_nonfinite", f->input_nonfinite[0] ? f->input_nonfinite
+                                                      : NULL);
     jnum(&j, "rel_tolerance", RUN_REL_TOL);
     jbool(&j, "ok", f->ok);
     jstr(&j, "output", f->ok ? o->output : NULL);

@@ -6,7 +6,9 @@
  *       writes hidden_states [M, H], topk_ids [M, TOPK] (I32; I64 with
  *       VARIANT i64) and topk_weights [M, TOPK] F32 from a fixed seed;
  *       the other VARIANTs break one thing: no_ids (topk_ids missing),
- *       wide (hidden_states [M, H + 1]), bad_id (topk_ids[0][1] = E)
+ *       wide (hidden_states [M, H + 1]), bad_id (topk_ids[0][1] = E),
+ *       nan (hidden_states[2][5] = NaN), inf_weight (topk_weights[1][0] =
+ *       +Inf)
  *   run_io_check check CHECKPOINT X.safetensors Y.safetensors
  *       reads Y's `output` and checks it has X's dtype and shape [M, H]
  *       and matches the reference MoE of the checkpoint's first layer on
@@ -77,13 +79,18 @@ static int make(wna16_context_t *ctx, int argc, char **argv)
         hv[i] = dt == WNA16_DTYPE_F16 ? wna16_f32_to_f16(v)
                                       : wna16_f32_to_bf16(v);
     }
+    if (strcmp(variant, "nan") == 0 && M > 2 && HW > 5)
+        hv[2 * HW + 5] = dt == WNA16_DTYPE_F16 ? 0x7e00 : 0x7fc0;
     float *wv = w->data;
     for (int64_t m = 0; m < M; m++)
         for (int64_t j = 0; j < K; j++) {
             int64_t id = (m + j) % E; /* distinct per token for K <= E */
             if (strcmp(variant, "bad_id") == 0 && m == 0 && j == 1)
                 id = E;
-            wv[m * K + j] = 1.0f / (float)K;
+            wv[m * K + j] = strcmp(variant, "inf_weight") == 0 && m == 1 &&
+                                    j == 0
+                                ? INFINITY
+                                : 1.0f / (float)K;
             if (strcmp(variant, "no_ids") == 0)
                 continue;
             if (i64)
