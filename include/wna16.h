@@ -126,7 +126,27 @@ typedef struct wna16_context_options {
     const char *spec_dir;
     /* Do not load the built-in specs (tests that bring their own). */
     bool no_builtin_specs;
+    /* The kernel cache's directory, where compiled kernels are kept across
+     * runs. NULL or "": $WNA16_CACHE_DIR, else $XDG_CACHE_HOME/wna16, else
+     * $HOME/.cache/wna16. Its entries are loaded as native code, so it must
+     * belong to the user and be writable by nobody else (nor its group):
+     * otherwise kernels are cached in memory only, with one warning.
+     * Nothing is created before the first kernel is compiled. */
+    const char *cache_dir;
+    /* The size limit of that directory in bytes: a write that takes it
+     * over removes the least recently used entries down to 90% of it.
+     * 0: $WNA16_CACHE_MAX_SIZE if set (bytes, or with a K, M, G or T
+     * suffix: "512M"; "0" there means no limit), else
+     * WNA16_CACHE_DEFAULT_MAX_BYTES. WNA16_CACHE_UNLIMITED: no limit.
+     * `wna16 cache stats` shows the limit and where it came from. */
+    uint64_t cache_max_bytes;
 } wna16_context_options_t;
+
+/* The kernel cache's size limit when neither cache_max_bytes nor
+ * $WNA16_CACHE_MAX_SIZE names one: 2 GiB. */
+#define WNA16_CACHE_DEFAULT_MAX_BYTES ((uint64_t)2 << 30)
+/* cache_max_bytes for a kernel cache without a size limit. */
+#define WNA16_CACHE_UNLIMITED UINT64_MAX
 
 /* Creates a context: allocator, log sink and the spec registry. `opts` may
  * be NULL. Loading a bad spec from spec_dir fails the creation with the

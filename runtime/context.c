@@ -1,7 +1,8 @@
 /*
  * context.c - wna16_context_create and _destroy: the one object that owns
  * the allocator, the log sink (base/log.c), the spec registry and, created
- * on first use, the targets and the kernel caches. It sits at the top of
+ * on first use, the targets and the kernel caches (the kernel cache with
+ * the context when the options configure it). It sits at the top of
  * runtime/ because destroying a context tears down every layer below.
  */
 #include "base/base.h"
@@ -47,6 +48,17 @@ wna16_status_t wna16_context_create(const wna16_context_options_t *opts,
     if (st != WNA16_OK) {
         wna16_context_destroy(ctx);
         return st;
+    }
+    /* The host's cache options live in the cache, made now; its directory
+     * is chosen, created and checked at the first compile. */
+    if ((o.cache_dir && *o.cache_dir) || o.cache_max_bytes) {
+        w16_cache_options_t co = {.dir = o.cache_dir,
+                                  .max_bytes = o.cache_max_bytes,
+                                  .lazy_disk = true};
+        if (!(ctx->cache = w16_cache_create(ctx, &co, err))) {
+            wna16_context_destroy(ctx);
+            return err ? err->status : WNA16_ENOMEM;
+        }
     }
     *out = ctx;
     return WNA16_OK;

@@ -1,10 +1,13 @@
 /*
  * cmd_cache.c - `wna16 cache stats | clear`: how many compiled kernels the
- * on-disk kernel cache holds and how much space they take, or remove them.
- * The directory is --dir, else the one the library would use
- * ($WNA16_CACHE_DIR, $XDG_CACHE_HOME/wna16, ~/.cache/wna16). Only the
- * cache's own files are counted or removed (runtime/cache.c decides which
- * those are), so pointing --dir at the wrong place is harmless.
+ * on-disk kernel cache holds, how much space they take against its size
+ * limit (and where that limit comes from), or remove them. The directory
+ * is --dir, else the one the library would use ($WNA16_CACHE_DIR,
+ * $XDG_CACHE_HOME/wna16, ~/.cache/wna16); the limit is the one the library
+ * would apply ($WNA16_CACHE_MAX_SIZE, else the default). Only the cache's
+ * own files are counted or removed (runtime/cache/cache.c decides which
+ * those are), so pointing --dir at the wrong place is harmless. stats also
+ * says when the library would refuse the directory (not the user's alone).
  */
 #include "cli.h"
 #include "runtime/cache/cache.h"
@@ -14,22 +17,34 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: wna16 cache stats [--dir DIR]\n"
+        "usage: wna16 cache stats [--dir DIR] [--json]\n"
         "       wna16 cache clear [--dir DIR]\n\n"
-        "stats  the cache directory, its number of entries and their size\n"
+        "stats  the cache directory, its number of entries, their size and\n"
+        "       the size limit (when a write goes over it, the least recently\n"
+        "       used entries are removed down to 90%% of it)\n"
         "clear  remove every entry (and temporary files left by writers that\n"
         "       died); other files and the directories stay\n\n"
         "--dir DIR  the cache directory; default $WNA16_CACHE_DIR, else\n"
-        "           $XDG_CACHE_HOME/wna16, else $HOME/.cache/wna16\n");
+        "           $XDG_CACHE_HOME/wna16, else $HOME/.cache/wna16\n"
+        "--json     print one JSON object: directory, entries, bytes, limit\n"
+        "           (null: none), limit_source (default, env), untrusted\n"
+        "           (null, or why the library refuses the directory)\n\n"
+        "The limit is $WNA16_CACHE_MAX_SIZE (bytes, or with a K, M, G or T\n"
+        "suffix; 0 for none), else 2 GiB; a program may set its own.\n");
 }
 
-/* Parses [--dir DIR] after the subcommand; the directory goes to dir[n]. */
-static int parse_dir(const char *cmd, int argc, char **argv, char *dir,
-                     size_t n)
+/* Parses [--dir DIR] (and [--json] where json is not NULL) after the
+ * subcommand; the directory goes to dir[n]. */
+static int parse_args(const char *cmd, int argc, char **argv, char *dir,
+                      size_t n, bool *json)
 {
     const char *given = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v;
+        if (json && strcmp(argv[i], "--json") == 0) {
+            *json = true;
+            continue;
+        }
         if (!cli_opt_value(argc, argv, &i, "--dir", &v))
             return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         if (!v || !*v)
@@ -66,35 +81,79 @@ static void human_size(uint64_t bytes, char *out, size_t n)
                  (unsigned long long)bytes);
 }
 
+/* ORDER LIMIT_SOURCE: how the text report names where the limit is from. */
+static const char *source_words(w16_cache_limit_source_t s)
+{
+    switch (s) {
+    case W16_CACHE_LIMIT_ENV:
+        return "from $WNA16_CACHE_MAX_SIZE";
+    case W16_CACHE_LIMIT_OPTION:
+        return "from the program's options";
+    case W16_CACHE_LIMIT_DEFAULT:
+        break;
+    }
+    return "the default";
+}
+
 static int cache_stats(int argc, char **argv)
 {
     char dir[4096];
-    int rc = parse_dir("cache stats", argc, argv, dir, sizeof dir);
+    bool json = false;
+    int rc = parse_args("cache stats", argc, argv, dir, sizeof dir, &json);
     if (rc != CLI_OK)
         return rc;
     size_t files = 0;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, limit;
+    w16_cache_limit_source_t source;
     wna16_error_t err;
-    if (w16_cache_dir_stats(dir, &files, &bytes, &err) != WNA16_OK)
+    if (w16_cache_limit(0, &limit, &source, &err) != WNA16_OK ||
+        w16_cache_dir_stats(dir, &files, &bytes, &err) != WNA16_OK)
         return cli_fail(&err);
-    char size[64];
+    char why[128];
+    bool refused = w16_cache_dir_refused(dir, why, sizeof why);
+    bool unlimited = limit == WNA16_CACHE_UNLIMITED;
+    if (json) {
+        printf("{\"directory\": ");
+        cli_json_string(stdout, dir);
+        printf(", \"entries\": %zu, \"bytes\": %llu, \"limit\": ", files,
+               (unsigned long long)bytes);
+        if (unlimited)
+            printf("null");
+        else
+            printf("%llu", (unsigned long long)limit);
+        printf(", \"limit_source\": \"%s\", \"untrusted\": ",
+               w16_cache_limit_source_name(source));
+        if (refused)
+            cli_json_string(stdout, why);
+        else
+            printf("null");
+        printf("}\n");
+        return CLI_OK;
+    }
+    char size[64], lim[64];
     human_size(bytes, size, sizeof size);
-    printf("directory: %s\nentries:   %zu\nsize:      %s\n", dir, files, size);
+    human_size(limit, lim, sizeof lim);
+    printf("directory: %s\nentries:   %zu\nsize:      %s\nlimit:     %s, %s\n",
+           dir, files, size, unlimited ? "none" : lim, source_words(source));
+    if (refused)
+        printf("untrusted: %s: the library caches in memory only\n", why);
     return CLI_OK;
 }
 
 static int cache_clear(int argc, char **argv)
 {
     char dir[4096];
-    int rc = parse_dir("cache clear", argc, argv, dir, sizeof dir);
+    int rc = parse_args("cache clear", argc, argv, dir, sizeof dir, NULL);
     if (rc != CLI_OK)
         return rc;
     size_t removed = 0;
     wna16_error_t err;
     wna16_status_t st = w16_cache_clear(dir, &removed, &err);
-    /* Report what went before a failure: those files are gone. */
-    printf("removed %zu %s from %s\n", removed,
-           removed == 1 ? "entry" : "entries", dir);
+    /* One error for a failure; what went before it is reported too, since
+     * those files are gone. */
+    if (st == WNA16_OK || removed)
+        printf("removed %zu %s from %s\n", removed,
+               removed == 1 ? "entry" : "entries", dir);
     return st == WNA16_OK ? CLI_OK : cli_fail(&err);
 }
 

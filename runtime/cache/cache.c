@@ -11,6 +11,24 @@
  * writes off (one warning per cache). The once-only warnings are flags in
  * the cache rather than w16_log_once, which remembers keys per context (a
  * second cache would stay silent).
+ *
+ * Trust: entries become native code, so whatever is loaded must be the
+ * user's alone. The directory is checked once (owner = euid, no group or
+ * other write bit; a symbolic link to it is fine, what it points at is
+ * checked); each "<dir>/xx" is opened with O_NOFOLLOW and checked through
+ * its descriptor, and entries are opened relative to it, again O_NOFOLLOW,
+ * and checked with fstat. New directories are 0700 and files 0600,
+ * whatever the umask.
+ *
+ * Size: every disk hit sets the entry's mtime (futimens), so mtimes order
+ * the entries by last use across processes. A cache counts the bytes it
+ * writes on top of the directory's size as last scanned; past the limit (or
+ * every W16_CACHE_RESCAN_WRITES writes, or at its first write) one thread
+ * rescans the two-level directory and removes the least recently used
+ * entries down to W16_CACHE_TRIM_TO_PERCENT of the limit, never the one it
+ * has just written nor a temporary file younger than W16_CACHE_STALE_TMP_S.
+ * Removing an entry that another process is reading is harmless on POSIX
+ * (its open descriptor keeps the data).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/cache/cache.h"
@@ -131,11 +149,24 @@ typedef struct shard {
 
 struct w16_cache {
     wna16_context_t *ctx;
-    char *dir; /* NULL: no disk level */
+    char *dir; /* NULL: no disk level (yet, for a lazy one) */
+    bool want_disk;       /* not memory_only */
+    atomic_bool disk_set; /* setup_disk has run (release: dir is final) */
     atomic_bool disk_read, disk_write;
-    atomic_bool warned_corrupt, warned_disk;
-    atomic_uint_fast64_t disk_hits, compiles, writes, corrupt, errors;
+    atomic_bool warned_corrupt, warned_disk, warned_untrusted, warned_trim;
+    atomic_uint_fast64_t disk_hits, compiles, writes, corrupt, untrusted,
+        evictions, errors;
     atomic_uint tmp_serial;
+    /* The size limit (WNA16_CACHE_UNLIMITED: none) and the directory's
+     * size as this cache believes it; scanned: at least one scan done. */
+    uint64_t limit;
+    w16_cache_limit_source_t limit_source;
+    atomic_uint_fast64_t disk_bytes;
+    atomic_uint writes_since_scan;
+    atomic_bool scanned;
+    pthread_mutex_t setup_mu; /* a lazy cache's setup_disk */
+    pthread_mutex_t trim_mu;  /* one trim at a time (others skip theirs) */
+    bool locks_ready;
     size_t shards_ready; /* initialised shards, for a partial destroy */
     shard_t shards[SHARDS];
 };
@@ -227,6 +258,31 @@ static void note_corrupt(w16_cache_t *c, const wna16_error_t *why)
                   "are recompiled without a warning)", why->message);
 }
 
+/* An entry not loaded because it, or its subdirectory, is not the user's
+ * alone (`what`: "<path>: not trusted: <why>"): counted, and the first one
+ * per cache is reported. */
+static void note_untrusted(w16_cache_t *c, const char *what)
+{
+    bump(&c->untrusted);
+    if (first_time(&c->warned_untrusted))
+        wna16_log(c->ctx, WNA16_LOG_WARN,
+                  "kernel cache: %s; recompiling it instead of loading it "
+                  "(further untrusted entries are recompiled without a "
+                  "warning)", what);
+}
+
+/* The directory is not the user's alone: no disk level, one warning. */
+static void disk_refuse(w16_cache_t *c, const char *why)
+{
+    atomic_store(&c->disk_write, false);
+    atomic_store(&c->disk_read, false);
+    if (first_time(&c->warned_disk))
+        wna16_log(c->ctx, WNA16_LOG_WARN,
+                  "kernel cache: %s: not trusted: %s; caching in memory only "
+                  "(the directory must belong to you and be writable by you "
+                  "alone)", c->dir, why);
+}
+
 /* The directory cannot be written: stop writing (and reading too when
  * `reads` is false), once, with one warning. */
 static void disk_degrade(w16_cache_t *c, int errnum, bool reads)
@@ -289,7 +345,9 @@ static int mkdir_p(const char *dir)
             continue;
         char saved = p[i];
         p[i] = '\0';
-        if (mkdir(p, 0700) != 0 && errno != EEXIST)
+        if (mkdir(p, 0700) == 0)
+            (void)chmod(p, 0700); /* see distrust */
+        else if (errno != EEXIST)
             return -1;
         p[i] = saved;
     }
@@ -303,12 +361,105 @@ static int mkdir_p(const char *dir)
     return 0;
 }
 
-/* "<dir>/ab/<hex>.wk"; the directory length was bounded at creation. */
-static void entry_path(const w16_cache_t *c, w16_key_t key, char out[PATH_BUF])
+/* ---- trust ------------------------------------------------------------------------ */
+
+enum { WHY_MAX = 96 };
+
+/* NULL when a directory or entry with these attributes is the user's
+ * alone; else why not, written to why. The umask cannot make the cache's
+ * own files fail this: it only removes bits from 0700 and 0600, and what
+ * the cache creates is chmod'ed to exactly those (a tighter umask would
+ * otherwise lock the cache out of its own directory). */
+static const char *distrust(const struct stat *st, char why[WHY_MAX])
+{
+    unsigned long me = (unsigned long)geteuid();
+    unsigned mode = (unsigned)(st->st_mode & 07777);
+    if ((unsigned long)st->st_uid != me)
+        snprintf(why, WHY_MAX, "owned by uid %lu, not you (%lu)",
+                 (unsigned long)st->st_uid, me);
+    else if (st->st_mode & S_IWOTH)
+        snprintf(why, WHY_MAX, "writable by others (mode %04o)", mode);
+    else if (st->st_mode & S_IWGRP)
+        snprintf(why, WHY_MAX, "writable by its group (mode %04o)", mode);
+    else
+        return NULL;
+    return why;
+}
+
+/* Did an O_NOFOLLOW open fail on a symbolic link? (ELOOP on Linux and
+ * macOS, EMLINK on FreeBSD.) */
+static bool is_link_errno(int e) { return e == ELOOP || e == EMLINK; }
+
+/* The cache directory itself, followed if it is a symbolic link: what it
+ * leads to must be the user's alone. NULL when it is; else why not. An
+ * error to open or stat it is left to the first write to report. */
+static const char *distrust_dir(const char *dir, char why[WHY_MAX])
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    const char *r = fstat(fd, &st) == 0 ? distrust(&st, why) : NULL;
+    close(fd);
+    return r;
+}
+
+typedef enum { SUB_OK, SUB_MISSING, SUB_UNTRUSTED, SUB_ERROR } sub_status_t;
+
+/* Opens "<dir>/xx" without following a symbolic link and checks it through
+ * the descriptor: SUB_OK with *fd; SUB_MISSING when it does not exist (or
+ * is not a directory) and `create` is false; SUB_UNTRUSTED with why (a
+ * symbolic link, someone else's, writable by others); SUB_ERROR with errno.
+ * With `create`, a missing one is made, and <dir> too if it vanished. */
+static sub_status_t open_sub(const char *sub, bool create, int *fd,
+                             char why[WHY_MAX])
+{
+    for (int attempt = 0;; attempt++) {
+        int d = open(sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (d >= 0) {
+            struct stat st;
+            if (fstat(d, &st) != 0) {
+                int e = errno;
+                close(d);
+                errno = e;
+                return SUB_ERROR;
+            }
+            if (distrust(&st, why)) {
+                close(d);
+                return SUB_UNTRUSTED;
+            }
+            *fd = d;
+            return SUB_OK;
+        }
+        int e = errno;
+        struct stat lst;
+        if ((is_link_errno(e) || e == ENOTDIR) && lstat(sub, &lst) == 0 &&
+            S_ISLNK(lst.st_mode)) {
+            snprintf(why, WHY_MAX, "a symbolic link");
+            return SUB_UNTRUSTED;
+        }
+        if (!create || attempt > 0 || e != ENOENT) {
+            errno = e;
+            return (e == ENOENT || e == ENOTDIR) && !create ? SUB_MISSING
+                                                            : SUB_ERROR;
+        }
+        if (mkdir(sub, 0700) == 0)
+            (void)chmod(sub, 0700); /* see distrust */
+        else if (errno == ENOENT ? mkdir_p(sub) != 0 : errno != EEXIST)
+            return SUB_ERROR;
+    }
+}
+
+/* "<dir>/ab" in sub and "<dir>/ab/<hex>.wk" in path; returns the entry's
+ * name (inside path). The directory's length was bounded at setup. */
+static const char *entry_paths(const w16_cache_t *c, w16_key_t key,
+                               char sub[PATH_BUF], char path[PATH_BUF])
 {
     char hex[W16_KEY_HEX_SIZE];
     w16_key_hex(key, hex);
-    snprintf(out, PATH_BUF, "%s/%.2s/%s.wk", c->dir, hex, hex);
+    int n = snprintf(sub, PATH_BUF, "%s/%.2s", c->dir, hex);
+    snprintf(path, PATH_BUF, "%s/%.2s/%s.wk", c->dir, hex, hex);
+    return path + n + 1;
 }
 
 /* ---- reading an entry ------------------------------------------------------------ */
@@ -361,23 +512,56 @@ static wna16_status_t read_fd(w16_cache_t *c, int fd, const char *path,
     return WNA16_OK;
 }
 
-/* Reads and verifies the entry at `path`. WNA16_OK with the payload
+/* Reads and verifies the entry at `path` (named `name` in `sub`), and marks
+ * it used (its mtime, the eviction order). WNA16_OK with the payload
  * (w16_alloc'd, *size bytes); WNA16_ENOTFOUND when there is no entry;
- * WNA16_ENOMEM; WNA16_EFORMAT when it is corrupt, foreign or unreadable
- * (err names the file and says why). */
-static wna16_status_t disk_read(w16_cache_t *c, const char *path,
+ * WNA16_ENOMEM; WNA16_EFORMAT when it is corrupt, foreign or unreadable,
+ * with *untrusted set when it, or its subdirectory, is not the user's alone
+ * (err names the file and says why). The entry is opened with O_NONBLOCK
+ * so that a FIFO in its place cannot hang the open. */
+static wna16_status_t disk_read(w16_cache_t *c, const char *sub,
+                                const char *path, const char *name,
                                 w16_key_t key, void **payload, size_t *size,
-                                wna16_error_t *err)
+                                bool *untrusted, wna16_error_t *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return WNA16_ENOTFOUND;
-        return w16_err(err, WNA16_EFORMAT, "%s: %s", path, strerror(errno));
+    char why[WHY_MAX];
+    int sfd;
+    switch (open_sub(sub, false, &sfd, why)) {
+    case SUB_OK:
+        break;
+    case SUB_MISSING:
+        return WNA16_ENOTFOUND;
+    case SUB_UNTRUSTED:
+        *untrusted = true;
+        return w16_err(err, WNA16_EFORMAT, "%s: not trusted: %s", sub, why);
+    case SUB_ERROR:
+        return w16_err(err, WNA16_EFORMAT, "%s: %s", sub, strerror(errno));
     }
-    wna16_status_t st = read_fd(c, fd, path, key, payload, size, err);
+    int fd = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int e = errno;
+    close(sfd);
+    if (fd < 0) {
+        if (e == ENOENT)
+            return WNA16_ENOTFOUND;
+        *untrusted = is_link_errno(e);
+        return w16_err(err, WNA16_EFORMAT, "%s: %s", path,
+                       *untrusted ? "not trusted: a symbolic link"
+                                  : strerror(e));
+    }
+    struct stat st;
+    wna16_status_t r;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && distrust(&st, why)) {
+        *untrusted = true;
+        r = w16_err(err, WNA16_EFORMAT, "%s: not trusted: %s", path, why);
+    } else {
+        r = read_fd(c, fd, path, key, payload, size, err);
+    }
+    /* The eviction clock. It fails only on a read-only file system, where
+     * nothing is written and so nothing is evicted either. */
+    if (r == WNA16_OK)
+        (void)futimens(fd, NULL);
     close(fd);
-    return st;
+    return r;
 }
 
 /* ---- writing an entry ------------------------------------------------------------ */
@@ -395,13 +579,25 @@ static uint64_t tmp_nonce(w16_cache_t *c)
     return w16_hash_builtin128(v, sizeof v).lo;
 }
 
-/* Opens "<path>.tmp.<pid>.<random>" exclusively; fd or -1 with errno. */
-static int open_tmp(w16_cache_t *c, const char *path, char tmp[PATH_BUF])
+enum { TMP_NAME = 128 };
+
+/* Opens "<name>.tmp.<pid>.<random>" in sfd exclusively, mode exactly 0600;
+ * fd or -1 with errno. */
+static int open_tmp(w16_cache_t *c, int sfd, const char *name,
+                    char tmp[TMP_NAME])
 {
     for (int attempt = 0; attempt < 16; attempt++) {
-        snprintf(tmp, PATH_BUF, "%s.tmp.%ld.%016llx", path, (long)getpid(),
+        snprintf(tmp, TMP_NAME, "%s.tmp.%ld.%016llx", name, (long)getpid(),
                  (unsigned long long)tmp_nonce(c));
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        int fd = openat(sfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                        0600);
+        if (fd >= 0 && fchmod(fd, 0600) != 0) { /* see distrust */
+            int e = errno;
+            close(fd);
+            unlinkat(sfd, tmp, 0);
+            errno = e;
+            return -1;
+        }
         if (fd >= 0 || errno != EEXIST)
             return fd;
     }
@@ -409,32 +605,29 @@ static int open_tmp(w16_cache_t *c, const char *path, char tmp[PATH_BUF])
     return -1;
 }
 
-/* Makes "<dir>/ab", recreating <dir> if it vanished; 0 or -1 with errno. */
-static int make_subdir(const char *path)
-{
-    char sub[PATH_BUF];
-    size_t n = (size_t)(strrchr(path, '/') - path);
-    memcpy(sub, path, n);
-    sub[n] = '\0';
-    if (mkdir(sub, 0700) == 0 || errno == EEXIST)
-        return 0;
-    return errno == ENOENT ? mkdir_p(sub) : -1;
-}
-
-/* Writes the entry atomically: temporary file, fsync, rename. Readers see
- * the old file or the whole new one; concurrent writers of one key both
- * succeed and the last rename wins (the contents are the same). 0 or an
- * errno value. */
+/* Writes the entry atomically: temporary file, fsync, rename, all inside
+ * the checked subdirectory's descriptor. Readers see the old file or the
+ * whole new one; concurrent writers of one key both succeed and the last
+ * rename wins (the contents are the same). 0, an errno value, or -1 when
+ * the subdirectory is not trusted (nothing written: the read before the
+ * compile counted it). */
 static int disk_write(w16_cache_t *c, w16_key_t key, const void *blob,
                       size_t size)
 {
-    char path[PATH_BUF], tmp[PATH_BUF];
-    entry_path(c, key, path);
-    if (make_subdir(path) != 0)
-        return errno;
-    int fd = open_tmp(c, path, tmp);
-    if (fd < 0)
-        return errno;
+    char sub[PATH_BUF], path[PATH_BUF], why[WHY_MAX], tmp[TMP_NAME];
+    const char *name = entry_paths(c, key, sub, path);
+    int sfd;
+    sub_status_t ss = open_sub(sub, true, &sfd, why);
+    if (ss == SUB_UNTRUSTED)
+        return -1;
+    if (ss != SUB_OK)
+        return errno ? errno : EIO;
+    int fd = open_tmp(c, sfd, name, tmp);
+    if (fd < 0) {
+        int e = errno;
+        close(sfd);
+        return e;
+    }
     unsigned char h[DISK_HEADER];
     disk_header_t d = {.key = key, .size = size, .hash = w16_hash64(blob, size)};
     header_encode(h, &d);
@@ -444,31 +637,38 @@ static int disk_write(w16_cache_t *c, w16_key_t key, const void *blob,
                  : errno;
     if (close(fd) != 0 && rc == 0)
         rc = errno;
-    if (rc == 0 && rename(tmp, path) != 0)
+    if (rc == 0 && renameat(sfd, tmp, sfd, name) != 0)
         rc = errno;
     if (rc != 0)
-        unlink(tmp);
+        unlinkat(sfd, tmp, 0);
+    close(sfd);
     return rc;
 }
 
 /* ---- producing a handle -------------------------------------------------------------- */
 
 /* A disk hit: WNA16_OK with *handle. Anything else means "compile it";
- * a corrupt entry or one the loader refuses has been noted. */
+ * a corrupt or untrusted entry, or one the loader refuses, has been
+ * noted. */
 static wna16_status_t disk_fetch(w16_cache_t *c, w16_key_t key,
                                  const w16_cache_loader_t *loader,
                                  void **handle)
 {
-    char path[PATH_BUF];
-    entry_path(c, key, path);
+    char sub[PATH_BUF], path[PATH_BUF];
+    const char *name = entry_paths(c, key, sub, path);
     void *payload = NULL;
     size_t size = 0;
+    bool untrusted = false;
     wna16_error_t why;
-    wna16_status_t st = disk_read(c, path, key, &payload, &size, &why);
+    wna16_status_t st = disk_read(c, sub, path, name, key, &payload, &size,
+                                  &untrusted, &why);
     if (st == WNA16_ENOTFOUND || st == WNA16_ENOMEM)
         return st;
     if (st != WNA16_OK) {
-        note_corrupt(c, &why);
+        if (untrusted)
+            note_untrusted(c, why.message);
+        else
+            note_corrupt(c, &why);
         return st;
     }
     wna16_error_clear(&why);
@@ -495,6 +695,8 @@ static wna16_status_t loader_failed(wna16_status_t st, const char *what,
                    wna16_status_text(st));
 }
 
+static void after_write(w16_cache_t *c, uint64_t bytes, w16_key_t key);
+
 /* Compiles, loads, and publishes a blob the loader accepted. */
 static wna16_status_t compile_and_publish(w16_cache_t *c, w16_key_t key,
                                           const w16_cache_loader_t *loader,
@@ -515,10 +717,12 @@ static wna16_status_t compile_and_publish(w16_cache_t *c, w16_key_t key,
     if (st == WNA16_OK && size <= W16_CACHE_MAX_PAYLOAD &&
         atomic_load(&c->disk_write)) {
         int rc = disk_write(c, key, blob, size);
-        if (rc == 0)
+        if (rc == 0) {
             bump(&c->writes);
-        else
+            after_write(c, DISK_HEADER + (uint64_t)size, key);
+        } else if (rc > 0) {
             disk_degrade(c, rc, true);
+        }
     }
     w16_free(c->ctx, blob, size);
     if (st != WNA16_OK) {
@@ -528,10 +732,13 @@ static wna16_status_t compile_and_publish(w16_cache_t *c, w16_key_t key,
     return WNA16_OK;
 }
 
+static void ensure_disk(w16_cache_t *c);
+
 static wna16_status_t produce(w16_cache_t *c, w16_key_t key,
                               const w16_cache_loader_t *loader, void **handle,
                               wna16_error_t *err)
 {
+    ensure_disk(c);
     if (atomic_load(&c->disk_read) &&
         disk_fetch(c, key, loader, handle) == WNA16_OK) {
         bump(&c->disk_hits);
@@ -653,13 +860,13 @@ wna16_status_t w16_cache_get(w16_cache_t *c, w16_key_t key,
 
 /* ---- create, destroy, stats ------------------------------------------------------ */
 
-/* Picks and creates the directory. Only running out of memory fails;
- * every other problem leaves the cache in memory with one warning. */
-static wna16_status_t setup_disk(w16_cache_t *c, const char *dir,
-                                 wna16_error_t *err)
+/* Picks, creates and checks the directory. Only running out of memory
+ * fails; every other problem leaves the cache in memory with one warning.
+ * Nothing is created inside a directory that is refused. */
+static wna16_status_t setup_disk(w16_cache_t *c, wna16_error_t *err)
 {
     char def[PATH_BUF];
-    if (!dir || !*dir) {
+    if (!c->dir) {
         if (w16_cache_default_dir(def, sizeof def) != WNA16_OK) {
             wna16_log(c->ctx, WNA16_LOG_WARN,
                       "kernel cache: no directory ($WNA16_CACHE_DIR, "
@@ -667,22 +874,55 @@ static wna16_status_t setup_disk(w16_cache_t *c, const char *dir,
                       "caching in memory only");
             return WNA16_OK;
         }
-        dir = def;
+        c->dir = w16_strdup(c->ctx, def);
+        if (!c->dir)
+            return w16_err_nomem(err, "creating the kernel cache");
     }
-    c->dir = w16_strdup(c->ctx, dir);
-    if (!c->dir)
-        return w16_err_nomem(err, "creating the kernel cache");
-    if (strlen(dir) > DIR_MAX) {
+    if (strlen(c->dir) > DIR_MAX) {
         disk_degrade(c, ENAMETOOLONG, false);
         return WNA16_OK;
     }
-    if (mkdir_p(dir) != 0) {
+    if (mkdir_p(c->dir) != 0) {
         disk_degrade(c, errno, false);
+        return WNA16_OK;
+    }
+    char why[WHY_MAX];
+    if (distrust_dir(c->dir, why)) {
+        disk_refuse(c, why);
         return WNA16_OK;
     }
     atomic_store(&c->disk_read, true);
     atomic_store(&c->disk_write, true);
     return WNA16_OK;
+}
+
+/* A lazy cache's setup_disk, at its first miss; a no-op afterwards. Out of
+ * memory here cannot fail the get: memory only, with a warning. */
+static void ensure_disk(w16_cache_t *c)
+{
+    if (atomic_load_explicit(&c->disk_set, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&c->setup_mu);
+    if (!atomic_load_explicit(&c->disk_set, memory_order_relaxed)) {
+        wna16_error_t err;
+        if (setup_disk(c, &err) != WNA16_OK)
+            wna16_log(c->ctx, WNA16_LOG_WARN, "kernel cache: %s; caching in "
+                      "memory only", err.message);
+        atomic_store_explicit(&c->disk_set, true, memory_order_release);
+    }
+    pthread_mutex_unlock(&c->setup_mu);
+}
+
+/* The size limit, with one warning for a $WNA16_CACHE_MAX_SIZE that is not
+ * a size (the default then applies). */
+static void setup_limit(w16_cache_t *c, uint64_t option)
+{
+    wna16_error_t err;
+    if (w16_cache_limit(option, &c->limit, &c->limit_source, &err) !=
+        WNA16_OK)
+        wna16_log(c->ctx, WNA16_LOG_WARN,
+                  "kernel cache: %s; using the default limit of %llu bytes",
+                  err.message, (unsigned long long)c->limit);
 }
 
 static bool shard_init(shard_t *s)
@@ -695,6 +935,17 @@ static bool shard_init(shard_t *s)
         return false;
     }
     return true;
+}
+
+static bool locks_init(w16_cache_t *c)
+{
+    if (pthread_mutex_init(&c->setup_mu, NULL) != 0)
+        return false;
+    if (pthread_mutex_init(&c->trim_mu, NULL) != 0) {
+        pthread_mutex_destroy(&c->setup_mu);
+        return false;
+    }
+    return c->locks_ready = true;
 }
 
 w16_cache_t *w16_cache_create(wna16_context_t *ctx,
@@ -711,16 +962,29 @@ w16_cache_t *w16_cache_create(wna16_context_t *ctx,
         return NULL;
     }
     c->ctx = ctx;
+    atomic_init(&c->disk_set, false);
     atomic_init(&c->disk_read, false);
     atomic_init(&c->disk_write, false);
     atomic_init(&c->warned_corrupt, false);
     atomic_init(&c->warned_disk, false);
+    atomic_init(&c->warned_untrusted, false);
+    atomic_init(&c->warned_trim, false);
     atomic_init(&c->disk_hits, 0);
     atomic_init(&c->compiles, 0);
     atomic_init(&c->writes, 0);
     atomic_init(&c->corrupt, 0);
+    atomic_init(&c->untrusted, 0);
+    atomic_init(&c->evictions, 0);
     atomic_init(&c->errors, 0);
     atomic_init(&c->tmp_serial, 0);
+    atomic_init(&c->disk_bytes, 0);
+    atomic_init(&c->writes_since_scan, 0);
+    atomic_init(&c->scanned, false);
+    if (!locks_init(c)) {
+        w16_err(err, WNA16_EINTERNAL, "kernel cache: cannot create a lock");
+        w16_cache_destroy(c);
+        return NULL;
+    }
     for (; c->shards_ready < SHARDS; c->shards_ready++) {
         if (!shard_init(&c->shards[c->shards_ready])) {
             w16_err(err, WNA16_EINTERNAL, "kernel cache: cannot create a lock");
@@ -728,11 +992,23 @@ w16_cache_t *w16_cache_create(wna16_context_t *ctx,
             return NULL;
         }
     }
-    if ((!opts || !opts->memory_only) &&
-        setup_disk(c, opts ? opts->dir : NULL, err) != WNA16_OK) {
+    c->want_disk = !opts || !opts->memory_only;
+    const char *dir = opts ? opts->dir : NULL;
+    if (c->want_disk && dir && *dir && !(c->dir = w16_strdup(ctx, dir))) {
+        w16_err_nomem(err, "creating the kernel cache");
         w16_cache_destroy(c);
         return NULL;
     }
+    c->limit = WNA16_CACHE_UNLIMITED; /* memory only: nothing to limit */
+    if (c->want_disk)
+        setup_limit(c, opts ? opts->max_bytes : 0);
+    if (!c->want_disk || (opts && opts->lazy_disk))
+        atomic_store(&c->disk_set, !c->want_disk);
+    else if (setup_disk(c, err) != WNA16_OK) {
+        w16_cache_destroy(c);
+        return NULL;
+    } else
+        atomic_store(&c->disk_set, true);
     return c;
 }
 
@@ -758,6 +1034,10 @@ void w16_cache_destroy(w16_cache_t *c)
         return;
     for (size_t i = 0; i < c->shards_ready; i++)
         shard_fini(c, &c->shards[i]);
+    if (c->locks_ready) {
+        pthread_mutex_destroy(&c->trim_mu);
+        pthread_mutex_destroy(&c->setup_mu);
+    }
     w16_strfree(c->ctx, c->dir);
     w16_free(c->ctx, c, sizeof *c);
 }
@@ -778,12 +1058,23 @@ void w16_cache_get_stats(w16_cache_t *c, w16_cache_stats_t *out)
     out->compiles = atomic_load(&c->compiles);
     out->disk_writes = atomic_load(&c->writes);
     out->corrupt = atomic_load(&c->corrupt);
+    out->untrusted = atomic_load(&c->untrusted);
+    out->evictions = atomic_load(&c->evictions);
     out->errors = atomic_load(&c->errors);
     out->disk_readable = atomic_load(&c->disk_read);
     out->disk_writable = atomic_load(&c->disk_write);
+    out->max_bytes = c->limit;
+    out->max_source = c->limit_source;
+    out->disk_bytes = atomic_load(&c->disk_bytes);
 }
 
-const char *w16_cache_dir(const w16_cache_t *c) { return c ? c->dir : NULL; }
+const char *w16_cache_dir(const w16_cache_t *c)
+{
+    /* disk_set's release orders a lazy setup's write of dir before it. */
+    return c && atomic_load_explicit(&c->disk_set, memory_order_acquire)
+               ? c->dir
+               : NULL;
+}
 
 /* ---- the directory ------------------------------------------------------------------ */
 
@@ -808,6 +1099,15 @@ wna16_status_t w16_cache_default_dir(char *out, size_t n)
     return len < 0 || (size_t)len >= n ? WNA16_ELIMIT : WNA16_OK;
 }
 
+bool w16_cache_dir_refused(const char *dir, char *why, size_t n)
+{
+    char w[WHY_MAX];
+    if (!dir || !*dir || !distrust_dir(dir, w))
+        return false;
+    snprintf(why, n, "%s", w);
+    return true;
+}
+
 typedef enum { NAME_OTHER, NAME_ENTRY, NAME_TMP } name_kind_t;
 
 static bool is_hex(const char *s, size_t n)
@@ -830,12 +1130,51 @@ static name_kind_t name_kind(const char *sub, const char *name)
     return strncmp(name + 35, ".tmp.", 5) == 0 ? NAME_TMP : NAME_OTHER;
 }
 
+/* One entry as a trim sees it: when it was last used, its size, its name
+ * ("<32 hex>.wk"; the subdirectory is its first two characters). */
+typedef struct lru_item {
+    struct timespec used;
+    uint64_t bytes;
+    char name[36];
+} lru_item_t;
+
+/* What a walk does: count the entries; clear them; or collect them for a
+ * trim. Clear and collect also remove stale temporary files. */
+typedef enum { WALK_COUNT, WALK_CLEAR, WALK_COLLECT } walk_mode_t;
+
 typedef struct walk {
-    bool clear;
+    walk_mode_t mode;
     time_t now;
     size_t files, removed;
     uint64_t bytes;
+    /* WALK_COLLECT: the entries, in ctx's memory; nomem when some did not
+     * fit (the trim is then skipped) */
+    wna16_context_t *ctx;
+    lru_item_t *items;
+    size_t n, cap;
+    bool nomem;
 } walk_t;
+
+static void collect(walk_t *w, const char *name, const struct stat *st)
+{
+    if (w->n == w->cap && !w->nomem) {
+        size_t cap = w->cap ? 2 * w->cap : 256;
+        lru_item_t *p = w16_realloc(w->ctx, w->items, w->cap * sizeof *p,
+                                    cap * sizeof *p);
+        if (p) {
+            w->items = p;
+            w->cap = cap;
+        } else {
+            w->nomem = true;
+        }
+    }
+    if (w->nomem)
+        return;
+    lru_item_t *it = &w->items[w->n++];
+    it->used = st->st_mtim;
+    it->bytes = (uint64_t)st->st_size;
+    snprintf(it->name, sizeof it->name, "%s", name);
+}
 
 static wna16_status_t walk_file(int dfd, const char *dir, const char *sub,
                                 const char *name, walk_t *w,
@@ -850,10 +1189,12 @@ static wna16_status_t walk_file(int dfd, const char *dir, const char *sub,
     if (kind == NAME_ENTRY) {
         w->files++;
         w->bytes += (uint64_t)st.st_size;
+        if (w->mode == WALK_COLLECT)
+            collect(w, name, &st);
     } else if (w->now - st.st_mtime < W16_CACHE_STALE_TMP_S) {
         return WNA16_OK; /* a writer may still be busy with it */
     }
-    if (!w->clear)
+    if (w->mode == WALK_COUNT || (w->mode == WALK_COLLECT && kind == NAME_ENTRY))
         return WNA16_OK;
     if (unlinkat(dfd, name, 0) != 0 && errno != ENOENT)
         return w16_err(err, WNA16_EIO, "%s/%s/%s: cannot remove: %s", dir,
@@ -868,7 +1209,7 @@ static wna16_status_t walk_sub(int top, const char *dir, const char *sub,
 {
     int fd = openat(top, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
-        return errno == ENOENT || errno == ENOTDIR || errno == ELOOP
+        return errno == ENOENT || errno == ENOTDIR || is_link_errno(errno)
                    ? WNA16_OK
                    : w16_err(err, WNA16_EIO, "%s/%s: %s", dir, sub,
                              strerror(errno));
@@ -911,7 +1252,7 @@ static wna16_status_t walk_dir(const char *dir, walk_t *w, wna16_error_t *err)
 wna16_status_t w16_cache_dir_stats(const char *dir, size_t *files,
                                    uint64_t *bytes, wna16_error_t *err)
 {
-    walk_t w = {.clear = false, .now = time(NULL)};
+    walk_t w = {.mode = WALK_COUNT, .now = time(NULL)};
     wna16_status_t st = walk_dir(dir, &w, err);
     if (files)
         *files = w.files;
@@ -923,11 +1264,158 @@ wna16_status_t w16_cache_dir_stats(const char *dir, size_t *files,
 wna16_status_t w16_cache_clear(const char *dir, size_t *removed,
                                wna16_error_t *err)
 {
-    walk_t w = {.clear = true, .now = time(NULL)};
+    walk_t w = {.mode = WALK_CLEAR, .now = time(NULL)};
     wna16_status_t st = walk_dir(dir, &w, err);
     if (removed)
         *removed = w.removed;
     return st;
+}
+
+/* ---- the size limit ------------------------------------------------------------------ */
+
+/* ORDER LIMIT_SOURCE */
+static const char *const LIMIT_SOURCE_NAMES[] = {"default", "env", "option"};
+
+const char *w16_cache_limit_source_name(w16_cache_limit_source_t s)
+{
+    return (unsigned)s < sizeof LIMIT_SOURCE_NAMES / sizeof *LIMIT_SOURCE_NAMES
+               ? LIMIT_SOURCE_NAMES[s]
+               : "unknown";
+}
+
+bool w16_cache_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return false;
+    uint64_t v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    static const char units[] = "KMGT";
+    const char *u = *s ? strchr(units, *s & ~0x20) : NULL;
+    if (u && *u) { /* not the terminator: ' ' & ~0x20 is 0 */
+        unsigned shift = 10 * (unsigned)(u - units + 1);
+        if (v > UINT64_MAX >> shift)
+            return false;
+        v <<= shift;
+        s++;
+        if ((*s == 'i' || *s == 'I') && (s[1] == 'B' || s[1] == 'b'))
+            s += 2;
+        else if (*s == 'B' || *s == 'b')
+            s++;
+    }
+    if (*s)
+        return false;
+    *out = v;
+    return true;
+}
+
+wna16_status_t w16_cache_limit(uint64_t option, uint64_t *bytes,
+                               w16_cache_limit_source_t *source,
+                               wna16_error_t *err)
+{
+    *bytes = WNA16_CACHE_DEFAULT_MAX_BYTES;
+    *source = W16_CACHE_LIMIT_DEFAULT;
+    if (option) {
+        *bytes = option;
+        *source = W16_CACHE_LIMIT_OPTION;
+        return WNA16_OK;
+    }
+    const char *v = env("WNA16_CACHE_MAX_SIZE");
+    if (!v)
+        return WNA16_OK;
+    uint64_t n;
+    if (!w16_cache_parse_size(v, &n))
+        return w16_err(err, WNA16_EINVAL,
+                       "WNA16_CACHE_MAX_SIZE='%s' is not a size (bytes, or "
+                       "with a K, M, G or T suffix; 0 for no limit)", v);
+    *bytes = n ? n : WNA16_CACHE_UNLIMITED;
+    *source = W16_CACHE_LIMIT_ENV;
+    return WNA16_OK;
+}
+
+/* Least recently used first; the name breaks ties, so that every process
+ * picks the same order. */
+static int lru_cmp(const void *a, const void *b)
+{
+    const lru_item_t *x = a, *y = b;
+    if (x->used.tv_sec != y->used.tv_sec)
+        return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
+    if (x->used.tv_nsec != y->used.tv_nsec)
+        return x->used.tv_nsec < y->used.tv_nsec ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* Rescans the directory and removes least recently used entries until it
+ * holds at most W16_CACHE_TRIM_TO_PERCENT of the limit; `keep` (the entry
+ * just written) stays. One thread of a cache at a time: another that
+ * finds the trim under way skips its own. */
+static void trim(w16_cache_t *c, w16_key_t keep)
+{
+    if (pthread_mutex_trylock(&c->trim_mu) != 0)
+        return;
+    walk_t w = {.mode = WALK_COLLECT, .now = time(NULL), .ctx = c->ctx};
+    wna16_error_t err;
+    wna16_status_t st = walk_dir(c->dir, &w, &err);
+    atomic_store(&c->scanned, true);
+    atomic_store(&c->writes_since_scan, 0);
+    atomic_store(&c->disk_bytes, w.bytes);
+    if (st != WNA16_OK || w.nomem) {
+        if (w.nomem)
+            w16_err_nomem(&err, "listing the kernel cache's entries");
+        if (first_time(&c->warned_trim))
+            wna16_log(c->ctx, WNA16_LOG_WARN,
+                      "kernel cache: %s; its size limit is not enforced "
+                      "this time", err.message);
+    } else if (w.bytes > c->limit) {
+        uint64_t target = c->limit / 100 * W16_CACHE_TRIM_TO_PERCENT +
+                          c->limit % 100 * W16_CACHE_TRIM_TO_PERCENT / 100;
+        char hex[W16_KEY_HEX_SIZE], path[PATH_BUF];
+        w16_key_hex(keep, hex);
+        qsort(w.items, w.n, sizeof *w.items, lru_cmp);
+        uint64_t left = w.bytes, freed = 0;
+        size_t removed = 0;
+        for (size_t i = 0; i < w.n && left > target; i++) {
+            if (strncmp(w.items[i].name, hex, 32) == 0)
+                continue;
+            snprintf(path, sizeof path, "%s/%.2s/%s", c->dir,
+                     w.items[i].name, w.items[i].name);
+            /* ENOENT: another process removed or is replacing it. */
+            if (unlink(path) != 0 && errno != ENOENT)
+                continue;
+            left -= w.items[i].bytes;
+            freed += w.items[i].bytes;
+            removed++;
+        }
+        atomic_store(&c->disk_bytes, left);
+        atomic_fetch_add(&c->evictions, removed);
+        wna16_log(c->ctx, WNA16_LOG_INFO,
+                  "kernel cache: %s held %llu bytes, over its limit of %llu "
+                  "(%s); removed the %zu least recently used entr%s (%llu "
+                  "bytes)", c->dir, (unsigned long long)w.bytes,
+                  (unsigned long long)c->limit,
+                  w16_cache_limit_source_name(c->limit_source), removed,
+                  removed == 1 ? "y" : "ies", (unsigned long long)freed);
+    }
+    w16_free(c->ctx, w.items, w.cap * sizeof *w.items);
+    pthread_mutex_unlock(&c->trim_mu);
+}
+
+/* After this cache wrote an entry of `bytes`: trims when its count goes
+ * over the limit, at its first write (the directory's size is unknown
+ * until then) and every W16_CACHE_RESCAN_WRITES writes. */
+static void after_write(w16_cache_t *c, uint64_t bytes, w16_key_t key)
+{
+    if (c->limit == WNA16_CACHE_UNLIMITED)
+        return;
+    uint64_t size = atomic_fetch_add(&c->disk_bytes, bytes) + bytes;
+    unsigned since = atomic_fetch_add(&c->writes_since_scan, 1) + 1;
+    if (size > c->limit || since >= W16_CACHE_RESCAN_WRITES ||
+        !atomic_load(&c->scanned))
+        trim(c, key);
 }
 
 /* ---- the context's caches ------------------------------------------------------ */
@@ -939,12 +1427,8 @@ wna16_status_t w16_context_cache(wna16_context_t *ctx, struct w16_cache **out,
 {
     pthread_mutex_lock(&cache_mu);
     if (!ctx->cache) {
-        char dir[4096];
+        /* no dir: the default, or memory only with a warning */
         w16_cache_options_t o = {0};
-        if (w16_cache_default_dir(dir, sizeof dir) == WNA16_OK)
-            o.dir = dir;
-        else
-            o.memory_only = true;
         ctx->cache = w16_cache_create(ctx, &o, err);
     }
     pthread_mutex_unlock(&cache_mu);

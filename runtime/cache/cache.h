@@ -9,7 +9,13 @@
  * Disk entries are written atomically (temporary file, fsync, rename),
  * checksummed and versioned; a corrupt or foreign entry is recompiled and
  * overwritten, never trusted; an unwritable directory degrades the cache to
- * memory only with one warning. The file format is drawn in cache.c.
+ * memory only with one warning. Since the entries become native code, the
+ * directory, its subdirectories and each entry must belong to the user and
+ * be writable by nobody else (as ccache and pip ask): a directory that is
+ * not is left alone (memory only, one warning), an entry that is not is
+ * recompiled and counted as untrusted. The directory has a size limit,
+ * kept by removing the least recently used entries (their mtime, touched
+ * on every disk hit). The file format is drawn in cache.c.
  */
 #ifndef W16_CACHE_H
 #define W16_CACHE_H
@@ -50,11 +56,26 @@ typedef struct w16_cache_loader {
     void *unload_user;
 } w16_cache_loader_t;
 
+/* Where a cache's size limit came from. ORDER LIMIT_SOURCE */
+typedef enum w16_cache_limit_source {
+    W16_CACHE_LIMIT_DEFAULT, /* WNA16_CACHE_DEFAULT_MAX_BYTES */
+    W16_CACHE_LIMIT_ENV,     /* $WNA16_CACHE_MAX_SIZE */
+    W16_CACHE_LIMIT_OPTION,  /* w16_cache_options_t.max_bytes (the
+                                context's cache_max_bytes) */
+} w16_cache_limit_source_t;
+
 typedef struct w16_cache_options {
     /* NULL: w16_cache_default_dir(). */
     const char *dir;
     /* No disk level at all (no directory is created, nothing is warned). */
     bool memory_only;
+    /* The directory's size limit in bytes. 0: w16_cache_limit's choice
+     * ($WNA16_CACHE_MAX_SIZE, else the default); WNA16_CACHE_UNLIMITED:
+     * none. */
+    uint64_t max_bytes;
+    /* Pick, create and check the directory at the first miss instead of
+     * now (a cache made with its context touches no file until used). */
+    bool lazy_disk;
 } w16_cache_options_t;
 
 typedef struct w16_cache_stats {
@@ -64,11 +85,20 @@ typedef struct w16_cache_stats {
     uint64_t compiles;    /* calls to loader->compile */
     uint64_t disk_writes; /* entries published to disk */
     uint64_t corrupt;     /* disk entries rejected (and recompiled) */
+    uint64_t untrusted;   /* disk entries not loaded because they, or their
+                             subdirectory, are someone else's or writable
+                             by others, or a symbolic link (recompiled) */
+    uint64_t evictions;   /* disk entries removed to keep the size limit */
     uint64_t errors;      /* failed compile or load attempts (one per
                              attempt, however many threads waited on it) */
     size_t entries;       /* handles held in memory */
     bool disk_readable;   /* the disk level is looked up */
     bool disk_writable;   /* new entries are written to disk */
+    uint64_t max_bytes;   /* the size limit; WNA16_CACHE_UNLIMITED: none */
+    w16_cache_limit_source_t max_source;
+    uint64_t disk_bytes;  /* the directory's entries as last scanned, plus
+                             what this cache wrote since (an estimate: other
+                             processes write too); 0 before the first write */
 } w16_cache_stats_t;
 
 /* Creates a cache. Disk problems (no usable directory) do not fail the
@@ -91,8 +121,8 @@ wna16_status_t w16_cache_get(w16_cache_t *c, w16_key_t key,
 
 void w16_cache_get_stats(w16_cache_t *c, w16_cache_stats_t *out);
 /* The directory configured (even if it turned out unusable: see the
- * stats' disk_readable), or NULL for memory_only or when no directory
- * could be determined. */
+ * stats' disk_readable), or NULL for memory_only, when no directory
+ * could be determined, or before a lazy_disk cache's first miss. */
 const char *w16_cache_dir(const w16_cache_t *c);
 
 /* ---- the directory ------------------------------------------------------------ */
@@ -112,6 +142,37 @@ wna16_status_t w16_cache_dir_stats(const char *dir, size_t *files,
 wna16_status_t w16_cache_clear(const char *dir, size_t *removed,
                                wna16_error_t *err);
 
+/* Would a cache refuse `dir` (an existing directory)? true with the reason
+ * in why[n] ("owned by uid 1000, not you (0)", "writable by others (mode
+ * 0777)") when it is not the user's alone; false when it is, or when it
+ * does not exist or cannot be examined (w16_cache_dir_stats says why). */
+bool w16_cache_dir_refused(const char *dir, char *why, size_t n);
+
+/* ---- the size limit ------------------------------------------------------------ */
+
+/* The limit a cache gets for `option` (as w16_cache_options_t.max_bytes):
+ * the option when not 0, else $WNA16_CACHE_MAX_SIZE when set and not
+ * empty (0 there means no limit), else WNA16_CACHE_DEFAULT_MAX_BYTES.
+ * WNA16_EINVAL when the variable is not a size: *bytes and *source are the
+ * default's, err names the variable and its value. */
+wna16_status_t w16_cache_limit(uint64_t option, uint64_t *bytes,
+                               w16_cache_limit_source_t *source,
+                               wna16_error_t *err);
+/* Parses a size: decimal digits, optionally followed by K, M, G or T
+ * (powers of 1024, either case) and an optional "B" or "iB" after the
+ * suffix ("2G", "512MiB", "1048576"). false when malformed or over 2^64. */
+bool w16_cache_parse_size(const char *s, uint64_t *out);
+/* "default", "env", "option". */
+const char *w16_cache_limit_source_name(w16_cache_limit_source_t s);
+
+/* When a write takes the directory over its limit, least recently used
+ * entries go until it holds at most this share of the limit (in percent),
+ * so that the next writes do not trim again at once. */
+#define W16_CACHE_TRIM_TO_PERCENT 90
+/* The directory is rescanned after this many writes of one cache even if
+ * its own count stays under the limit: other processes write too. */
+#define W16_CACHE_RESCAN_WRITES 64
+
 /* A temporary file this old (seconds) belongs to a writer that died. */
 #define W16_CACHE_STALE_TMP_S 600
 
@@ -120,8 +181,10 @@ wna16_status_t w16_cache_clear(const char *dir, size_t *removed,
 
 /* ---- the context's caches ----------------------------------------------------- */
 
-/* The kernel cache: $WNA16_CACHE_DIR and friends, or memory only when no
- * directory can be named. Created on first use. */
+/* The kernel cache: $WNA16_CACHE_DIR and friends, or memory only (one
+ * warning) when no directory can be named. Created on first use, or with
+ * the context when its options name cache_dir or cache_max_bytes
+ * (runtime/context.c; its disk level is then set up at the first miss). */
 wna16_status_t w16_context_cache(wna16_context_t *ctx, w16_cache_t **out,
                                  wna16_error_t *err);
 /* Memory only, for handles that hold addresses (runtime/repack_plan.c).

@@ -132,17 +132,30 @@ static void capture(void *user, wna16_log_level_t level, const char *msg)
     if (level == WNA16_LOG_WARN) {
         cap->warnings++;
         snprintf(cap->last, sizeof cap->last, "%s", msg);
+    } else if (level == WNA16_LOG_INFO) {
+        cap->infos++;
+        snprintf(cap->last_info, sizeof cap->last_info, "%s", msg);
     }
     pthread_mutex_unlock(&cap->lock);
 }
 
 wna16_context_t *ct_context(logcap_t *cap)
 {
+    return ct_context_cache(cap, NULL, 0);
+}
+
+wna16_context_t *ct_context_cache(logcap_t *cap, const char *cache_dir,
+                                  uint64_t cache_max_bytes)
+{
     pthread_mutex_init(&cap->lock, NULL);
-    cap->warnings = 0;
-    cap->last[0] = '\0';
-    wna16_context_options_t o = {
-        .log = capture, .log_user = cap, .no_builtin_specs = true};
+    cap->warnings = cap->infos = 0;
+    cap->last[0] = cap->last_info[0] = '\0';
+    wna16_context_options_t o = {.log = capture,
+                                 .log_user = cap,
+                                 .log_level = WNA16_LOG_INFO,
+                                 .no_builtin_specs = true,
+                                 .cache_dir = cache_dir,
+                                 .cache_max_bytes = cache_max_bytes};
     wna16_context_t *ctx = NULL;
     wna16_error_t err;
     if (wna16_context_create(&o, &ctx, &err) != WNA16_OK) {

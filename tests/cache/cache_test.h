@@ -38,15 +38,20 @@ size_t fake_blob_size(w16_key_t key);
 /* Is h a live fake handle for key? */
 bool fake_handle_ok(const void *h, w16_key_t key);
 
-/* Warnings logged through a ct_context. */
+/* Warnings and info messages logged through a ct_context. */
 typedef struct logcap {
     pthread_mutex_t lock;
-    int warnings;
-    char last[2048];
+    int warnings, infos;
+    char last[2048];      /* the last warning */
+    char last_info[2048]; /* the last info message */
 } logcap_t;
 
-/* A context without built-in specs (fast) that logs into cap. */
+/* A context without built-in specs (fast) that logs into cap, from the
+ * info level up. */
 wna16_context_t *ct_context(logcap_t *cap);
+/* The same with cache options (cache_dir, cache_max_bytes). */
+wna16_context_t *ct_context_cache(logcap_t *cap, const char *cache_dir,
+                                  uint64_t cache_max_bytes);
 int ct_warnings(logcap_t *cap);
 /* A copy of the last warning. */
 void ct_last(logcap_t *cap, char *out, size_t n);

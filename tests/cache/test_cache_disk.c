@@ -485,6 +485,10 @@ static void test_clear(const char *tmp)
 
 int main(void)
 {
+    /* Files written here by hand must not be group-writable (a umask of
+     * 002 is common), or the cache refuses them as untrusted, which
+     * test_cache_trust checks, instead of parsing them. */
+    umask(022);
     const char *tmp0 = tu_tempdir("cache-disk");
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s", tmp0);
