@@ -68,15 +68,19 @@ endif()
 wna16_component("Level Zero loader" WNA16_HAVE_LEVEL_ZERO
   "${PC_ZE_VERSION}; install libze-dev")
 
-# SPIRV-Tools (static only on Debian 12)
+# SPIRV-Tools (static only on Debian 12: the C++ library is linked with
+# stdc++) and the SPIR-V headers (spirv.h, OpenCL.std.h: the numbers the
+# SPIR-V emitter writes). Both or neither: gen/emit_spirv.c validates every
+# module it emits, so without the validator it emits none.
 find_package(SPIRV-Tools CONFIG QUIET)
-if(SPIRV-Tools_FOUND OR TARGET SPIRV-Tools-static)
+find_path(WNA16_SPIRV_HEADERS spirv/unified1/spirv.h)
+if(TARGET SPIRV-Tools-static AND WNA16_SPIRV_HEADERS)
   set(WNA16_HAVE_SPIRV_TOOLS ON)
   list(APPEND WNA16_COMPONENT_DEFINES WNA16_HAVE_SPIRV_TOOLS=1)
-  wna16_component("SPIRV-Tools" TRUE "static library")
+  wna16_component("SPIRV-Tools" TRUE "static library, headers in ${WNA16_SPIRV_HEADERS}")
 else()
   set(WNA16_HAVE_SPIRV_TOOLS OFF)
-  wna16_component("SPIRV-Tools" FALSE "install spirv-tools")
+  wna16_component("SPIRV-Tools" FALSE "install spirv-tools and spirv-headers")
 endif()
 
 # xxHash (cache keys)

@@ -9,7 +9,8 @@ WNA16_PACKAGES=(
   libcjson-dev                          # spec and safetensors JSON (required)
   llvm-19-dev clang-19 libclang-rt-19-dev  # CPU JIT target, sanitizers
   libxxhash-dev                         # kernel cache keys
-  spirv-tools libze-dev                 # SPIR-V validation, Level Zero target
+  spirv-tools spirv-headers             # SPIR-V validation, the emitter's numbers
+  libze-dev                             # Level Zero target
   valgrind                              # memory checks
 )
 
