@@ -9,10 +9,11 @@
  * requires the same bytes, tensor by tensor, or the same refusal. A
  * failing case is shrunk (fewer experts, smaller shapes, fewer options)
  * while it still fails, and printed as a one-line reproducer that
- * `wna16 fuzz --case` reads back.
+ * `wna16 fuzz --case` reads back. `--kind moe` runs the fused-MoE kind
+ * instead (fuzz_moe.c); this file parses the command line for both.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "cli.h"
+#include "fuzz.h"
 #include "runtime/targets.h"
 
 #include <inttypes.h>
@@ -25,11 +26,13 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: wna16 fuzz [--count N] [--seed S] [--target cpu|cuda]\n"
-        "                  [--from SPEC] [--to SPEC] [--no-shrink] [--verbose]\n"
+        "usage: wna16 fuzz [--kind repack|moe] [--count N] [--seed S]\n"
+        "                  [--target cpu|cuda] [--from SPEC] [--to SPEC]\n"
+        "                  [--backend SPEC] [--no-shrink] [--verbose]\n"
         "                  [--inject-fault]\n"
-        "       wna16 fuzz --case 'CASE' [--target cpu|cuda] [--no-shrink]\n"
-        "                  [--inject-fault]\n\n"
+        "       wna16 fuzz [--kind repack|moe] --case 'CASE'\n"
+        "                  [--target cpu|cuda] [--no-shrink] [--inject-fault]\n\n"
+        "--kind repack (the default):\n"
         "Draws N random repack problems (default 100) and checks that the\n"
         "generated kernels of the target (default cpu) write exactly the\n"
         "bytes the reference writes, or refuse with the same reason. Sources\n"
@@ -46,27 +49,30 @@ static void usage(FILE *f)
         "--inject-fault checks the checker: it flips a bit of the generated\n"
         "output of every case with two experts or more, so each such case\n"
         "must fail and shrink to E=2 (exit status 1).\n\n"
+        "--kind moe: draws N random fused-MoE problems and checks the\n"
+        "target's fused MoE against the reference MoE: on cpu the generated\n"
+        "fused MoE over any stacked layout with codes and scales, on cuda\n"
+        "the tensor-core kernels over marlin and batched_marlin (--backend\n"
+        "fixes one). Bits, group sizes, zero points, act order (cuda), bias,\n"
+        "every activation (gated ones on cuda) and the swiglu constants,\n"
+        "activation and scale dtypes, GEMM output rounding, router weights\n"
+        "on the input, expert maps with absent experts, the batched format,\n"
+        "M from 1 to hundreds, ragged I, experts without tokens and top-k\n"
+        "vary; one case in 16 passes one bad argument, which both must\n"
+        "refuse with the same status and message. Outputs must agree within\n"
+        "a bound carried through both GEMMs from each target's numerics.\n"
+        "A failure shrinks (fewer experts, tokens and slots, smaller H and\n"
+        "I, fewer options) and prints its CASE, e.g.\n"
+        "  cpu E=2 H=64 I=48 M=3 topk=2 bits=4 group=-1 zp=0 actorder=0\n"
+        "  bias=1 act=gelu swiglu=7/1.702/1 dtype=BF16 scales=F16 round=0\n"
+        "  oninput=0 map=3 active=3 batched=0 weights=1 bad=none data=0x2a\n"
+        "(one line; map=G: G global experts, E of them here; active=A:\n"
+        "tokens go to A of the experts; M is max_tokens when batched;\n"
+        "bad=none|id|map|topk|count|dtype|limit|gating). --inject-fault\n"
+        "makes one output element wrong in every case with M >= 2: each\n"
+        "such case fails and shrinks to M=2.\n\n"
         "Progress goes to stderr, the summary and failures to stdout. Exit\n"
         "status: 0 every case passed, 1 a case failed, 2 usage error.\n");
-}
-
-/* ---- random numbers (splitmix64: one 64-bit seed reproduces a case) ------ */
-
-typedef struct fz_rng {
-    uint64_t s;
-} fz_rng_t;
-
-static uint64_t fz_next(fz_rng_t *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint32_t fz_below(fz_rng_t *r, uint32_t n)
-{
-    return (uint32_t)(fz_next(r) % n);
 }
 
 /* ---- cases ----------------------------------------------------------------- */
@@ -79,13 +85,6 @@ typedef struct fz_case {
     bool positive;        /* positive scales only (int8 activations) */
     uint64_t data;        /* seed of the layer's values */
 } fz_case_t;
-
-typedef enum fz_outcome {
-    FZ_SAME,    /* same bytes */
-    FZ_REFUSED, /* both refused, with the same reason */
-    FZ_INVALID, /* not a problem the source can hold (skipped) */
-    FZ_FAILED,
-} fz_outcome_t;
 
 static void case_text(const fz_case_t *c, char *buf, size_t n)
 {
@@ -494,14 +493,6 @@ static const char *parse_case(wna16_context_t *ctx, const char *text,
 
 /* ---- the command ------------------------------------------------------------ */
 
-typedef struct fz_opts {
-    long count;
-    uint64_t seed;
-    wna16_target_t target;
-    const char *from, *to, *one;
-    bool shrink, verbose;
-} fz_opts_t;
-
 /* Reports a failure (shrunk unless --no-shrink); returns CLI_FAIL. */
 static int report_failure(wna16_context_t *ctx, const fz_opts_t *o,
                           fz_case_t *c, char *msg, size_t n)
@@ -526,14 +517,21 @@ static int report_failure(wna16_context_t *ctx, const fz_opts_t *o,
 
 static int parse_opts(int argc, char **argv, fz_opts_t *o)
 {
-    *o = (fz_opts_t){.count = 100, .seed = 1, .target = WNA16_TARGET_CPU,
-                     .shrink = true};
+    *o = (fz_opts_t){.kind = FZ_KIND_REPACK, .count = 100, .seed = 1,
+                     .target = WNA16_TARGET_CPU, .shrink = true};
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         long x;
         if (cli_is_help(argv[i])) {
             usage(stdout);
             return -1;
+        } else if (cli_opt_value(argc, argv, &i, "--kind", &v)) {
+            if (v && strcmp(v, "repack") == 0)
+                o->kind = FZ_KIND_REPACK;
+            else if (v && strcmp(v, "moe") == 0)
+                o->kind = FZ_KIND_MOE;
+            else
+                return cli_usage_error(CMD, "--kind: expected repack or moe");
         } else if (cli_opt_value(argc, argv, &i, "--count", &v)) {
             if (!v || !cli_parse_int(v, 1, 1000000, &x))
                 return cli_usage_error(CMD, "--count: expected 1 to 1000000");
@@ -555,6 +553,10 @@ static int parse_opts(int argc, char **argv, fz_opts_t *o)
             if (!v)
                 return cli_usage_error(CMD, "--to: expected a spec name");
             o->to = v;
+        } else if (cli_opt_value(argc, argv, &i, "--backend", &v)) {
+            if (!v)
+                return cli_usage_error(CMD, "--backend: expected a spec name");
+            o->backend = v;
         } else if (cli_opt_value(argc, argv, &i, "--case", &v)) {
             if (!v)
                 return cli_usage_error(CMD, "--case: expected a case (see "
@@ -565,25 +567,33 @@ static int parse_opts(int argc, char **argv, fz_opts_t *o)
         } else if (strcmp(argv[i], "--verbose") == 0) {
             o->verbose = true;
         } else if (strcmp(argv[i], "--inject-fault") == 0) {
-            inject_fault = true;
+            o->inject_fault = true;
         } else {
             return cli_usage_error(CMD, "unknown option '%s'", argv[i]);
         }
     }
-    if (o->one && (o->from || o->to))
-        return cli_usage_error(CMD, "--case names its own specs: no --from "
-                               "or --to with it");
+    if (o->kind == FZ_KIND_MOE && (o->from || o->to))
+        return cli_usage_error(CMD, "--from and --to are the repack kind's; "
+                               "--kind moe takes --backend");
+    if (o->kind == FZ_KIND_REPACK && o->backend)
+        return cli_usage_error(CMD, "--backend is the moe kind's; --kind "
+                               "repack takes --from and --to");
+    if (o->one && (o->from || o->to || o->backend))
+        return cli_usage_error(CMD, "--case names its own specs: no --from, "
+                               "--to or --backend with it");
+    inject_fault = o->inject_fault;
     return CLI_OK;
 }
 
 /* The target must be able to run kernels here: this build has it and its
- * probe finds what it needs (a GPU and NVRTC, or LLVM). */
+ * probe finds what it needs (a GPU and NVRTC, or LLVM). Otherwise no case
+ * runs: the message says why (exit status 1). */
 static int check_target(wna16_context_t *ctx, const fz_opts_t *o)
 {
     wna16_error_t err;
     void *inst;
     if (w16_target_probe(ctx, o->target, NULL, &inst, &err) != WNA16_OK) {
-        fprintf(stderr, "wna16 fuzz: %s\n", err.message);
+        fprintf(stderr, "wna16 fuzz: %s; no case run\n", err.message);
         return CLI_FAIL;
     }
     return CLI_OK;
@@ -608,6 +618,7 @@ static int fuzz_one(wna16_context_t *ctx, const fz_opts_t *o)
                 "(group size, shapes or options)\n", text);
         return CLI_FAIL;
     case FZ_FAILED:
+    case FZ_UNSUPPORTED: /* not a repack outcome */
         break;
     }
     return report_failure(ctx, o, &c, msg, sizeof msg);
@@ -624,7 +635,7 @@ static int fuzz_many(wna16_context_t *ctx, const fz_opts_t *o)
         return cli_usage_error(CMD, "--to: '%s' is not a destination spec (a "
                                "backend or moe_wna16)", o->to);
     fz_rng_t r = {o->seed};
-    long tally[4] = {0}, tries = 0;
+    long tally[5] = {0}, tries = 0;
     long every = o->count >= 10 ? o->count / 10 : 1;
     bool tty = isatty(STDERR_FILENO);
     char msg[1024];
@@ -677,7 +688,9 @@ int cmd_fuzz(int argc, char **argv)
     if (!ctx)
         return CLI_FAIL;
     rc = check_target(ctx, &o);
-    if (rc == CLI_OK)
+    if (rc == CLI_OK && o.kind == FZ_KIND_MOE)
+        rc = o.one ? fuzz_moe_one(ctx, &o) : fuzz_moe_many(ctx, &o);
+    else if (rc == CLI_OK)
         rc = o.one ? fuzz_one(ctx, &o) : fuzz_many(ctx, &o);
     wna16_context_destroy(ctx);
     return rc;

@@ -1,0 +1,74 @@
+/*
+ * fuzz.h - what the kinds of `wna16 fuzz` share: the command's options,
+ * the random numbers that make a case reproducible from one 64-bit seed
+ * (splitmix64), the outcome of a case and the kinds' entry points.
+ * cmd_fuzz.c parses the command line and runs the repack kind;
+ * fuzz_moe.c is the fused-MoE kind.
+ */
+#ifndef WNA16_TOOLS_FUZZ_H
+#define WNA16_TOOLS_FUZZ_H
+
+#include "cli.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- random numbers (splitmix64: one 64-bit seed reproduces a case) ------ */
+
+typedef struct fz_rng {
+    uint64_t s;
+} fz_rng_t;
+
+static inline uint64_t fz_next(fz_rng_t *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline uint32_t fz_below(fz_rng_t *r, uint32_t n)
+{
+    return (uint32_t)(fz_next(r) % n);
+}
+
+/* Uniform in [0, 1). */
+static inline double fz_unit(fz_rng_t *r)
+{
+    return (double)(fz_next(r) >> 11) * 0x1p-53;
+}
+
+/* ---- the command ------------------------------------------------------------ */
+
+typedef enum fz_kind {
+    FZ_KIND_REPACK,
+    FZ_KIND_MOE,
+} fz_kind_t;
+
+typedef struct fz_opts {
+    fz_kind_t kind;
+    long count;
+    uint64_t seed;
+    wna16_target_t target;
+    const char *from, *to, *one; /* --from, --to (repack), --case */
+    const char *backend;         /* --backend (moe) */
+    bool shrink, verbose, inject_fault;
+} fz_opts_t;
+
+/* How a case ended. */
+typedef enum fz_outcome {
+    FZ_SAME,        /* same bytes (repack), within the tolerance (moe) */
+    FZ_REFUSED,     /* both refused, with the same reason */
+    FZ_INVALID,     /* not a problem the layout can hold (drawn again) */
+    FZ_FAILED,
+    FZ_UNSUPPORTED, /* moe: the kernel path refuses the layer, as its
+                       documentation says it does (act-order on the CPU,
+                       ...); counted, not a failure */
+} fz_outcome_t;
+
+/* The fused-MoE kind (fuzz_moe.c): --case, or --count random cases.
+ * Exit status as cmd_fuzz. */
+int fuzz_moe_one(wna16_context_t *ctx, const fz_opts_t *o);
+int fuzz_moe_many(wna16_context_t *ctx, const fz_opts_t *o);
+
+#endif
