@@ -1,26 +1,35 @@
 /*
  * cmd_gen.c - `wna16 gen`: prints the generated kernels of one job (the
  * repack kernels of a format/backend pair, or the fused-MoE kernels of a
- * backend), as the kernel IR, LLVM IR or CUDA C, for debugging and review.
+ * backend), as the kernel IR, LLVM IR, CUDA C or SPIR-V (disassembled),
+ * for debugging and review; -o writes the SPIR-V modules' binary words.
  */
+#define _POSIX_C_SOURCE 200809L /* strdup, getpid */
 #include "cli.h"
 #include "gen/build_moe.h"
 #include "gen/build_repack.h"
 #include "gen/emit_llvm.h"
 #include "gen/emit_cuda.h"
+#include "gen/emit_spirv.h"
 #include "runtime/ref/ref.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: wna16 gen --kind repack --from FORMAT --to BACKEND [--target ir|llvm|cuda]\n"
+        "usage: wna16 gen --kind repack --from FORMAT --to BACKEND\n"
+        "                 [--target ir|llvm|cuda|spirv] [-o PATH]\n"
         "                 --bits 4|8 --group-size G [--zero-point] [--act-order]\n"
         "                 [--bias] [--hidden H] [--intermediate I] [--experts E]\n"
         "                 [--scale-dtype F16|BF16] [--input-dtype int8|fp8]\n"
         "                 [--tensor NAME]\n"
-        "       wna16 gen --kind moe --to BACKEND [--target ir|llvm|cuda]\n"
+        "       wna16 gen --kind moe --to BACKEND [--target ir|llvm|cuda|spirv]\n"
+        "                 [-o PATH]\n"
         "                 --bits 4|8 --group-size G [--zero-point] [--bias]\n"
         "                 [--activation NAME] [--act-dtype F16|BF16] [--topk K]\n"
         "                 [--block-m BM] [--batched] [--stage NAME]\n"
@@ -38,7 +47,13 @@ static void usage(FILE *f)
         "--hidden, --intermediate and --experts default to 256, 128 and 2.\n"
         "--target ir (default) prints the kernel IR, --target llvm the LLVM IR\n"
         "before optimization (needs LLVM 19), --target cuda the CUDA C\n"
-        "translation unit NVRTC compiles (nvcc compiles it too).\n"
+        "translation unit NVRTC compiles (nvcc compiles it too), --target\n"
+        "spirv the SPIR-V 1.2 module of each kernel (OpenCL flavour, for Level\n"
+        "Zero), validated by SPIRV-Tools, disassembled.\n"
+        "-o PATH (with --target spirv) writes the modules' binary words instead:\n"
+        "into PATH when the job has one kernel (pick it with --tensor or\n"
+        "--stage; a job of several kernels is refused), or as NAME.spv, one\n"
+        "file a kernel named after it, when PATH is an existing directory.\n"
         "--input-dtype picks the layout's variant for 8-bit activations.\n"
         "--kind moe --target cuda --to marlin|batched_marlin prints the\n"
         "tensor-core kernels instead (wna16 gen --kind moe --target cuda\n"
@@ -46,7 +61,7 @@ static void usage(FILE *f)
 }
 
 typedef struct gen_opts {
-    const char *from, *to, *target, *tensor, *kind, *stage;
+    const char *from, *to, *target, *tensor, *kind, *stage, *output;
     long bits, gs, hidden, inter, experts, topk, block_m;
     bool zp, act_order, bias, gs_set, batched;
     wna16_dtype_t scale_dtype, act_dtype;
@@ -76,6 +91,7 @@ static int parse(int argc, char **argv, gen_opts_t *o)
         else if (cli_opt_value(argc, argv, &i, "--to", &v)) str = &o->to;
         else if (cli_opt_value(argc, argv, &i, "--target", &v)) str = &o->target;
         else if (cli_opt_value(argc, argv, &i, "--tensor", &v)) str = &o->tensor;
+        else if (cli_opt_value(argc, argv, &i, "-o", &v)) str = &o->output;
         else if (cli_opt_value(argc, argv, &i, "--bits", &v)) { num = &o->bits; lo = 4; hi = 8; }
         else if (cli_opt_value(argc, argv, &i, "--group-size", &v)) { num = &o->gs; lo = -1; o->gs_set = true; }
         else if (cli_opt_value(argc, argv, &i, "--hidden", &v)) num = &o->hidden;
@@ -135,16 +151,125 @@ static int parse(int argc, char **argv, gen_opts_t *o)
         return cli_usage_error("gen", "--stage and --batched are for --kind "
                                "moe");
     if (strcmp(o->target, "ir") && strcmp(o->target, "llvm") &&
-        strcmp(o->target, "cuda"))
-        return cli_usage_error("gen", "--target: ir, llvm or cuda");
+        strcmp(o->target, "cuda") && strcmp(o->target, "spirv"))
+        return cli_usage_error("gen", "--target: ir, llvm, cuda or spirv");
+    if (o->output && strcmp(o->target, "spirv") != 0)
+        return cli_usage_error("gen", "-o writes SPIR-V modules: it needs "
+                               "--target spirv (the other targets print text)");
     return CLI_OK;
 }
 
-/* Prints one kernel in the chosen target's form after a comment line. */
-static int print_kernel(const gen_opts_t *o, wna16_context_t *ctx,
-                        const kir_kernel_t *k, const char *header, bool first)
+/* The SPIR-V modules of a job run with -o, written once all are built
+ * (whether PATH may take them depends on how many there are). */
+typedef struct spv_files {
+    char **names;
+    w16_words_t *mods;
+    int n, cap;
+} spv_files_t;
+
+static void spv_files_free(spv_files_t *f)
+{
+    for (int i = 0; i < f->n; i++) {
+        free(f->names[i]);
+        w16_words_free(&f->mods[i]);
+    }
+    free(f->names);
+    free(f->mods);
+}
+
+/* Writes words to path through a temporary beside it and a rename, so a
+ * failure leaves no partial module. */
+static int write_words(const char *path, const w16_words_t *w)
+{
+    size_t n = strlen(path) + 32;
+    char *tmp = malloc(n);
+    if (!tmp) {
+        fprintf(stderr, "wna16: out of memory\n");
+        return CLI_FAIL;
+    }
+    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(w->data, sizeof *w->data, w->len, f) == w->len;
+    int saved = errno;
+    if (f && fclose(f) != 0 && ok) {
+        ok = false;
+        saved = errno;
+    }
+    if (ok && rename(tmp, path) != 0) {
+        ok = false;
+        saved = errno;
+    }
+    if (!ok) {
+        fprintf(stderr, "wna16: cannot write %s: %s\n", path, strerror(saved));
+        remove(tmp);
+    }
+    free(tmp);
+    return ok ? CLI_OK : CLI_FAIL;
+}
+
+/* -o PATH: one module into PATH, or NAME.spv for each into a directory. */
+static int write_spv_files(const char *output, const spv_files_t *f)
+{
+    struct stat st;
+    bool dir = stat(output, &st) == 0 && S_ISDIR(st.st_mode);
+    if (!dir && f->n != 1)
+        return cli_usage_error("gen", "-o %s: the job has %d kernels (%s, "
+                               "...); pick one with --tensor or --stage, or "
+                               "name an existing directory for NAME.spv files",
+                               output, f->n, f->n ? f->names[0] : "");
+    for (int i = 0; i < f->n; i++) {
+        char *path = NULL;
+        if (dir) {
+            size_t n = strlen(output) + strlen(f->names[i]) + 8;
+            if ((path = malloc(n)) != NULL)
+                snprintf(path, n, "%s/%s.spv", output, f->names[i]);
+        }
+        const char *to = dir ? path : output;
+        int rc = to ? write_words(to, &f->mods[i]) : CLI_FAIL;
+        if (rc == CLI_OK)
+            printf("%s: %s, %zu words\n", to, f->names[i], f->mods[i].len);
+        free(path);
+        if (rc != CLI_OK)
+            return rc;
+    }
+    return CLI_OK;
+}
+
+/* One kernel in the chosen target's form: printed after a comment line
+ * (the header), or with -o emitted into `files` for writing. */
+static int put_kernel(const gen_opts_t *o, wna16_context_t *ctx,
+                      const kir_kernel_t *k, const char *header, bool first,
+                      spv_files_t *files)
 {
     wna16_error_t err;
+    if (o->output) {
+        if (files->n == files->cap) {
+            int cap = files->cap ? 2 * files->cap : 8;
+            char **names = realloc(files->names, sizeof *names * (size_t)cap);
+            if (names)
+                files->names = names;
+            w16_words_t *mods = realloc(files->mods, sizeof *mods * (size_t)cap);
+            if (mods)
+                files->mods = mods;
+            if (!names || !mods) {
+                fprintf(stderr, "wna16: out of memory\n");
+                return CLI_FAIL;
+            }
+            files->cap = cap;
+        }
+        w16_words_t *w = &files->mods[files->n];
+        w16_words_init(w, ctx);
+        char *name = strdup(k->name);
+        wna16_status_t st = name ? w16_emit_spirv(k, w, &err)
+                                 : w16_err_nomem(&err, "naming a module");
+        if (st != WNA16_OK) {
+            free(name);
+            w16_words_free(w);
+            return cli_fail(&err);
+        }
+        files->names[files->n++] = name;
+        return CLI_OK;
+    }
     w16_buf_t b;
     w16_buf_init(&b, ctx);
     int rc = CLI_OK;
@@ -153,6 +278,9 @@ static int print_kernel(const gen_opts_t *o, wna16_context_t *ctx,
         kir_print(&b, k);
     else if (cuda) {
         if (w16_emit_cuda(k, first, &b, &err) != WNA16_OK)
+            rc = cli_fail(&err);
+    } else if (strcmp(o->target, "spirv") == 0) {
+        if (w16_emit_spirv_text(k, &b, &err) != WNA16_OK)
             rc = cli_fail(&err);
     } else if (w16_emit_llvm_text(k, &b, &err) != WNA16_OK)
         rc = cli_fail(&err);
@@ -165,7 +293,7 @@ static int print_kernel(const gen_opts_t *o, wna16_context_t *ctx,
 
 /* --kind moe: the four fused-MoE kernels (or --stage). */
 static int gen_moe(const gen_opts_t *o, wna16_context_t *ctx,
-                   const wna16_spec_t *dst)
+                   const wna16_spec_t *dst, spv_files_t *files)
 {
     w16_moe_request_t req = {.backend = dst,
                              .problem = {o->experts, o->hidden, o->inter, o->bits,
@@ -201,7 +329,7 @@ static int gen_moe(const gen_opts_t *o, wna16_context_t *ctx,
         snprintf(header, sizeof header, "%s: per call, %s x %lld workgroups "
                  "of %d lanes", name, s == W16_MOE_GEMM1 || s == W16_MOE_GEMM2
                  ? "blocks" : "rows", (long long)mk.tiles, mk.kernel->lanes);
-        int rc = print_kernel(o, ctx, mk.kernel, header, printed == 0);
+        int rc = put_kernel(o, ctx, mk.kernel, header, printed == 0, files);
         w16_moe_kernel_free(&mk);
         if (rc != CLI_OK)
             return rc;
@@ -261,6 +389,7 @@ int cmd_gen(int argc, char **argv)
     wna16_context_t *ctx = cli_context();
     if (!ctx)
         return CLI_FAIL;
+    spv_files_t files = {0};
     if (strcmp(o.kind, "moe") == 0) {
         const wna16_spec_t *dst = wna16_spec_find(ctx, 0, o.to);
         if (!dst) {
@@ -268,8 +397,11 @@ int cmd_gen(int argc, char **argv)
                     "list')\n", o.to);
             rc = CLI_FAIL;
         } else {
-            rc = gen_moe(&o, ctx, dst);
+            rc = gen_moe(&o, ctx, dst, &files);
         }
+        if (rc == CLI_OK && o.output)
+            rc = write_spv_files(o.output, &files);
+        spv_files_free(&files);
         wna16_context_destroy(ctx);
         return rc;
     }
@@ -281,6 +413,9 @@ int cmd_gen(int argc, char **argv)
         wna16_context_destroy(ctx);
         return CLI_FAIL;
     }
+    /* the GPU targets' kernel shape (staged tiles) or the CPU's (word
+     * blocks), as each target's descriptor asks the builder for */
+    bool gpu = strcmp(o.target, "cuda") == 0 || strcmp(o.target, "spirv") == 0;
     w16_problem_t p = {o.experts, o.hidden, o.inter, o.bits, o.gs, o.zp,
                        o.act_order, o.bias, .a8 = (int)o.input};
     wna16_error_t err;
@@ -316,8 +451,8 @@ int cmd_gen(int argc, char **argv)
                                         .sort_k = o.act_order &&
                                                   dst->act_order_sort,
                                         /* the CPU's kernels (ir, llvm) */
-                                        .word_blocks = strcmp(o.target, "cuda") != 0,
-                                        .staged_tiles = strcmp(o.target, "cuda") == 0};
+                                        .word_blocks = !gpu,
+                                        .staged_tiles = gpu};
             /* the roles the kernel reads, with checkpoint-like dtypes */
             req.src_dtype[W16_ROLE_QWEIGHT] = src->layouts[W16_ROLE_QWEIGHT]
                 ? src->layouts[W16_ROLE_QWEIGHT]->dtypes[0] : 0;
@@ -353,23 +488,14 @@ int cmd_gen(int argc, char **argv)
                     rc = cli_fail(&err);
                     break;
                 }
-                w16_buf_t b;
-                w16_buf_init(&b, ctx);
-                if (strcmp(o.target, "ir") == 0)
-                    kir_print(&b, rk.kernel);
-                else if (strcmp(o.target, "cuda") == 0) {
-                    if (w16_emit_cuda(rk.kernel, printed == 0, &b, &err) != WNA16_OK)
-                        rc = cli_fail(&err);
-                } else if (w16_emit_llvm_text(rk.kernel, &b, &err) != WNA16_OK)
-                    rc = cli_fail(&err);
-                if (rc == CLI_OK) {
-                    printf(strcmp(o.target, "cuda") == 0 ? "%s// %s: %lld blocks of %d threads\n%s\n"
-                                                         : "%s; %s: %lld workgroups of %d lanes\n%s\n",
-                           printed ? "\n" : "", tname, (long long)rk.num_groups,
-                           rk.kernel->lanes, b.data ? b.data : "");
+                char header[200];
+                snprintf(header, sizeof header,
+                         strcmp(o.target, "cuda") == 0 ? "%s: %lld blocks of %d threads"
+                                                       : "%s: %lld workgroups of %d lanes",
+                         tname, (long long)rk.num_groups, rk.kernel->lanes);
+                rc = put_kernel(&o, ctx, rk.kernel, header, printed == 0, &files);
+                if (rc == CLI_OK)
                     printed++;
-                }
-                w16_buf_free(&b);
                 if (rk.sums_fused)
                     passes = 1;
                 w16_repack_kernel_free(&rk);
@@ -381,6 +507,9 @@ int cmd_gen(int argc, char **argv)
                 "configuration\n", o.tensor ? o.tensor : "", dst->name);
         rc = CLI_FAIL;
     }
+    if (rc == CLI_OK && o.output)
+        rc = write_spv_files(o.output, &files);
+    spv_files_free(&files);
     wna16_context_destroy(ctx);
     return rc;
 }
