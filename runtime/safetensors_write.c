@@ -3,10 +3,13 @@
  * wna16_safetensors_write_set. Repacking a real checkpoint produces
  * gigabytes, so tensors are declared first (which fixes the header and
  * every data offset) and their bytes are then streamed in declaration order
- * without ever holding the whole file. Output goes to "<path>.tmp.<pid>.<n>"
- * in the same directory and is renamed over `path` only after an fsync, so
- * a crash, an error or an abort never leaves a partial file at `path`. Any
- * error poisons the writer: the temporary file is removed at once and only
+ * without ever holding the whole file, front to back: nothing is ever
+ * sought, so a pipe serves as well as a file. runtime/output.c decides
+ * what the path gets: a regular file (or a symbolic link's target) is
+ * written to "<path>.tmp.<pid>.<n>" beside it and renamed over it only
+ * after an fsync, so a crash, an error or an abort never leaves a partial
+ * file there; "-", a FIFO or a character device is streamed to. Any error
+ * poisons the writer: the temporary file is removed at once and only
  * finish() (which reports the failure) or abort() remain meaningful. The
  * header is emitted by hand through w16_buf_t in declaration order, compact
  * like the reference implementation's, "__metadata__" first, padded with
@@ -14,20 +17,17 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "base/base.h"
+#include "runtime/output.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* Offsets must survive readers that parse JSON numbers as doubles. */
 #define SW_MAX_JSON_INT ((uint64_t)9007199254740991) /* 2^53 - 1 */
 /* Small writes are coalesced into one write(2) per this many bytes. */
 #define SW_BUFFER_SIZE ((size_t)256 * 1024)
-/* Attempts at a fresh temporary name before giving up. */
-#define SW_TMP_ATTEMPTS 1000
 
 typedef struct sw_decl {
     const char *name; /* in the arena */
@@ -44,8 +44,8 @@ typedef struct sw_meta {
 struct wna16_safetensors_writer {
     wna16_context_t *ctx;
     w16_arena_t arena;     /* paths, names, metadata strings */
-    const char *path, *tmp_path;
-    int fd;                /* -1 once closed */
+    const char *path;
+    w16_output_t out;      /* the file, temporary or stream written */
     sw_decl_t *decls;
     size_t ndecl, decl_cap;
     size_t *slots;         /* open-addressing set of decl index + 1 */
@@ -63,14 +63,10 @@ struct wna16_safetensors_writer {
 
 /* ---- failure and cleanup ------------------------------------------------- */
 
-/* Closes and removes the temporary file (idempotent). */
+/* Closes the output and removes its temporary file (idempotent). */
 static void drop_tmp(wna16_safetensors_writer_t *w)
 {
-    if (w->fd >= 0) {
-        close(w->fd);
-        w->fd = -1;
-        unlink(w->tmp_path);
-    }
+    w16_output_discard(&w->out);
 }
 
 /* Records an error that has already been written to err and poisons w. */
@@ -202,46 +198,6 @@ static bool grow(wna16_context_t *ctx, void **items, size_t *cap, size_t n,
 
 /* ---- create -------------------------------------------------------------- */
 
-/* Opens "<path>.tmp.<pid>.<n>" exclusively, trying successive n so that
- * concurrent writers (threads or processes) never share a file. */
-static wna16_status_t open_tmp(wna16_safetensors_writer_t *w,
-                               wna16_error_t *err)
-{
-    w16_buf_t b;
-    w16_buf_init(&b, w->ctx);
-    int e = 0;
-    for (unsigned n = 0; n < SW_TMP_ATTEMPTS; n++) {
-        w16_buf_reset(&b);
-        w16_buf_printf(&b, "%s.tmp.%ld.%u", w->path, (long)getpid(), n);
-        if (b.failed)
-            break;
-        w->fd = open(b.data, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        e = errno;
-        if (w->fd >= 0 || e != EEXIST)
-            break;
-    }
-    if (b.failed) {
-        w16_buf_free(&b);
-        return w16_err_nomem(err, "naming a temporary file");
-    }
-    if (w->fd < 0) {
-        w16_err(err, WNA16_EIO, "%s: cannot create temporary file %s: %s",
-                w->path, b.data, strerror(e));
-        w16_buf_free(&b);
-        return WNA16_EIO;
-    }
-    w->tmp_path = w16_arena_strdup(&w->arena, b.data);
-    if (!w->tmp_path) {
-        /* without the name we could not remove it later: remove it now */
-        close(w->fd);
-        w->fd = -1;
-        unlink(b.data);
-    }
-    w16_buf_free(&b);
-    return w->tmp_path ? WNA16_OK
-                       : w16_err_nomem(err, "naming a temporary file");
-}
-
 wna16_status_t wna16_safetensors_writer_create(wna16_context_t *ctx,
                                                const char *path,
                                                wna16_safetensors_writer_t **out,
@@ -256,10 +212,11 @@ wna16_status_t wna16_safetensors_writer_create(wna16_context_t *ctx,
     if (!w)
         return w16_err_nomem(err, "creating a safetensors writer");
     w->ctx = ctx;
-    w->fd = -1;
+    w->out = (w16_output_t){.fd = -1, .slot = -1};
     w16_arena_init(&w->arena, ctx);
     w->path = w16_arena_strdup(&w->arena, path);
-    wna16_status_t s = w->path ? open_tmp(w, err)
+    wna16_status_t s = w->path ? w16_output_open(ctx, &w->arena, path,
+                                                 &w->out, err)
                                : w16_err_nomem(err, "creating a writer");
     if (s != WNA16_OK) {
         writer_free(w);
@@ -405,12 +362,12 @@ static wna16_status_t write_fd(wna16_safetensors_writer_t *w, const void *p,
 {
     const unsigned char *c = p;
     while (n) {
-        ssize_t k = write(w->fd, c, n);
+        ssize_t k = write(w->out.fd, c, n);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
             return fail(w, w16_err(err, WNA16_EIO, "%s: write failed: %s",
-                                   w->tmp_path,
+                                   w16_output_name(&w->out),
                                    k < 0 ? strerror(errno) : "no progress"));
         c += k;
         n -= (size_t)k;
@@ -563,29 +520,6 @@ wna16_status_t wna16_safetensors_writer_write(wna16_safetensors_writer_t *w,
 
 /* ---- finish / abort ------------------------------------------------------ */
 
-/* fsync of the directory makes the rename itself durable; failure to do so
- * is not an error (some file systems refuse fsync on directories). */
-static void sync_parent_dir(wna16_safetensors_writer_t *w)
-{
-    w16_buf_t b;
-    w16_buf_init(&b, w->ctx);
-    const char *slash = strrchr(w->path, '/');
-    if (!slash)
-        w16_buf_puts(&b, ".");
-    else if (slash == w->path)
-        w16_buf_puts(&b, "/");
-    else
-        w16_buf_append(&b, w->path, (size_t)(slash - w->path));
-    if (!b.failed) {
-        int fd = open(b.data, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            fsync(fd);
-            close(fd);
-        }
-    }
-    w16_buf_free(&b);
-}
-
 static wna16_status_t complete(wna16_safetensors_writer_t *w,
                                wna16_error_t *err)
 {
@@ -605,18 +539,8 @@ static wna16_status_t complete(wna16_safetensors_writer_t *w,
     }
     if ((s = flush(w, err)) != WNA16_OK)
         return s;
-    if (fsync(w->fd) != 0)
-        return fail(w, w16_err(err, WNA16_EIO, "%s: fsync failed: %s",
-                               w->tmp_path, strerror(errno)));
-    int rc = close(w->fd);
-    w->fd = -1;
-    if (rc != 0 || rename(w->tmp_path, w->path) != 0) {
-        w16_err(err, WNA16_EIO, "%s: cannot move %s into place: %s", w->path,
-                w->tmp_path, strerror(errno));
-        unlink(w->tmp_path);
-        return fail(w, WNA16_EIO);
-    }
-    sync_parent_dir(w);
+    if ((s = w16_output_commit(&w->out, err)) != WNA16_OK)
+        return fail(w, s);
     return WNA16_OK;
 }
 
