@@ -6,12 +6,15 @@
  * file parses flags (which override config.json, and stand in for it when
  * there is none), shows progress on a terminal and reports the result.
  * Exit codes follow cli.h: 0 written, 1 refused or failed (nothing is left
- * at the output path), 2 usage error.
+ * at the output path), 2 usage error; SIGINT, SIGTERM and SIGHUP remove
+ * the output's temporary file before the process dies of them.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "runtime/output.h"
 
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -42,12 +45,23 @@ static void usage(FILE *f)
 "...), gate and up stacked into w13. Bias is read from the tensors. The\n"
 "output is streamed layer by layer; a backend that cannot hold what the\n"
 "tensors contain is refused with the reason, and a failure never leaves a\n"
-"file at OUT.\n"
+"partial file at OUT. A temporary OUT.tmp.PID.N is removed on every error\n"
+"and on SIGINT, SIGTERM and SIGHUP; one left by a process that is gone\n"
+"(killed with SIGKILL) is removed by the next run writing OUT, which says\n"
+"so.\n"
 "\n"
 "required:\n"
 "  --to BACKEND           destination backend spec: triton, marlin, xpu,\n"
 "                         humming, emulation, cpu, flashinfer_trtllm, ...\n"
-"  -o, --output FILE      the .safetensors file to write\n"
+"  -o, --output FILE      the .safetensors file to write. A regular file,\n"
+"                         or a new one, is written to FILE.tmp.PID.N beside\n"
+"                         it and renamed over it once complete; a symbolic\n"
+"                         link is followed and its target written that way,\n"
+"                         the link kept (a dangling link creates its target,\n"
+"                         refused when the target's directory is missing);\n"
+"                         - is standard output; a FIFO or a character device\n"
+"                         (/dev/null) is written to directly, no temporary;\n"
+"                         a directory, block device or socket is refused\n"
 "options:\n"
 "  --target T             where the repack runs: cpu (default: generated\n"
 "                         kernels, JIT-compiled with LLVM), cuda, or\n"
@@ -75,7 +89,8 @@ static void usage(FILE *f)
 "  --experts N            number of experts\n"
 "  -h, --help             this help\n"
 "\n"
-"Exit status: 0 written, 1 refused or failed, 2 usage error.\n");
+"Exit status: 0 written, 1 refused or failed, 2 usage error; killed by a\n"
+"signal, the shell's 128 + the signal's number.\n");
 }
 
 /* ---- parsing ------------------------------------------------------------- */
@@ -298,28 +313,55 @@ static void on_progress(void *user, const wna16_repack_progress_t *p)
 
 /* ---- the command --------------------------------------------------------- */
 
-static void print_summary(const repack_cli_t *o,
+/* Does the output go to standard output (-, /dev/stdout, /dev/fd/1)? */
+static bool out_is_stdout(const char *out)
+{
+    struct stat a, b;
+    return strcmp(out, "-") == 0 ||
+           (stat(out, &a) == 0 && fstat(STDOUT_FILENO, &b) == 0 &&
+            a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+}
+
+/* On stdout, or on stderr when stdout carries the file. */
+static void print_summary(const repack_cli_t *o, bool piped,
                           const wna16_repack_summary_t *s, double secs)
 {
     char b[32];
-    printf("wrote %s: %zu layer%s, %zu tensors, %s (%s, target %s) in %.2f s\n",
-           o->out, s->n_layers, s->n_layers == 1 ? "" : "s", s->n_tensors,
-           human_bytes(s->bytes, b, sizeof b), wna16_spec_name(s->backend),
-           wna16_target_name(s->target), secs);
-    printf("  from %s: %d experts, hidden %d, intermediate %d", 
-           wna16_spec_name(s->format), s->E, s->H, s->I);
+    FILE *f = piped ? stderr : stdout;
+    fprintf(f, "wrote %s: %zu layer%s, %zu tensors, %s (%s, target %s) in "
+            "%.2f s\n", strcmp(o->out, "-") ? o->out : "standard output",
+            s->n_layers, s->n_layers == 1 ? "" : "s", s->n_tensors,
+            human_bytes(s->bytes, b, sizeof b), wna16_spec_name(s->backend),
+            wna16_target_name(s->target), secs);
+    fprintf(f, "  from %s: %d experts, hidden %d, intermediate %d",
+            wna16_spec_name(s->format), s->E, s->H, s->I);
     if (s->IP != s->I)
-        printf(" (padded to %d)", s->IP);
-    printf(", %d-bit, group %d%s%s%s", s->quant.bits, s->quant.group_size,
-           s->quant.zero_point ? ", zero points" : "",
-           s->quant.act_order ? ", act-order" : "",
-           s->quant.bias ? ", bias" : "");
+        fprintf(f, " (padded to %d)", s->IP);
+    fprintf(f, ", %d-bit, group %d%s%s%s", s->quant.bits, s->quant.group_size,
+            s->quant.zero_point ? ", zero points" : "",
+            s->quant.act_order ? ", act-order" : "",
+            s->quant.bias ? ", bias" : "");
     if (s->quant.input_dtype != WNA16_INPUT_16BIT)
-        printf(", for %s activations",
-               wna16_input_dtype_name(s->quant.input_dtype));
+        fprintf(f, ", for %s activations",
+                wna16_input_dtype_name(s->quant.input_dtype));
     if (s->n_copied)
-        printf("; %zu non-expert tensors copied", s->n_copied);
-    printf("\n");
+        fprintf(f, "; %zu non-expert tensors copied", s->n_copied);
+    fprintf(f, "\n");
+}
+
+/* SIGINT, SIGTERM and SIGHUP remove the output's temporary, then end the
+ * process as they would have (runtime/output.h); a signal ignored when we
+ * started (nohup, a background job of a script) stays ignored. */
+static void catch_signals(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa = {.sa_handler = w16_output_on_signal,
+                                    .sa_flags = SA_RESETHAND};
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(sigs[i], &sa, NULL);
+    }
 }
 
 static void fill_options(const repack_cli_t *o, wna16_target_t target,
@@ -374,13 +416,15 @@ int cmd_repack(int argc, char **argv)
     }
     wna16_repack_summary_t sum;
     wna16_error_t err;
+    catch_signals();
+    bool piped = out_is_stdout(o.out);
     double t0 = now_s();
     wna16_status_t st = wna16_repack_checkpoint(ctx, o.checkpoint, o.out, &ro,
                                                 &sum, &err);
     if (pr.drawn)
         fputc('\n', stderr);
     if (st == WNA16_OK)
-        print_summary(&o, &sum, now_s() - t0);
+        print_summary(&o, piped, &sum, now_s() - t0);
     else
         rc = cli_fail(&err);
     wna16_context_destroy(ctx);

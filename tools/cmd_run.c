@@ -52,8 +52,14 @@ static void usage(FILE *f)
 "                         models), top-k of the layer\n"
 "  -o, --output Y.safetensors\n"
 "                         write `output` [M, H] in the dtype of the hidden\n"
-"                         states, when the result matches the reference\n"
-"                         (written whole or not at all)\n"
+"                         states, when the result matches the reference: a\n"
+"                         regular file (or a new one) through Y.tmp.PID.N\n"
+"                         renamed over it, written whole or not at all (the\n"
+"                         temporary removed on errors, SIGINT and SIGTERM);\n"
+"                         a symbolic link's target the same way, the link\n"
+"                         kept; a FIFO or a character device directly; a\n"
+"                         directory, block device or socket refused; not -\n"
+"                         (standard output carries the report)\n"
 "  --tokens M             random tokens (default 16; not with --input)\n"
 "  --target cpu|cuda      where to run (default: the best present)\n"
 "  --backend NAME         run this backend's layout (selection's verdict on\n"
@@ -114,6 +120,9 @@ static int parse(int argc, char **argv, run_opts_t *o)
                    cli_opt_value(argc, argv, &i, "-o", &v)) {
             if (!(o->output = v))
                 return cli_usage_error("run", "-o needs a .safetensors file");
+            if (strcmp(v, "-") == 0)
+                return cli_usage_error("run", "-o -: standard output carries "
+                                       "the report; name a file or a FIFO");
         } else if (cli_opt_value(argc, argv, &i, "--backend", &v)) {
             if (!(o->backend = v))
                 return cli_usage_error("run", "--backend needs a name");

@@ -3,10 +3,15 @@
  * writes: random ones from a seed, or a safetensors file (--input) holding
  * hidden_states [M, H] (F16 or BF16), topk_ids [M, topk] (I32 or I64) and
  * topk_weights [M, topk] (F32, F16 or BF16), as vLLM's fused_moe receives
- * them; -o writes `output` [M, H] in the dtype of hidden_states.
+ * them; -o writes `output` [M, H] in the dtype of hidden_states, as
+ * runtime/output.h says for each kind of path, with SIGINT, SIGTERM and
+ * SIGHUP removing the temporary file while it is written.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "run.h"
+#include "runtime/output.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -240,6 +245,21 @@ int run_input_read(wna16_context_t *ctx, const char *path,
 
 /* ---- -o ---------------------------------------------------------------------- */
 
+/* SIGINT, SIGTERM and SIGHUP remove the output's temporary, then end the
+ * process as they would have; a signal ignored when we started stays
+ * ignored. */
+static void catch_signals(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa = {.sa_handler = w16_output_on_signal,
+                                    .sa_flags = SA_RESETHAND};
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(sigs[i], &sa, NULL);
+    }
+}
+
 int run_output_write(wna16_context_t *ctx, const char *path,
                      const run_input_t *in, int32_t H, const void *out,
                      const char *backend, const char *target)
@@ -255,8 +275,10 @@ int run_output_write(wna16_context_t *ctx, const char *path,
     wna16_status_t st = wna16_tensor_set_create(ctx, &set, &err);
     if (st == WNA16_OK)
         st = wna16_tensor_set_add_view(set, &t, &err);
-    if (st == WNA16_OK)
+    if (st == WNA16_OK) {
+        catch_signals();
         st = wna16_safetensors_write_set(ctx, path, set, 4, keys, vals, &err);
+    }
     wna16_tensor_set_destroy(set);
     return st == WNA16_OK ? CLI_OK : cli_fail(&err);
 }
