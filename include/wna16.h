@@ -688,12 +688,13 @@ uint32_t wna16_build_kernel_platforms(void);
 /* ------------------------------------------------------------------------ */
 
 /* Where repack work runs: the scalar reference (the oracle), generated
- * kernels JIT-compiled for the host CPU (LLVM), or generated kernels on a
- * CUDA GPU (NVRTC). */
+ * kernels JIT-compiled for the host CPU (LLVM), on a CUDA GPU (NVRTC), or
+ * on an Intel GPU (SPIR-V through Level Zero). */
 typedef enum wna16_target {
     WNA16_TARGET_REFERENCE = 0,
     WNA16_TARGET_CPU = 1,
     WNA16_TARGET_CUDA = 2,
+    WNA16_TARGET_XPU = 3, /* Intel GPUs: SPIR-V through Level Zero */
     WNA16_TARGET_COUNT_
 } wna16_target_t;
 

@@ -12,11 +12,15 @@
 
 extern const w16_target_t w16_target_cpu;
 extern const w16_target_t w16_target_cuda;
+extern const w16_target_t w16_target_xpu;
 
 /* Preference order for running a job: a GPU first. */
 static const w16_target_t *const targets[] = {
 #ifdef WNA16_HAVE_CUDA
     &w16_target_cuda,
+#endif
+#ifdef WNA16_HAVE_LEVEL_ZERO
+    &w16_target_xpu,
 #endif
 #ifdef WNA16_HAVE_LLVM
     &w16_target_cpu,
@@ -67,6 +71,8 @@ static const char *const missing_component[WNA16_TARGET_COUNT_] = {
     [WNA16_TARGET_CPU] = "built without LLVM 19 (install llvm-19-dev and "
                          "reconfigure)",
     [WNA16_TARGET_CUDA] = "built without CUDA headers",
+    [WNA16_TARGET_XPU] = "built without the Level Zero headers (install "
+                         "libze-dev and reconfigure)",
 };
 
 wna16_status_t w16_target_probe(wna16_context_t *ctx, wna16_target_t id,

@@ -283,8 +283,9 @@ static void test_default_mask(void)
 #ifdef WNA16_HAVE_CUDA
     want |= ST_BIT(CUDA);
 #endif
-    /* xpu only once a target generates kernels for it: the Level Zero
-     * loader alone runs nothing */
+#ifdef WNA16_HAVE_LEVEL_ZERO /* the xpu target (runtime/ze/) */
+    want |= ST_BIT(XPU);
+#endif
     uint32_t mask = wna16_build_kernel_platforms();
     TU_CHECK_MSG(mask == want, "mask 0x%x, want 0x%x", mask, want);
     TU_CHECK(!(mask & ST_BIT(ROCM)));
