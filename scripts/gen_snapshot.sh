@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Records the text the generator prints (kernel IR, LLVM IR before
-# optimization, CUDA C) for a fixed list of kernels, so that a change meant
-# to keep behaviour (a refactor) can show that every kernel is byte for byte
-# what it was. The list covers repack kernels (every format into every
-# backend, 4 and 8 bits, group sizes -1/32/64/128, zero points, act order,
-# biases, 8-bit activation variants), the portable fused-MoE kernels (every
-# backend, standard and batched, every stage) and the tensor-core CUDA units
-# (marlin and batched_marlin, sm_80 and sm_90, decode to prefill tiles).
+# optimization, CUDA C, SPIR-V disassembled) for a fixed list of kernels, so
+# that a refactor can show that every kernel is byte for byte what it was.
+# The list covers repack kernels (every format into every backend, 4 and 8
+# bits, group sizes -1/32/64/128, zero points, act order, biases, 8-bit
+# activation variants), the portable fused-MoE kernels (every backend,
+# standard and batched, every stage) and the tensor-core CUDA units (marlin
+# and batched_marlin, sm_80 and sm_90, decode to prefill tiles).
 # A case the generator refuses is recorded too: its message and exit status.
 # A change that only rewords comments in templates/ shows as such with
 # scripts/snapshot_comment_diff.py BEFORE_DIR AFTER_DIR over two recordings.
@@ -42,13 +42,13 @@ cases() {
   for f in gptq awq compressed_tensors moe_wna16; do
     for b in marlin batched_marlin triton humming flashinfer_trtllm xpu cpu emulation; do
       for q in "${quant[@]}"; do
-        for t in ir llvm cuda; do
+        for t in ir llvm cuda spirv; do
           echo "repack-$f-$b-${q%%|*}-$t|--kind repack --from $f --to $b --target $t ${q#*|}"
         done
       done
     done
   done
-  for t in ir llvm cuda; do
+  for t in ir llvm cuda spirv; do
     echo "repack-gptq-marlin-a8int8-$t|--kind repack --from gptq --to marlin --bits 4 --group-size 128 --input-dtype int8 --target $t"
     echo "repack-gptq-marlin-a8fp8-$t|--kind repack --from gptq --to marlin --bits 4 --group-size 128 --input-dtype fp8 --target $t"
     echo "repack-awq-triton-bf16-$t|--kind repack --from awq --to triton --bits 4 --group-size 128 --zero-point --scale-dtype BF16 --target $t"
@@ -61,11 +61,11 @@ cases() {
   )
   for b in marlin batched_marlin triton humming flashinfer_trtllm xpu cpu emulation; do
     for q in "${mq[@]}"; do
-      for t in ir llvm cuda; do
+      for t in ir llvm cuda spirv; do
         echo "moe-$b-${q%%|*}-$t|--kind moe --to $b ${q#*|} --target $t"
       done
     done
-    for t in ir llvm; do
+    for t in ir llvm spirv; do
       echo "moe-$b-batched-f16-gelu-$t|--kind moe --to $b --bits 4 --group-size 128 --batched --act-dtype F16 --scale-dtype F16 --activation gelu --target $t"
       echo "moe-$b-swigluoai-bm8-$t|--kind moe --to $b --bits 4 --activation swigluoai --block-m 8 --topk 2 --hidden 384 --intermediate 160 --experts 3 --group-size 32 --target $t"
     done
