@@ -37,8 +37,11 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 #endif
     ;
 
-/* Prints "wna16: <message>" for a failed library call; returns CLI_FAIL. */
+/* Prints "wna16: <message>" for a failed library call; returns CLI_FAIL.
+ * The error is also kept as the command's last (cli_last_error). */
 int cli_fail(const wna16_error_t *err);
+/* The last error cli_fail printed in this process, or NULL. */
+const wna16_error_t *cli_last_error(void);
 
 /* Option parsing: matches "--name VALUE" or "--name=VALUE" at argv[*i];
  * advances *i past the value. Returns true on a match; *value NULL when
@@ -57,6 +60,10 @@ int cli_target(const char *cmd, const char *value, bool reference_ok,
 
 /* Writes s as a JSON string (quoted, escaped). */
 void cli_json_string(FILE *f, const char *s);
+/* The failure of a command run with --json, as one object on its own
+ * line: {"ok": false, "error": {"status": "EUNSUPPORTED", "message":
+ * "..."}}; returns CLI_FAIL. */
+int cli_json_fail(FILE *f, const wna16_error_t *err);
 
 /* A context with the built-in specs (and $WNA16_SPEC_DIR); prints the error
  * and returns NULL on failure. */

@@ -46,8 +46,20 @@ int cli_target(const char *cmd, const char *value, bool reference_ok,
     return cli_usage_error(cmd, "--target: '%s' is not %s", value, choices);
 }
 
+/* The command's last failure, for a --json report (one command a process,
+ * one thread reporting). */
+static wna16_error_t last_error;
+static bool have_last_error;
+
+const wna16_error_t *cli_last_error(void)
+{
+    return have_last_error ? &last_error : NULL;
+}
+
 int cli_fail(const wna16_error_t *err)
 {
+    last_error = *err;
+    have_last_error = true;
     fprintf(stderr, "wna16: %s\n", err->message[0] ? err->message
                                                    : wna16_status_text(err->status));
     return CLI_FAIL;
@@ -114,4 +126,15 @@ wna16_context_t *cli_context(void)
         return NULL;
     }
     return ctx;
+}
+
+int cli_json_fail(FILE *f, const wna16_error_t *err)
+{
+    fputs("{\"ok\": false, \"error\": {\"status\": ", f);
+    cli_json_string(f, wna16_status_name(err->status));
+    fputs(", \"message\": ", f);
+    cli_json_string(f, err->message[0] ? err->message
+                                       : wna16_status_text(err->status));
+    fputs("}}\n", f);
+    return CLI_FAIL;
 }

@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CMD "fuzz"
@@ -29,9 +30,14 @@ static void usage(FILE *f)
         "usage: wna16 fuzz [--kind repack|moe] [--count N] [--seed S]\n"
         "                  [--target cpu|cuda] [--from SPEC] [--to SPEC]\n"
         "                  [--backend SPEC] [--no-shrink] [--verbose]\n"
-        "                  [--inject-fault]\n"
+        "                  [--inject-fault] [--json]\n"
         "       wna16 fuzz [--kind repack|moe] --case 'CASE'\n"
-        "                  [--target cpu|cuda] [--no-shrink] [--inject-fault]\n\n"
+        "                  [--target cpu|cuda] [--no-shrink] [--inject-fault]\n"
+        "                  [--json]\n\n"
+        "--json prints one object on stdout when the run ends (ok, kind,\n"
+        "target, seed, the count of each outcome, seconds, and the failure:\n"
+        "the case as drawn and as shrunk, the message, the reproducer); the\n"
+        "lines above then go to stderr.\n\n"
         "--kind repack (the default):\n"
         "Draws N random repack problems (default 100) and checks that the\n"
         "generated kernels of the target (default cpu) write exactly the\n"
@@ -495,23 +501,27 @@ static const char *parse_case(wna16_context_t *ctx, const char *text,
 
 /* Reports a failure (shrunk unless --no-shrink); returns CLI_FAIL. */
 static int report_failure(wna16_context_t *ctx, const fz_opts_t *o,
-                          fz_case_t *c, char *msg, size_t n)
+                          fz_case_t *c, char *msg, size_t n, fz_report_t *rep)
 {
     char text[512];
     case_text(c, text, sizeof text);
-    printf("FAIL %s\n     %s\n", text, msg);
+    fprintf(o->out, "FAIL %s\n     %s\n", text, msg);
+    snprintf(rep->failed, sizeof rep->failed, "%s", text);
     if (o->shrink) {
         fprintf(stderr, "wna16 fuzz: shrinking the failing case...\n");
         int steps = shrink(ctx, c, o->target, msg, n, o->verbose);
         case_text(c, text, sizeof text);
         if (steps)
-            printf("shrunk in %d step%s:\nFAIL %s\n     %s\n", steps,
-                   steps == 1 ? "" : "s", text, msg);
+            fprintf(o->out, "shrunk in %d step%s:\nFAIL %s\n     %s\n",
+                    steps, steps == 1 ? "" : "s", text, msg);
     }
-    printf("reproduce: wna16 fuzz --target %s%s --case '%s'\n",
-           wna16_target_name(o->target),
-           inject_fault ? " --inject-fault" : "", text);
-    fflush(stdout);
+    snprintf(rep->shrunk, sizeof rep->shrunk, "%s", text);
+    snprintf(rep->message, sizeof rep->message, "%s", msg);
+    snprintf(rep->reproduce, sizeof rep->reproduce, "wna16 fuzz --target "
+             "%s%s --case '%s'", wna16_target_name(o->target),
+             inject_fault ? " --inject-fault" : "", text);
+    fprintf(o->out, "reproduce: %s\n", rep->reproduce);
+    fflush(o->out);
     return CLI_FAIL;
 }
 
@@ -566,6 +576,8 @@ static int parse_opts(int argc, char **argv, fz_opts_t *o)
             o->shrink = false;
         } else if (strcmp(argv[i], "--verbose") == 0) {
             o->verbose = true;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            o->json = true;
         } else if (strcmp(argv[i], "--inject-fault") == 0) {
             o->inject_fault = true;
         } else {
@@ -594,24 +606,27 @@ static int check_target(wna16_context_t *ctx, const fz_opts_t *o)
     void *inst;
     if (w16_target_probe(ctx, o->target, NULL, &inst, &err) != WNA16_OK) {
         fprintf(stderr, "wna16 fuzz: %s; no case run\n", err.message);
-        return CLI_FAIL;
+        return o->json ? cli_json_fail(stdout, &err) : CLI_FAIL;
     }
     return CLI_OK;
 }
 
-static int fuzz_one(wna16_context_t *ctx, const fz_opts_t *o)
+static int fuzz_one(wna16_context_t *ctx, const fz_opts_t *o,
+                    fz_report_t *rep)
 {
     fz_case_t c;
     char why[512], msg[1024], text[512];
     if (parse_case(ctx, o->one, &c, why, sizeof why))
         return cli_usage_error(CMD, "--case: %s", why);
     case_text(&c, text, sizeof text);
-    switch (run_case(ctx, &c, o->target, msg, sizeof msg)) {
+    fz_outcome_t out = run_case(ctx, &c, o->target, msg, sizeof msg);
+    rep->tally[out]++;
+    switch (out) {
     case FZ_SAME:
-        printf("ok   %s: same bytes\n", text);
+        fprintf(o->out, "ok   %s: same bytes\n", text);
         return CLI_OK;
     case FZ_REFUSED:
-        printf("ok   %s: refused alike\n", text);
+        fprintf(o->out, "ok   %s: refused alike\n", text);
         return CLI_OK;
     case FZ_INVALID:
         fprintf(stderr, "wna16 fuzz: %s: the source cannot hold this layer "
@@ -621,10 +636,11 @@ static int fuzz_one(wna16_context_t *ctx, const fz_opts_t *o)
     case FZ_UNSUPPORTED: /* not a repack outcome */
         break;
     }
-    return report_failure(ctx, o, &c, msg, sizeof msg);
+    return report_failure(ctx, o, &c, msg, sizeof msg, rep);
 }
 
-static int fuzz_many(wna16_context_t *ctx, const fz_opts_t *o)
+static int fuzz_many(wna16_context_t *ctx, const fz_opts_t *o,
+                     fz_report_t *rep)
 {
     const wna16_spec_t *from = NULL, *to = NULL;
     if (o->from && !((from = find_any(ctx, o->from)) && can_be(from, true)))
@@ -635,7 +651,7 @@ static int fuzz_many(wna16_context_t *ctx, const fz_opts_t *o)
         return cli_usage_error(CMD, "--to: '%s' is not a destination spec (a "
                                "backend or moe_wna16)", o->to);
     fz_rng_t r = {o->seed};
-    long tally[5] = {0}, tries = 0;
+    long *tally = rep->tally, tries = 0;
     long every = o->count >= 10 ? o->count / 10 : 1;
     bool tty = isatty(STDERR_FILENO);
     char msg[1024];
@@ -662,11 +678,12 @@ static int fuzz_many(wna16_context_t *ctx, const fz_opts_t *o)
         if (out == FZ_FAILED) {
             if (tty && !o->verbose)
                 fputc('\n', stderr);
-            report_failure(ctx, o, &c, msg, sizeof msg);
+            report_failure(ctx, o, &c, msg, sizeof msg, rep);
             break;
         }
     }
-    printf("wna16 fuzz: %ld cases (seed %#" PRIx64 ", target %s): %ld same "
+    fprintf(o->out, "wna16 fuzz: %ld cases (seed %#" PRIx64 ", target %s): "
+           "%ld same "
            "bytes, %ld refused alike, %ld skipped, %ld failed%s\n",
            tally[FZ_SAME] + tally[FZ_REFUSED] + tally[FZ_INVALID] +
                tally[FZ_FAILED],
@@ -674,6 +691,38 @@ static int fuzz_many(wna16_context_t *ctx, const fz_opts_t *o)
            tally[FZ_REFUSED], tally[FZ_INVALID], tally[FZ_FAILED],
            tally[FZ_FAILED] ? " (stopped at the first failure)" : "");
     return tally[FZ_FAILED] ? CLI_FAIL : CLI_OK;
+}
+
+void fz_report_json(const fz_opts_t *o, const fz_report_t *r)
+{
+    static const char *const keys[] = {
+        [FZ_SAME] = "passed", [FZ_REFUSED] = "refused_alike",
+        [FZ_INVALID] = "skipped", [FZ_FAILED] = "failed",
+        [FZ_UNSUPPORTED] = "unsupported"};
+    long cases = 0;
+    for (int i = 0; i < 5; i++)
+        cases += r->tally[i];
+    printf("{\"ok\": %s, \"kind\": \"%s\", \"target\": ",
+           r->tally[FZ_FAILED] ? "false" : "true",
+           o->kind == FZ_KIND_MOE ? "moe" : "repack");
+    cli_json_string(stdout, wna16_target_name(o->target));
+    printf(", \"seed\": %" PRIu64 ", \"cases\": %ld", o->seed, cases);
+    for (int i = 0; i < 5; i++)
+        printf(", \"%s\": %ld", keys[i], r->tally[i]);
+    printf(", \"seconds\": %.3f, \"failure\": ", r->seconds);
+    if (!r->tally[FZ_FAILED]) {
+        printf("null}\n");
+        return;
+    }
+    printf("{\"case\": ");
+    cli_json_string(stdout, r->failed);
+    printf(", \"shrunk\": ");
+    cli_json_string(stdout, r->shrunk);
+    printf(", \"message\": ");
+    cli_json_string(stdout, r->message);
+    printf(", \"reproduce\": ");
+    cli_json_string(stdout, r->reproduce);
+    printf("}}\n");
 }
 
 int cmd_fuzz(int argc, char **argv)
@@ -687,11 +736,21 @@ int cmd_fuzz(int argc, char **argv)
     wna16_context_t *ctx = cli_context();
     if (!ctx)
         return CLI_FAIL;
+    o.out = o.json ? stderr : stdout;
+    fz_report_t rep;
+    memset(&rep, 0, sizeof rep);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     rc = check_target(ctx, &o);
     if (rc == CLI_OK && o.kind == FZ_KIND_MOE)
-        rc = o.one ? fuzz_moe_one(ctx, &o) : fuzz_moe_many(ctx, &o);
+        rc = o.one ? fuzz_moe_one(ctx, &o, &rep) : fuzz_moe_many(ctx, &o, &rep);
     else if (rc == CLI_OK)
-        rc = o.one ? fuzz_one(ctx, &o) : fuzz_many(ctx, &o);
+        rc = o.one ? fuzz_one(ctx, &o, &rep) : fuzz_many(ctx, &o, &rep);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    rep.seconds = (double)(t1.tv_sec - t0.tv_sec) +
+                  1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (o.json && rc != CLI_USAGE && (rc == CLI_OK || rep.tally[FZ_FAILED]))
+        fz_report_json(&o, &rep);
     wna16_context_destroy(ctx);
     return rc;
 }

@@ -27,7 +27,7 @@ typedef struct repack_cli {
     const char *checkpoint, *out, *to, *target, *format, *layer, *input;
     long bits, group_size, hidden, inter, experts;
     bool bits_set, group_size_set, hidden_set, inter_set, experts_set;
-    bool zero_point, sym, desc_act, all_tensors, quiet;
+    bool zero_point, sym, desc_act, all_tensors, quiet, json;
 } repack_cli_t;
 
 static void usage(FILE *f)
@@ -87,6 +87,9 @@ static void usage(FILE *f)
 "  --hidden N             hidden size\n"
 "  --intermediate N       MoE intermediate size\n"
 "  --experts N            number of experts\n"
+"  --json                 report as one JSON object (the summary, or\n"
+"                         {\"ok\": false, \"error\": {...}} on failure) on\n"
+"                         stdout, or on stderr when stdout carries the file\n"
 "  -h, --help             this help\n"
 "\n"
 "Exit status: 0 written, 1 refused or failed, 2 usage error; killed by a\n"
@@ -101,6 +104,7 @@ static bool set_switch(repack_cli_t *o, const char *a)
         {"--zero-point", &o->zero_point}, {"--sym", &o->sym},
         {"--desc-act", &o->desc_act},     {"--all-tensors", &o->all_tensors},
         {"--quiet", &o->quiet},           {"-q", &o->quiet},
+        {"--json", &o->json},
     };
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++)
         if (strcmp(a, sw[i].name) == 0) {
@@ -349,6 +353,32 @@ static void print_summary(const repack_cli_t *o, bool piped,
     fprintf(f, "\n");
 }
 
+/* The summary as one JSON object. */
+static void print_summary_json(const repack_cli_t *o, bool piped,
+                               const wna16_repack_summary_t *s, double secs)
+{
+    FILE *f = piped ? stderr : stdout;
+    fputs("{\"ok\": true, \"output\": ", f);
+    cli_json_string(f, o->out);
+    fprintf(f, ", \"layers\": %zu, \"tensors\": %zu, \"bytes\": %llu, "
+            "\"copied\": %zu, \"backend\": ", s->n_layers, s->n_tensors,
+            (unsigned long long)s->bytes, s->n_copied);
+    cli_json_string(f, wna16_spec_name(s->backend));
+    fputs(", \"target\": ", f);
+    cli_json_string(f, wna16_target_name(s->target));
+    fputs(", \"format\": ", f);
+    cli_json_string(f, wna16_spec_name(s->format));
+    fprintf(f, ", \"experts\": %d, \"hidden\": %d, \"intermediate\": %d, "
+            "\"intermediate_padded\": %d, \"bits\": %d, \"group_size\": %d, "
+            "\"zero_point\": %s, \"act_order\": %s, \"bias\": %s, "
+            "\"input_dtype\": ", s->E, s->H, s->I, s->IP, s->quant.bits,
+            s->quant.group_size, s->quant.zero_point ? "true" : "false",
+            s->quant.act_order ? "true" : "false",
+            s->quant.bias ? "true" : "false");
+    cli_json_string(f, wna16_input_dtype_name(s->quant.input_dtype));
+    fprintf(f, ", \"seconds\": %.3f}\n", secs);
+}
+
 /* SIGINT, SIGTERM and SIGHUP remove the output's temporary, then end the
  * process as they would have (runtime/output.h); a signal ignored when we
  * started (nohup, a background job of a script) stays ignored. */
@@ -423,8 +453,12 @@ int cmd_repack(int argc, char **argv)
                                                 &sum, &err);
     if (pr.drawn)
         fputc('\n', stderr);
-    if (st == WNA16_OK)
+    if (st == WNA16_OK && o.json)
+        print_summary_json(&o, piped, &sum, now_s() - t0);
+    else if (st == WNA16_OK)
         print_summary(&o, piped, &sum, now_s() - t0);
+    else if (o.json)
+        rc = cli_json_fail(piped ? stderr : stdout, &err);
     else
         rc = cli_fail(&err);
     wna16_context_destroy(ctx);

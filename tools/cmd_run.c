@@ -235,6 +235,7 @@ static int run(wna16_context_t *ctx, const run_opts_t *o)
     wna16_tensor_set_t *packed = NULL;
     wna16_error_t err;
     void *got = NULL, *ref = NULL;
+    bool reported = false;
     run_log_init(&log, o->json);
     fprintf(log.f, "wna16 run: %s\n", o->checkpoint ? o->checkpoint
                                                      : "the embedded default");
@@ -300,7 +301,17 @@ static int run(wna16_context_t *ctx, const run_opts_t *o)
     else
         run_report_human(&L, &c, &f, &log);
     rc = f.ok ? CLI_OK : CLI_FAIL;
+    reported = true;
 out:
+    /* --json: a failure before the report is an object too */
+    if (o->json && rc != CLI_OK && !reported) {
+        const wna16_error_t *e = cli_last_error();
+        wna16_error_t none = {.status = WNA16_EINTERNAL};
+        if (!e)
+            snprintf(none.message, sizeof none.message, "the run failed: see "
+                     "the messages on standard error");
+        cli_json_fail(stdout, e ? e : &none);
+    }
     free(got);
     free(ref);
     wna16_tensor_set_destroy(packed);

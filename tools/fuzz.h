@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* ---- random numbers (splitmix64: one 64-bit seed reproduces a case) ------ */
 
@@ -53,6 +54,8 @@ typedef struct fz_opts {
     const char *from, *to, *one; /* --from, --to (repack), --case */
     const char *backend;         /* --backend (moe) */
     bool shrink, verbose, inject_fault;
+    bool json;  /* --json: one object on stdout, the lines on stderr */
+    FILE *out;  /* where the human lines go: stdout, or stderr with --json */
 } fz_opts_t;
 
 /* How a case ended. */
@@ -66,9 +69,20 @@ typedef enum fz_outcome {
                        ...); counted, not a failure */
 } fz_outcome_t;
 
+/* What a run reports with --json: the tally by outcome, the time, and
+ * the first failure (as drawn, as shrunk, the message, the reproducer). */
+typedef struct fz_report {
+    long tally[5];
+    double seconds;
+    char failed[640], shrunk[640], message[1024], reproduce[1024];
+} fz_report_t;
+
+/* Prints the report as one JSON object on stdout (cmd_fuzz.c). */
+void fz_report_json(const fz_opts_t *o, const fz_report_t *r);
+
 /* The fused-MoE kind (fuzz_moe.c): --case, or --count random cases.
  * Exit status as cmd_fuzz. */
-int fuzz_moe_one(wna16_context_t *ctx, const fz_opts_t *o);
-int fuzz_moe_many(wna16_context_t *ctx, const fz_opts_t *o);
+int fuzz_moe_one(wna16_context_t *ctx, const fz_opts_t *o, fz_report_t *rep);
+int fuzz_moe_many(wna16_context_t *ctx, const fz_opts_t *o, fz_report_t *rep);
 
 #endif

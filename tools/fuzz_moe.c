@@ -1097,27 +1097,31 @@ static const char *parse_case(wna16_context_t *ctx, wna16_target_t target,
 /* ---- the command ------------------------------------------------------------ */
 
 static int report_failure(wna16_context_t *ctx, const fz_opts_t *o,
-                          fm_case_t *c, char *msg, size_t n)
+                          fm_case_t *c, char *msg, size_t n, fz_report_t *rep)
 {
     char text[640];
     case_text(c, text, sizeof text);
-    printf("FAIL %s\n     %s\n", text, msg);
+    fprintf(o->out, "FAIL %s\n     %s\n", text, msg);
+    snprintf(rep->failed, sizeof rep->failed, "%s", text);
     if (o->shrink) {
         fprintf(stderr, "wna16 fuzz: shrinking the failing case...\n");
         int steps = shrink(ctx, c, o->target, msg, n, o->verbose);
         case_text(c, text, sizeof text);
         if (steps)
-            printf("shrunk in %d step%s:\nFAIL %s\n     %s\n", steps,
-                   steps == 1 ? "" : "s", text, msg);
+            fprintf(o->out, "shrunk in %d step%s:\nFAIL %s\n     %s\n",
+                    steps, steps == 1 ? "" : "s", text, msg);
     }
-    printf("reproduce: wna16 fuzz --kind moe --target %s%s --case '%s'\n",
-           wna16_target_name(o->target),
-           o->inject_fault ? " --inject-fault" : "", text);
-    fflush(stdout);
+    snprintf(rep->shrunk, sizeof rep->shrunk, "%s", text);
+    snprintf(rep->message, sizeof rep->message, "%s", msg);
+    snprintf(rep->reproduce, sizeof rep->reproduce, "wna16 fuzz --kind moe "
+             "--target %s%s --case '%s'", wna16_target_name(o->target),
+             o->inject_fault ? " --inject-fault" : "", text);
+    fprintf(o->out, "reproduce: %s\n", rep->reproduce);
+    fflush(o->out);
     return CLI_FAIL;
 }
 
-int fuzz_moe_one(wna16_context_t *ctx, const fz_opts_t *o)
+int fuzz_moe_one(wna16_context_t *ctx, const fz_opts_t *o, fz_report_t *rep)
 {
     fm_case_t c;
     char why[512], msg[1024], text[640];
@@ -1126,17 +1130,19 @@ int fuzz_moe_one(wna16_context_t *ctx, const fz_opts_t *o)
         return cli_usage_error(CMD, "--case: %s", why);
     case_text(&c, text, sizeof text);
     fm_stats_t st;
-    switch (run_case(ctx, &c, o->target, &st, msg, sizeof msg)) {
+    fz_outcome_t out = run_case(ctx, &c, o->target, &st, msg, sizeof msg);
+    rep->tally[out]++;
+    switch (out) {
     case FZ_SAME:
-        printf("ok   %s: within the tolerance (%zu of %zu outputs "
+        fprintf(o->out, "ok   %s: within the tolerance (%zu of %zu outputs "
                "bit-identical, worst %.3f of the allowed)\n", text, st.exact,
                st.total, st.worst);
         return CLI_OK;
     case FZ_REFUSED:
-        printf("ok   %s: refused alike (%s)\n", text, msg);
+        fprintf(o->out, "ok   %s: refused alike (%s)\n", text, msg);
         return CLI_OK;
     case FZ_UNSUPPORTED:
-        printf("ok   %s: unsupported by the %s target (%s)\n", text,
+        fprintf(o->out, "ok   %s: unsupported by the %s target (%s)\n", text,
                wna16_target_name(o->target), msg);
         return CLI_OK;
     case FZ_INVALID:
@@ -1146,7 +1152,7 @@ int fuzz_moe_one(wna16_context_t *ctx, const fz_opts_t *o)
     case FZ_FAILED:
         break;
     }
-    return report_failure(ctx, o, &c, msg, sizeof msg);
+    return report_failure(ctx, o, &c, msg, sizeof msg, rep);
 }
 
 static double now_s(void)
@@ -1156,7 +1162,7 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-int fuzz_moe_many(wna16_context_t *ctx, const fz_opts_t *o)
+int fuzz_moe_many(wna16_context_t *ctx, const fz_opts_t *o, fz_report_t *rep)
 {
     const wna16_spec_t *fixed = NULL;
     inject_fault = o->inject_fault;
@@ -1170,7 +1176,7 @@ int fuzz_moe_many(wna16_context_t *ctx, const fz_opts_t *o)
                                ? "marlin or batched_marlin"
                                : "a stacked layout with codes and scales");
     fz_rng_t r = {o->seed};
-    long tally[5] = {0}, tries = 0;
+    long *tally = rep->tally, tries = 0;
     long every = o->count >= 10 ? o->count / 10 : 1;
     bool tty = isatty(STDERR_FILENO);
     char msg[1024];
@@ -1204,11 +1210,12 @@ int fuzz_moe_many(wna16_context_t *ctx, const fz_opts_t *o)
         if (out == FZ_FAILED) {
             if (tty && !o->verbose)
                 fputc('\n', stderr);
-            report_failure(ctx, o, &c, msg, sizeof msg);
+            report_failure(ctx, o, &c, msg, sizeof msg, rep);
             break;
         }
     }
-    printf("wna16 fuzz: %ld moe cases (seed %#" PRIx64 ", target %s, %.1f s):"
+    fprintf(o->out, "wna16 fuzz: %ld moe cases (seed %#" PRIx64 ", target %s, "
+           "%.1f s):"
            " %ld within the tolerance, %ld refused alike, %ld unsupported, "
            "%ld skipped, %ld failed%s\n",
            tally[FZ_SAME] + tally[FZ_REFUSED] + tally[FZ_INVALID] +
