@@ -96,7 +96,7 @@ bool w16_activation_known(const char *s)
 
 /* ORDER TARGET: indexed by wna16_target_t. */
 static const char *const target_names[WNA16_TARGET_COUNT_] = {
-    "reference", "cpu", "cuda", "xpu"};
+    "reference", "cpu", "cuda", "xpu", "ocl"};
 
 const char *wna16_target_name(wna16_target_t t)
 {

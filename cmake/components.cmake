@@ -83,6 +83,20 @@ else()
   wna16_component("SPIRV-Tools" FALSE "install spirv-tools and spirv-headers")
 endif()
 
+# OpenCL headers (the ocl target: SPIR-V reverse-translated by llvm-spirv-15
+# and built by an OpenCL driver, PoCL on these machines). Only the headers:
+# libOpenCL.so.1 and the translator are found at run time, and the target
+# needs the SPIR-V emitter.
+find_path(WNA16_OPENCL_HEADERS CL/cl.h)
+if(WNA16_OPENCL_HEADERS AND WNA16_HAVE_SPIRV_TOOLS)
+  set(WNA16_HAVE_OPENCL ON)
+  list(APPEND WNA16_COMPONENT_DEFINES WNA16_HAVE_OPENCL=1)
+  wna16_component("OpenCL headers" TRUE "${WNA16_OPENCL_HEADERS}, the ocl target")
+else()
+  set(WNA16_HAVE_OPENCL OFF)
+  wna16_component("OpenCL headers" FALSE "install ocl-icd-opencl-dev (and SPIRV-Tools)")
+endif()
+
 # xxHash (cache keys)
 set(WNA16_HAVE_XXHASH OFF)
 find_path(WNA16_XXHASH_INCLUDE xxhash.h)

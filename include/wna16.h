@@ -695,6 +695,9 @@ typedef enum wna16_target {
     WNA16_TARGET_CPU = 1,
     WNA16_TARGET_CUDA = 2,
     WNA16_TARGET_XPU = 3, /* Intel GPUs: SPIR-V through Level Zero */
+    WNA16_TARGET_OCL = 4, /* the same SPIR-V through llvm-spirv-15 and an
+                             OpenCL 2.0 device whose kernels address host
+                             memory (PoCL's CPU device) */
     WNA16_TARGET_COUNT_
 } wna16_target_t;
 

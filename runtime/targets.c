@@ -13,6 +13,7 @@
 extern const w16_target_t w16_target_cpu;
 extern const w16_target_t w16_target_cuda;
 extern const w16_target_t w16_target_xpu;
+extern const w16_target_t w16_target_ocl;
 
 /* Preference order for running a job: a GPU first. */
 static const w16_target_t *const targets[] = {
@@ -21,6 +22,9 @@ static const w16_target_t *const targets[] = {
 #endif
 #ifdef WNA16_HAVE_LEVEL_ZERO
     &w16_target_xpu,
+#endif
+#ifdef WNA16_HAVE_OPENCL /* the xpu target's SPIR-V on any OpenCL device */
+    &w16_target_ocl,
 #endif
 #ifdef WNA16_HAVE_LLVM
     &w16_target_cpu,
@@ -73,6 +77,9 @@ static const char *const missing_component[WNA16_TARGET_COUNT_] = {
     [WNA16_TARGET_CUDA] = "built without CUDA headers",
     [WNA16_TARGET_XPU] = "built without the Level Zero headers (install "
                          "libze-dev and reconfigure)",
+    [WNA16_TARGET_OCL] = "built without the OpenCL headers or SPIRV-Tools "
+                         "(install ocl-icd-opencl-dev spirv-tools "
+                         "spirv-headers and reconfigure)",
 };
 
 wna16_status_t w16_target_probe(wna16_context_t *ctx, wna16_target_t id,

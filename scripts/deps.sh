@@ -11,6 +11,7 @@ WNA16_PACKAGES=(
   libxxhash-dev                         # kernel cache keys
   spirv-tools spirv-headers             # SPIR-V validation, the emitter's numbers
   libze-dev                             # Level Zero target
+  ocl-icd-opencl-dev pocl-opencl-icd llvm-spirv-15  # ocl target: SPIR-V on the CPU
   valgrind                              # memory checks
 )
 
