@@ -131,6 +131,12 @@ struct wna16_context {
     struct w16_once_key *once; /* keys already logged by w16_log_once */
     struct w16_cache *cache;   /* the kernel cache, created on first use */
     struct w16_cache *plans;   /* repack plans by request (memory only) */
+    /* The kernel packs searched before the cache and JIT, created on
+     * first use (runtime/cache/pack_set.c); freed with the context. */
+    struct w16_pack_set *packs;
+    /* Compiling kernels is refused (WNA16_JIT=0 or the option no_jit):
+     * only packs and the disk cache provide them. */
+    bool no_jit;
     /* Each target's instance, by wna16_target_t, made on first use by its
      * descriptor's probe and freed by its release (runtime/target/). The
      * layers below runtime/ see only these opaque pointers. */

@@ -235,18 +235,21 @@ static LLVMValueRef lut_call(emitter_t *E, const kir_expr_t *e)
     return call;
 }
 
-/* Whether the module's code runs on x86-64 with AVX-512 (the CPU target
- * compiles for the host, with the host's features). */
-static bool has_avx512(LLVMModuleRef m)
+/* Whether the module's code runs on x86-64 with AVX-512: `features` is
+ * the LLVM feature string it is compiled with, NULL for the host's (the
+ * JIT compiles for the host; kernel packs for named x86-64 levels). */
+static bool has_avx512(LLVMModuleRef m, const char *features)
 {
     const char *triple = LLVMGetTarget(m);
     if (!triple || strncmp(triple, "x86_64", 6) != 0)
         return false;
-    char *f = LLVMGetHostCPUFeatures();
+    char *host = features ? NULL : LLVMGetHostCPUFeatures();
+    const char *f = features ? features : host;
     bool yes = false;
     for (const char *p = f; p && *p && !yes; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
         yes = strncmp(p, "+avx512f", 8) == 0 && (p[8] == ',' || p[8] == '\0');
-    LLVMDisposeMessage(f);
+    if (host)
+        LLVMDisposeMessage(host);
     return yes;
 }
 
@@ -826,6 +829,13 @@ static void emit_entry(emitter_t *E, const char *symbol, LLVMValueRef loops)
 wna16_status_t w16_emit_llvm(const kir_kernel_t *k, LLVMModuleRef m,
                              const char *symbol, wna16_error_t *err)
 {
+    return w16_emit_llvm_for(k, m, symbol, NULL, err);
+}
+
+wna16_status_t w16_emit_llvm_for(const kir_kernel_t *k, LLVMModuleRef m,
+                                 const char *symbol, const char *features,
+                                 wna16_error_t *err)
+{
     if (k->n_params > 64)
         return w16_err(err, WNA16_EUNSUPPORTED, "kernel %s: more than 64 "
                        "parameters", k->name);
@@ -862,7 +872,7 @@ wna16_status_t w16_emit_llvm(const kir_kernel_t *k, LLVMModuleRef m,
         }
         (void)i64;
         if (!E.fail) {
-            E.lut = has_avx512(m);
+            E.lut = has_avx512(m, features);
             E.access_group = new_access_group(E.c);
             LLVMValueRef lane = emit_lane_fn(&E, symbol);
             if (!E.fail)

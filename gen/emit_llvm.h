@@ -32,6 +32,12 @@
 /* Adds the kernel's entry point, named `symbol`, to module m. */
 wna16_status_t w16_emit_llvm(const kir_kernel_t *k, LLVMModuleRef m,
                              const char *symbol, wna16_error_t *err);
+/* w16_emit_llvm for code compiled with the LLVM feature string `features`
+ * rather than the host's (NULL: the host's): the emitter picks vector
+ * helpers by what the code may use (AVX-512 or not). */
+wna16_status_t w16_emit_llvm_for(const kir_kernel_t *k, LLVMModuleRef m,
+                                 const char *symbol, const char *features,
+                                 wna16_error_t *err);
 #endif
 
 /* Writes the kernel as textual LLVM IR (unoptimized) into out; available

@@ -140,6 +140,11 @@ typedef struct wna16_context_options {
      * WNA16_CACHE_DEFAULT_MAX_BYTES. WNA16_CACHE_UNLIMITED: no limit.
      * `wna16 cache stats` shows the limit and where it came from. */
     uint64_t cache_max_bytes;
+    /* Refuse to compile kernels: each must come from a kernel pack
+     * (wna16_context_add_pack, $WNA16_PACK_PATH) or the kernel cache's
+     * directory, else the call that needs it fails naming the kernel.
+     * Also set by WNA16_JIT=0 in the environment. */
+    bool no_jit;
 } wna16_context_options_t;
 
 /* The kernel cache's size limit when neither cache_max_bytes nor
@@ -154,6 +159,20 @@ typedef struct wna16_context_options {
 wna16_status_t wna16_context_create(const wna16_context_options_t *opts,
                                     wna16_context_t **out, wna16_error_t *err);
 void wna16_context_destroy(wna16_context_t *ctx);
+
+/* Adds the ahead-of-time kernel pack at `path` (built by `wna16 pack
+ * build`) to the packs the context searches before its kernel cache and
+ * the compilers: memory-mapped read-only until the context is destroyed.
+ * Packs named by $WNA16_PACK_PATH (colon-separated) are searched first, in
+ * that order, then those added here. A pack built by another generator
+ * version is skipped with one warning; entries for other architectures
+ * are skipped (said once); a damaged entry is refused with its name and
+ * its kernel compiled instead (said once). Errors: WNA16_ENOTFOUND or
+ * WNA16_EIO when `path` cannot be read, WNA16_EFORMAT when it is not a
+ * pack or its index is damaged (the message names the path and what is
+ * wrong). Thread safe. */
+wna16_status_t wna16_context_add_pack(wna16_context_t *ctx, const char *path,
+                                      wna16_error_t *err);
 
 /* Logs through the context's sink (used by tools and the runtime). */
 void wna16_log(wna16_context_t *ctx, wna16_log_level_t level, const char *fmt,

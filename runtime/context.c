@@ -8,6 +8,7 @@
 #include "base/base.h"
 #include "spec/spec.h"
 #include "runtime/cache/cache.h"
+#include "runtime/cache/pack.h"
 #include "runtime/targets.h"
 
 #include <stdio.h>
@@ -41,6 +42,8 @@ wna16_status_t wna16_context_create(const wna16_context_options_t *opts,
     ctx->log_user = o.log_user;
     ctx->log_level = (o.log_level_set || o.log_level) ? o.log_level
                                                       : w16_log_env_level();
+    const char *jit = getenv("WNA16_JIT");
+    ctx->no_jit = o.no_jit || (jit && strcmp(jit, "0") == 0);
     const char *dir = o.spec_dir ? o.spec_dir : getenv("WNA16_SPEC_DIR");
     if (dir && !*dir)
         dir = NULL;
@@ -72,6 +75,7 @@ void wna16_context_destroy(wna16_context_t *ctx)
      * it goes first (the plans, which point at those handles, before it) */
     w16_cache_destroy(ctx->plans);
     w16_cache_destroy(ctx->cache);
+    w16_packs_free(ctx); /* kernels loaded from packs, then the mappings */
     w16_targets_release(ctx);
     w16_specs_fini(ctx);
     w16_log_once_free(ctx);

@@ -16,6 +16,8 @@
  * messages), before any work.
  */
 #include "gen/build_moe.h"
+#include "gen/request_key.h"
+#include "runtime/cache/cache.h"
 #include "runtime/ref/moe.h"
 #include "runtime/ref/ref.h"
 #include "runtime/targets.h"
@@ -313,24 +315,97 @@ void wna16_moe_layer_destroy(wna16_moe_layer_t *L)
 
 /* ---- kernels ------------------------------------------------------------- */
 
+/* A stage's kernel with its launch shape, kept in the context's plans
+ * (runtime/repack_plan.c keeps repack plans there too) by request key, so
+ * that every layer of one configuration finds it without building the
+ * kernel again; a miss builds it and looks it up by request in the kernel
+ * packs, then by content in the kernel cache. */
+typedef struct stage_plan {
+    stage_fn_t f;
+    wna16_context_t *ctx; /* owner (frees the plan) */
+} stage_plan_t;
+
+typedef struct stage_job {
+    wna16_moe_layer_t *L;
+    const w16_moe_request_t *req;
+    w16_moe_stage_t stage;
+} stage_job_t;
+
+static wna16_status_t stage_build(void *user, w16_key_t key, void **blob,
+                                  size_t *size, wna16_error_t *err)
+{
+    (void)key;
+    stage_job_t *J = user;
+    w16_moe_kernel_t mk;
+    wna16_status_t st = w16_build_moe(J->L->ctx, J->req, J->stage, &mk, err);
+    if (st != WNA16_OK)
+        return st;
+    stage_plan_t *p = w16_calloc(J->L->ctx, 1, sizeof *p);
+    if (!p)
+        st = w16_err_nomem(err, "keeping a compiled MoE kernel");
+    if (st == WNA16_OK)
+        st = w16_target_kernel_req(J->L->ctx, J->L->T, "wna16 moe kernel",
+                                   w16_moe_request_key(J->req, J->stage),
+                                   mk.kernel, &p->f.fn, NULL, err);
+    if (st == WNA16_OK) {
+        p->ctx = J->L->ctx;
+        p->f.lanes = mk.kernel->lanes;
+        p->f.n_params = mk.kernel->n_params;
+        p->f.tiles = mk.tiles;
+        memcpy(p->f.param, mk.param, sizeof p->f.param);
+        *blob = p;
+        *size = sizeof *p;
+    } else if (p) {
+        w16_free(J->L->ctx, p, sizeof *p);
+    }
+    w16_moe_kernel_free(&mk);
+    return st;
+}
+
+static wna16_status_t stage_load(void *user, const void *blob, size_t size,
+                                 void **handle, wna16_error_t *err)
+{
+    stage_job_t *J = user;
+    if (size != sizeof(stage_plan_t))
+        return w16_err(err, WNA16_EINTERNAL, "MoE stage plan of %zu bytes",
+                       size);
+    stage_plan_t *p = w16_alloc(J->L->ctx, sizeof *p);
+    if (!p)
+        return w16_err_nomem(err, "loading a MoE stage plan");
+    memcpy(p, blob, sizeof *p);
+    *handle = p;
+    return WNA16_OK;
+}
+
+static void stage_unload(void *user, void *handle)
+{
+    (void)user;
+    stage_plan_t *p = handle;
+    w16_free(p->ctx, p, sizeof *p);
+}
+
 static wna16_status_t compile_stage(wna16_moe_layer_t *L,
                                     const w16_moe_request_t *req,
                                     w16_moe_stage_t s, stage_fn_t *out,
                                     wna16_error_t *err)
 {
-    w16_moe_kernel_t mk;
-    wna16_status_t st = w16_build_moe(L->ctx, req, s, &mk, err);
+    w16_cache_t *plans;
+    wna16_status_t st = w16_context_plans(L->ctx, &plans, err);
     if (st != WNA16_OK)
         return st;
-    st = w16_target_kernel(L->ctx, L->T, "wna16 moe kernel", mk.kernel,
-                           &out->fn, NULL, err);
-    if (st == WNA16_OK) {
-        out->lanes = mk.kernel->lanes;
-        out->n_params = mk.kernel->n_params;
-        out->tiles = mk.tiles;
-        memcpy(out->param, mk.param, sizeof out->param);
-    }
-    w16_moe_kernel_free(&mk);
+    w16_key_t rk = w16_moe_request_key(req, s);
+    w16_keyer_t kr;
+    w16_keyer_init(&kr);
+    w16_keyer_str(&kr, "wna16 moe stage plan");
+    w16_keyer_u64(&kr, rk.hi);
+    w16_keyer_u64(&kr, rk.lo);
+    w16_keyer_u64(&kr, (uint64_t)L->T->id);
+    stage_job_t J = {.L = L, .req = req, .stage = s};
+    w16_cache_loader_t loader = {stage_build, stage_load, stage_unload, &J};
+    void *h = NULL;
+    st = w16_cache_get(plans, w16_keyer_done(&kr), &loader, &h, err);
+    if (st == WNA16_OK)
+        *out = ((const stage_plan_t *)h)->f;
     return st;
 }
 

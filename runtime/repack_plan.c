@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "runtime/repack_plan.h"
 
+#include "gen/request_key.h"
 #include "runtime/cache/cache.h"
 
 #include <stdio.h>
@@ -83,8 +84,10 @@ static wna16_status_t plan_compile(void *user, w16_key_t key, void **blob,
     p->rk.kernel = NULL;
     snprintf(p->name, sizeof p->name, "%s", rk.kernel->name);
     p->target = J->T;
-    st = w16_target_kernel(J->ctx, J->T, "wna16 kernel", rk.kernel, &p->fn,
-                           NULL, err);
+    /* kernel packs by request first, then the kernel cache by content */
+    st = w16_target_kernel_req(J->ctx, J->T, "wna16 kernel",
+                               w16_repack_request_key(J->req, J->sums),
+                               rk.kernel, &p->fn, NULL, err);
     w16_repack_kernel_free(&rk);
     if (st != WNA16_OK) {
         w16_free(J->ctx, p, sizeof *p);

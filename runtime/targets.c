@@ -26,9 +26,8 @@ static const w16_target_t *const targets[] = {
 #ifdef WNA16_HAVE_OPENCL /* the xpu target's SPIR-V on any OpenCL device */
     &w16_target_ocl,
 #endif
-#ifdef WNA16_HAVE_LLVM
+    /* always: without LLVM it runs kernels from packs (cpu_nojit.c) */
     &w16_target_cpu,
-#endif
     NULL, /* keeps the array non-empty in a build with no target */
 };
 

@@ -25,6 +25,7 @@ int cmd_gen_moe_cuda(int argc, char **argv);
 int cmd_repack(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_fuzz(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
 
 /* Is argv[i] "-h" or "--help"? */
 bool cli_is_help(const char *arg);

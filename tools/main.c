@@ -17,6 +17,7 @@ static const struct {
     {"repack", cmd_repack, "a checkpoint into a backend's layout (.safetensors)"},
     {"cache", cmd_cache, "kernel cache: entries and size, or clear it"},
     {"fuzz", cmd_fuzz, "generated repack kernels against the reference"},
+    {"pack", cmd_pack, "ahead-of-time kernel packs: build, list, verify, extract"},
 };
 
 static void usage(FILE *f)

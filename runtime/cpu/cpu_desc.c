@@ -8,6 +8,7 @@
  */
 #include "runtime/cpu/cpu.h"
 #include "runtime/target/target.h"
+#include "runtime/cache/pack.h"
 #include "gen/emit_llvm.h"
 
 #include <stdio.h>
@@ -17,6 +18,16 @@
 static wna16_status_t cpu_probe(wna16_context_t *ctx, void **inst,
                                 wna16_error_t *err)
 {
+#ifndef WNA16_HAVE_LLVM
+    /* without a compiler the target runs only what packs hold */
+    if (!w16_packs_have(ctx, "cpu")) {
+        *inst = NULL;
+        return w16_err(err, WNA16_EUNAVAILABLE, "cpu target unavailable: "
+                       "built without LLVM 19 (install llvm-19-dev and "
+                       "reconfigure), and no kernel pack of this context "
+                       "holds CPU kernels (WNA16_PACK_PATH)");
+    }
+#endif
     w16_cpu_t *cpu = NULL;
     wna16_status_t st = w16_cpu_get(ctx, &cpu, err);
     *inst = cpu;
@@ -82,15 +93,52 @@ static wna16_status_t cpu_compile(void *inst, wna16_context_t *ctx,
     return WNA16_OK;
 }
 
+/* A relocatable object (compiled here, or read from the disk cache) is
+ * linked into the JIT; a pack's shared object is loaded by the dynamic
+ * linker (cpu_so.c), which needs no LLVM. */
 static wna16_status_t cpu_load(void *inst, const void *blob, size_t size,
                                const char *symbol, void **fn,
                                wna16_error_t *err)
 {
     w16_cpu_fn f = NULL;
-    wna16_status_t st = w16_cpu_load_object(inst, blob, size, symbol, &f, err);
+    wna16_status_t st =
+        w16_cpu_elf_type(blob, size) == W16_CPU_ELF_SHARED
+            ? w16_cpu_so_load(w16_cpu_sos(inst), blob, size, symbol, &f, err)
+            : w16_cpu_load_object(inst, blob, size, symbol, &f, err);
     if (st == WNA16_OK)
         *fn = (void *)(uintptr_t)f;
     return st;
+}
+
+/* ---- kernel packs ------------------------------------------------------------ */
+
+static int cpu_pack_arches(void *inst, const char **out, int max)
+{
+    (void)inst;
+    return w16_cpu_host_arches(out, max);
+}
+
+static wna16_status_t cpu_pack_compile(wna16_context_t *ctx,
+                                       const kir_kernel_t *k, const char *arch,
+                                       const char *symbol, void **blob,
+                                       size_t *size, wna16_error_t *err)
+{
+#ifdef WNA16_HAVE_LLVM
+    return w16_cpu_pack_compile(ctx, k, arch, symbol, blob, size, err);
+#else
+    (void)ctx; (void)arch; (void)symbol; (void)blob; (void)size;
+    return w16_err(err, WNA16_EUNAVAILABLE, "kernel %s: this build has no "
+                   "LLVM to compile CPU pack entries with", k->name);
+#endif
+}
+
+static const char *cpu_pack_compiler(void)
+{
+#ifdef WNA16_HAVE_LLVM
+    return w16_cpu_pack_compiler();
+#else
+    return "none";
+#endif
 }
 
 /* ---- streams: host memory, launches that return when done ---------------- */
@@ -172,7 +220,11 @@ static wna16_status_t cpu_stream_close(w16_stream_t *s, wna16_status_t st,
 const w16_target_t w16_target_cpu = {
     .id = WNA16_TARGET_CPU,
     .name = "cpu",
+#ifdef WNA16_HAVE_LLVM
     .compiler = "LLVM JIT",
+#else
+    .compiler = "kernel packs (no LLVM)",
+#endif
     .platform = WNA16_PLATFORM_CPU,
     .host_memory = true,
     .word_blocks = true,
@@ -192,4 +244,7 @@ const w16_target_t w16_target_cpu = {
     .output_done = cpu_output_done,
     .launch = cpu_launch,
     .stream_close = cpu_stream_close,
+    .pack_arches = cpu_pack_arches,
+    .pack_compile = cpu_pack_compile,
+    .pack_compiler = cpu_pack_compiler,
 };

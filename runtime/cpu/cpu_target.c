@@ -35,7 +35,10 @@ struct w16_cpu {
     w16_pool_t *pool;
     pthread_mutex_t mu; /* the JIT and the symbol counter */
     unsigned long symbols;
+    w16_cpu_sos_t sos; /* kernels loaded from packs */
 };
+
+w16_cpu_sos_t *w16_cpu_sos(w16_cpu_t *cpu) { return &cpu->sos; }
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -79,6 +82,7 @@ static wna16_status_t cpu_create(wna16_context_t *ctx, w16_cpu_t **out,
         return w16_err_nomem(err, "creating the CPU target");
     c->ctx = ctx;
     pthread_mutex_init(&c->mu, NULL);
+    w16_cpu_sos_init(&c->sos);
     c->triple = LLVMGetDefaultTargetTriple();
     c->cpu_name = LLVMGetHostCPUName();
     c->features = host_features(c->triple);
@@ -137,6 +141,7 @@ void w16_cpu_destroy(w16_cpu_t *c)
 {
     if (!c)
         return;
+    w16_cpu_sos_fini(&c->sos);
     if (c->jit)
         LLVMOrcDisposeLLJIT(c->jit);
     if (c->tm)

@@ -65,6 +65,14 @@ wna16_status_t w16_nvrtc_compile_unit(wna16_context_t *ctx,
                                       w16_cuda_image_t *out,
                                       wna16_error_t *err);
 /* Frees the buffers and zeroes the image; NULL and zeroed images are fine. */
+/* w16_nvrtc_compile for the architecture named as a kernel pack names it:
+ * "sm_80", "sm_90a" (a CUBIN, and its PTX), or "compute_80" (PTX alone,
+ * which the driver compiles for any later device). No device needed. */
+wna16_status_t w16_nvrtc_compile_arch(wna16_context_t *ctx,
+                                      const char *source,
+                                      const char *kernel_name,
+                                      const char *arch, w16_cuda_image_t *out,
+                                      wna16_error_t *err);
 void w16_cuda_image_free(w16_cuda_image_t *img);
 
 /* Loads NVRTC if needed; false (with the reason in err, EUNAVAILABLE) if it

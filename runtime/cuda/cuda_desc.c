@@ -8,16 +8,26 @@
 #include "runtime/cuda/cuda_desc.h"
 #include "runtime/cuda/cuda_kernels.h"
 #include "gen/emit_cuda.h"
+#include "runtime/cache/pack.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static wna16_status_t cuda_probe(wna16_context_t *ctx, void **inst,
                                  wna16_error_t *err)
 {
     w16_cuda_t *cuda = NULL;
     wna16_status_t st = w16_cuda_get(ctx, &cuda, err);
-    if (st == WNA16_OK && !w16_nvrtc_available(ctx, err))
-        st = err ? err->status : WNA16_EUNAVAILABLE;
+    wna16_error_t why;
+    if (st == WNA16_OK && !w16_nvrtc_available(ctx, &why)) {
+        /* without NVRTC the device runs what kernel packs hold, and a
+         * kernel no pack holds fails naming itself */
+        if (w16_packs_have(ctx, "cuda"))
+            w16_log_once(ctx, WNA16_LOG_INFO, "cuda_no_nvrtc", "cuda: %s; "
+                         "kernels come from kernel packs only", why.message);
+        else
+            st = w16_err(err, why.status, "%s", why.message);
+    }
     *inst = st == WNA16_OK ? cuda : NULL;
     return st;
 }
@@ -71,6 +81,75 @@ static wna16_status_t cuda_load(void *inst, const void *blob, size_t size,
 
 static void cuda_unload(void *fn) { w16_cuda_loaded_free(fn); }
 
+/* ---- kernel packs --------------------------------------------------------
+ * An entry for sm_XY is a CUBIN (a blob without PTX), one for compute_XY
+ * PTX alone (a blob without CUBIN): cuda_load takes both. A CUBIN runs on
+ * devices of its major version and an equal or higher minor; PTX on any
+ * device at least as new, compiled by the driver. */
+
+static int cuda_pack_arches(void *inst, const char **out, int max)
+{
+    static const char *const sm[] = {
+        "sm_100", "sm_90a", "sm_90", "sm_89", "sm_87", "sm_86", "sm_80",
+        "sm_75", "sm_70"};
+    static const int sm_cc[] = {100, 90, 90, 89, 87, 86, 80, 75, 70};
+    static const char *const ptx[] = {"compute_100", "compute_90",
+                                      "compute_89", "compute_86",
+                                      "compute_80", "compute_75",
+                                      "compute_70"};
+    static const int ptx_cc[] = {100, 90, 89, 86, 80, 75, 70};
+    int major = w16_cuda_cc_major(inst), minor = w16_cuda_cc_minor(inst);
+    int cc = major * 10 + minor, n = 0;
+    for (size_t i = 0; i < sizeof sm / sizeof sm[0] && n < max; i++)
+        if (sm_cc[i] / 10 == major && sm_cc[i] % 10 <= minor)
+            out[n++] = sm[i];
+    for (size_t i = 0; i < sizeof ptx / sizeof ptx[0] && n < max; i++)
+        if (ptx_cc[i] <= cc)
+            out[n++] = ptx[i];
+    return n;
+}
+
+static wna16_status_t cuda_pack_compile(wna16_context_t *ctx,
+                                        const kir_kernel_t *k,
+                                        const char *arch, const char *symbol,
+                                        void **blob, size_t *size,
+                                        wna16_error_t *err)
+{
+    (void)symbol; /* the kernel's own name */
+    w16_buf_t src;
+    w16_buf_init(&src, ctx);
+    wna16_status_t st = w16_emit_cuda(k, true, &src, err);
+    if (st == WNA16_OK && src.failed)
+        st = w16_err_nomem(err, "printing a CUDA kernel");
+    w16_cuda_image_t img = {0};
+    if (st == WNA16_OK)
+        st = w16_nvrtc_compile_arch(ctx, src.data, k->name, arch, &img, err);
+    w16_buf_free(&src);
+    if (st != WNA16_OK)
+        return st;
+    /* the blob of cuda_desc.h: a CUBIN entry without its PTX, a PTX entry
+     * without CUBIN */
+    bool ptx = img.cubin_size == 0;
+    size_t cubin = ptx ? 0 : img.cubin_size, ptxn = ptx ? img.ptx_size : 0;
+    unsigned char *b = w16_alloc(ctx, 16 + cubin + ptxn);
+    if (!b) {
+        w16_cuda_image_free(&img);
+        return w16_err_nomem(err, "keeping a compiled CUDA kernel");
+    }
+    uint64_t sizes[2] = {cubin, ptxn};
+    memcpy(b, sizes, 16);
+    if (cubin)
+        memcpy(b + 16, img.cubin, cubin);
+    if (ptxn)
+        memcpy(b + 16, img.ptx, ptxn);
+    w16_cuda_image_free(&img);
+    *blob = b;
+    *size = 16 + cubin + ptxn;
+    return WNA16_OK;
+}
+
+static const char *cuda_pack_compiler(void) { return w16_nvrtc_version(); }
+
 const w16_target_t w16_target_cuda = {
     .id = WNA16_TARGET_CUDA,
     .name = "cuda",
@@ -95,4 +174,7 @@ const w16_target_t w16_target_cuda = {
     .launch = w16_cuda_stream_launch,
     .stream_close = w16_cuda_stream_close,
     .native_moe = &w16_cuda_native_moe,
+    .pack_arches = cuda_pack_arches,
+    .pack_compile = cuda_pack_compile,
+    .pack_compiler = cuda_pack_compiler,
 };

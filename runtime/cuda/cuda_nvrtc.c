@@ -281,10 +281,12 @@ static wna16_status_t nvrtc_compile_failed(wna16_context_t *ctx,
  * the size is checked, not trusted. */
 static wna16_status_t nvrtc_take_outputs(nvrtcProgram prog,
                                          const char *kernel, int arch,
-                                         w16_cuda_image_t *out,
+                                         bool ptx_only, w16_cuda_image_t *out,
                                          wna16_error_t *err)
 {
     size_t n = 0;
+    if (ptx_only) /* -arch=compute_XX: NVRTC says success with size 0 */
+        goto ptx;
     if (nv.api.nvrtcGetCUBINSize(prog, &n) != NVRTC_SUCCESS || n == 0)
         return w16_err(err, WNA16_EINTERNAL, "kernel %s: NVRTC produced no "
                        "CUBIN for sm_%d", kernel, arch);
@@ -294,6 +296,7 @@ static wna16_status_t nvrtc_take_outputs(nvrtcProgram prog,
     if (nv.api.nvrtcGetCUBIN(prog, out->cubin) != NVRTC_SUCCESS)
         return w16_err(err, WNA16_EINTERNAL, "kernel %s: nvrtcGetCUBIN failed",
                        kernel);
+ptx:
     n = 0;
     if (nv.api.nvrtcGetPTXSize(prog, &n) != NVRTC_SUCCESS || n <= 1)
         return w16_err(err, WNA16_EINTERNAL, "kernel %s: NVRTC produced no "
@@ -342,12 +345,13 @@ wna16_status_t w16_nvrtc_compile(wna16_context_t *ctx, const char *source,
                                   cc_minor, out, err);
 }
 
-wna16_status_t w16_nvrtc_compile_unit(wna16_context_t *ctx,
-                                      const char *source,
-                                      const char *kernel_name, int n_kernels,
-                                      int cc_major, int cc_minor,
-                                      w16_cuda_image_t *out,
-                                      wna16_error_t *err)
+/* Compiles for `arch_opt` ("-arch=sm_90a", "-arch=compute_80"); cc is the
+ * compute capability it names, ptx_only for compute_XX. */
+static wna16_status_t compile_for(wna16_context_t *ctx, const char *source,
+                                  const char *kernel_name, int n_kernels,
+                                  int cc_major, int cc_minor,
+                                  const char *arch_opt, bool ptx_only,
+                                  w16_cuda_image_t *out, wna16_error_t *err)
 {
     if (!out)
         return w16_err(err, WNA16_EINVAL, "w16_nvrtc_compile: out is NULL");
@@ -361,13 +365,8 @@ wna16_status_t w16_nvrtc_compile_unit(wna16_context_t *ctx,
     if (st != WNA16_OK)
         return st;
     int arch = cc_major * 10 + cc_minor;
-    char unit[300], arch_opt[32], inc_opt[PATH_MAX + 32];
+    char unit[300], inc_opt[PATH_MAX + 32];
     snprintf(unit, sizeof unit, "%s.cu", kernel_name);
-    /* sm_90 compiles as sm_90a: the fused MoE's wgmma kernels need the
-     * arch-specific instructions, and a CUBIN for sm_90a runs on exactly
-     * the devices an sm_90 one does (compute capability 9.0) */
-    snprintf(arch_opt, sizeof arch_opt, "-arch=sm_%d%s", arch,
-             arch == 90 ? "a" : "");
     snprintf(inc_opt, sizeof inc_opt, "--include-path=%s", nv.include_dir);
     const char *opts[5] = {arch_opt, "-std=c++17", "-default-device"};
     int n_opts = 3;
@@ -388,7 +387,7 @@ wna16_status_t w16_nvrtc_compile_unit(wna16_context_t *ctx,
     if (r != NVRTC_SUCCESS)
         st = nvrtc_compile_failed(ctx, r, prog, kernel_name, arch, err);
     else
-        st = nvrtc_take_outputs(prog, kernel_name, arch, out, err);
+        st = nvrtc_take_outputs(prog, kernel_name, arch, ptx_only, out, err);
     if (st == WNA16_OK) {
         out->cc_major = cc_major;
         out->cc_minor = cc_minor;
@@ -400,4 +399,46 @@ wna16_status_t w16_nvrtc_compile_unit(wna16_context_t *ctx,
     }
     nv.api.nvrtcDestroyProgram(&prog);
     return st;
+}
+
+wna16_status_t w16_nvrtc_compile_unit(wna16_context_t *ctx,
+                                      const char *source,
+                                      const char *kernel_name, int n_kernels,
+                                      int cc_major, int cc_minor,
+                                      w16_cuda_image_t *out,
+                                      wna16_error_t *err)
+{
+    int arch = cc_major * 10 + cc_minor;
+    char arch_opt[32];
+    /* sm_90 compiles as sm_90a: the fused MoE's wgmma kernels need the
+     * arch-specific instructions, and a CUBIN for sm_90a runs on exactly
+     * the devices an sm_90 one does (compute capability 9.0) */
+    snprintf(arch_opt, sizeof arch_opt, "-arch=sm_%d%s", arch,
+             arch == 90 ? "a" : "");
+    return compile_for(ctx, source, kernel_name, n_kernels, cc_major,
+                       cc_minor, arch_opt, false, out, err);
+}
+
+wna16_status_t w16_nvrtc_compile_arch(wna16_context_t *ctx,
+                                      const char *source,
+                                      const char *kernel_name,
+                                      const char *arch, w16_cuda_image_t *out,
+                                      wna16_error_t *err)
+{
+    int cc = 0;
+    bool ptx = false;
+    char suffix[4] = "";
+    if (arch && (sscanf(arch, "sm_%d%3s", &cc, suffix) >= 1 ||
+                 (ptx = sscanf(arch, "compute_%d%3s", &cc, suffix) >= 1)) &&
+        cc >= 10 && cc <= 999 && (!suffix[0] || strcmp(suffix, "a") == 0)) {
+        char arch_opt[40];
+        snprintf(arch_opt, sizeof arch_opt, "-arch=%s", arch);
+        return compile_for(ctx, source, kernel_name, 1, cc / 10, cc % 10,
+                           arch_opt, ptx, out, err);
+    }
+    if (out)
+        memset(out, 0, sizeof *out);
+    return w16_err(err, WNA16_EINVAL, "kernel %s: '%s' is not a CUDA "
+                   "architecture (sm_XY, sm_XYa for a CUBIN, compute_XY for "
+                   "PTX)", kernel_name ? kernel_name : "", arch ? arch : "");
 }

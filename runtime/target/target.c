@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "runtime/target/target.h"
 #include "runtime/cache/cache.h"
+#include "runtime/cache/pack.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -34,6 +35,12 @@ static wna16_status_t job_compile(void *user, w16_key_t key, void **blob,
 {
     (void)key;
     target_job_t *j = user;
+    if (j->ctx->no_jit)
+        return w16_err(err, WNA16_EUNAVAILABLE, "kernel %s (%s): in no kernel "
+                       "pack of this context (WNA16_PACK_PATH, "
+                       "wna16_context_add_pack) and JIT compilation is "
+                       "disabled (WNA16_JIT=0 or the context's no_jit)",
+                       j->k->name, j->T->name);
     double t0 = ms_now();
     wna16_status_t st = j->T->compile(j->inst, j->ctx, j->k, j->source,
                                       j->symbol, blob, size, err);
@@ -136,4 +143,114 @@ wna16_status_t w16_target_kernel(wna16_context_t *ctx, const w16_target_t *T,
     if (compile_ms)
         *compile_ms = job.compile_ms;
     return WNA16_OK;
+}
+
+/* ---- kernels from packs ------------------------------------------------- */
+
+typedef struct pack_job {
+    wna16_context_t *ctx;
+    const w16_target_t *T;
+    void *inst;
+    const w16_pack_hit_t *hit;
+} pack_job_t;
+
+/* The "compile" of the packs' memory table: check the entry's bytes and
+ * hand the table the hit itself. */
+static wna16_status_t pack_fetch(void *user, w16_key_t key, void **blob,
+                                 size_t *size, wna16_error_t *err)
+{
+    (void)key;
+    pack_job_t *j = user;
+    const w16_pack_entry_t *e = &j->hit->entry;
+    if (!w16_pack_entry_intact(j->hit->pack, j->hit->index))
+        return w16_err(err, WNA16_EFORMAT, "kernel pack %s: entry %s (%s %s) "
+                       "is damaged (checksum mismatch)", j->hit->pack_path,
+                       e->name, e->target, e->arch);
+    w16_pack_hit_t *h = w16_alloc(j->ctx, sizeof *h);
+    if (!h)
+        return w16_err_nomem(err, "loading a packed kernel");
+    *h = *j->hit;
+    *blob = h;
+    *size = sizeof *h;
+    return WNA16_OK;
+}
+
+static wna16_status_t pack_load(void *user, const void *blob, size_t size,
+                                void **handle, wna16_error_t *err)
+{
+    (void)size;
+    pack_job_t *j = user;
+    const w16_pack_hit_t *h = blob;
+    wna16_status_t st = j->T->load(j->inst, h->entry.data,
+                                   (size_t)h->entry.size, h->entry.symbol,
+                                   handle, err);
+    if (st != WNA16_OK)
+        w16_err_prefix(err, "kernel pack %s: entry %s (%s %s)", h->pack_path,
+                       h->entry.name, h->entry.target, h->entry.arch);
+    return st;
+}
+
+void w16_target_pack_symbol(const w16_target_t *T, w16_key_t request,
+                            const kir_kernel_t *k, char *out, size_t n)
+{
+    if (T->key_symbols) {
+        char hex[W16_KEY_HEX_SIZE];
+        w16_key_hex(request, hex);
+        snprintf(out, n, "wna16p_%s", hex);
+    } else {
+        snprintf(out, n, "%s", k->name);
+    }
+}
+
+enum { MAX_ARCHES = 16 };
+
+wna16_status_t w16_target_kernel_req(wna16_context_t *ctx,
+                                     const w16_target_t *T, const char *kind,
+                                     w16_key_t request, const kir_kernel_t *k,
+                                     void **fn, double *compile_ms,
+                                     wna16_error_t *err)
+{
+    if (compile_ms)
+        *compile_ms = 0;
+    if (!T->pack_arches)
+        return w16_target_kernel(ctx, T, kind, k, fn, compile_ms, err);
+    void *inst;
+    wna16_status_t st = T->probe(ctx, &inst, err);
+    if (st != WNA16_OK)
+        return st;
+    const char *arches[MAX_ARCHES];
+    int n = T->pack_arches(inst, arches, MAX_ARCHES);
+    w16_pack_hit_t hit;
+    bool found = false;
+    if ((st = w16_packs_find(ctx, request, T->name, arches, n, &hit, &found,
+                             err)) != WNA16_OK)
+        return st;
+    if (found) {
+        w16_cache_t *mem;
+        if ((st = w16_packs_loaded(ctx, &mem, err)) != WNA16_OK)
+            return st;
+        pack_job_t job = {.ctx = ctx, .T = T, .inst = inst, .hit = &hit};
+        w16_cache_loader_t loader = {.compile = pack_fetch, .load = pack_load,
+                                     .unload = job_unload, .user = &job,
+                                     .unload_user = (void *)(uintptr_t)T};
+        wna16_error_t perr;
+        void *h = NULL;
+        st = w16_cache_get(mem, hit.entry.key, &loader, &h, &perr);
+        if (st == WNA16_OK) {
+            *fn = h;
+            return WNA16_OK;
+        }
+        if (st == WNA16_ENOMEM)
+            return w16_err(err, st, "%s", perr.message);
+        /* a damaged entry, or one that does not load: refused, named once,
+         * and the kernel compiled as if no pack held it */
+        char key[W16_KEY_HEX_SIZE + 64], hex[W16_KEY_HEX_SIZE];
+        w16_key_hex(hit.entry.key, hex);
+        snprintf(key, sizeof key, "pack_refused:%s", hex);
+        w16_log_once(ctx, WNA16_LOG_WARN, key, "%s; %s", perr.message,
+                     ctx->no_jit ? "JIT compilation is disabled, so the "
+                                   "kernel fails"
+                                 : "compiling the kernel instead");
+    }
+    return w16_target_kernel(ctx, T, kind, k, fn, compile_ms, err);
 }

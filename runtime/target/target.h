@@ -173,6 +173,25 @@ typedef struct w16_target {
 
     /* The target's own fused MoE, or NULL. */
     const w16_native_moe_t *native_moe;
+
+    /* ---- ahead-of-time kernel packs (runtime/cache/pack.h) ----
+     * NULL where the target has no pack entries. */
+    /* The pack architectures this instance runs, best first, into
+     * out[0 .. max): "x86-64-v4", "x86-64-v3"; "sm_90a", "sm_90",
+     * "compute_90", "compute_80". Returns how many. */
+    int (*pack_arches)(void *inst, const char **out, int max);
+    /* Compiles `k` for `arch` without needing the device: bytes (*blob,
+     * w16_alloc on ctx) that `load` turns into the entry point `symbol` on
+     * an instance whose pack_arches lists `arch`. Needs the compiler (and,
+     * for the CPU, the linker); WNA16_EINVAL for an architecture the
+     * target does not pack, naming the ones it does. Thread safe. */
+    wna16_status_t (*pack_compile)(wna16_context_t *ctx, const kir_kernel_t *k,
+                                   const char *arch, const char *symbol,
+                                   void **blob, size_t *size,
+                                   wna16_error_t *err);
+    /* The compiler that pack_compile uses, in words, for the pack's
+     * header ("LLVM 19.1.7 + GNU ld 2.40", "NVRTC 13.0"). */
+    const char *(*pack_compiler)(void);
 } w16_target_t;
 
 /* The compiled kernel `k` on target T, through the context's kernel cache
@@ -184,6 +203,24 @@ wna16_status_t w16_target_kernel(wna16_context_t *ctx, const w16_target_t *T,
                                  const char *kind, const kir_kernel_t *k,
                                  void **fn, double *compile_ms,
                                  wna16_error_t *err);
+
+/* w16_target_kernel for a kernel whose request key (gen/request_key.h)
+ * the caller knows: the context's kernel packs are searched first, by
+ * `request` for this target and the architectures it runs (a loaded
+ * entry is kept in memory: the next call costs a binary search and a
+ * table lookup); a kernel no pack holds, or whose entry is damaged or
+ * does not load (said once, naming the pack and the entry), goes through
+ * w16_target_kernel. With JIT disabled (WNA16_JIT=0, or the context's
+ * option) a kernel that must be compiled is an error naming it. */
+wna16_status_t w16_target_kernel_req(wna16_context_t *ctx,
+                                     const w16_target_t *T, const char *kind,
+                                     w16_key_t request, const kir_kernel_t *k,
+                                     void **fn, double *compile_ms,
+                                     wna16_error_t *err);
+
+/* The entry point name a pack entry of `request` gets on T. */
+void w16_target_pack_symbol(const w16_target_t *T, w16_key_t request,
+                            const kir_kernel_t *k, char *out, size_t n);
 
 /* The key w16_target_kernel uses for `k` (for callers that memoize by
  * key). Probes the target. */
