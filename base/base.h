@@ -122,6 +122,7 @@ typedef struct w16_spec_registry w16_spec_registry_t;
 struct w16_cache;
 
 struct wna16_context {
+    int32_t cpu_threads; /* the CPU target's pool; 0: online CPUs */
     wna16_allocator_t allocator;
     bool custom_allocator;
     wna16_log_fn log;

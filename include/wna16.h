@@ -14,6 +14,26 @@
  *     stdout. Diagnostics go to the context's log callback (default: stderr,
  *     warnings and errors only).
  *
+ * Threads (tests/host/test_threads.c shows it under ThreadSanitizer):
+ *   - A context may be used by any number of threads at once: selection,
+ *     checkpoints, repacking, creating and running layers, the kernel
+ *     cache (a kernel wanted by several threads is compiled once). The
+ *     exceptions change it: wna16_spec_load_file/_text and
+ *     wna16_context_destroy run alone (load specs before sharing it;
+ *     destroy it after every object made from it).
+ *   - A compiled fused-MoE layer (wna16_moe_layer_t) may be run from
+ *     several threads: the layer runs one call at a time, each spread over
+ *     the context's CPU threads (options.cpu_threads); different layers run
+ *     at the same time. A wna16_cuda_moe_t runs one call at a time and does
+ *     not lock: use one per thread or stream, or serialize the calls.
+ *   - Opened objects (checkpoints, safetensors readers, specs, tensor sets)
+ *     may be read from many threads; calls that change one (adding to a
+ *     tensor set, a safetensors writer) need it to themselves.
+ *   - Callbacks (log, allocator, progress) may be called from the
+ *     library's own threads and must be thread-safe.
+ *   - A wna16_error_t belongs to one call: do not share one between
+ *     threads.
+ *
  * Sections: version and status codes; context; dtypes and tensors; specs;
  * the logical (dense) form of quantized MoE weights and the reference
  * semantics; safetensors; checkpoints; backend selection.
@@ -126,6 +146,12 @@ typedef struct wna16_context_options {
     const char *spec_dir;
     /* Do not load the built-in specs (tests that bring their own). */
     bool no_builtin_specs;
+    /* Threads of the CPU target's kernels (the calling thread is one of
+     * them), created with the target on the context's first CPU kernel.
+     * 0: $WNA16_NUM_THREADS if set, else the number of online CPUs. At
+     * most WNA16_MAX_CPU_THREADS; negative or larger (here or in the
+     * environment) fails the creation naming the value. */
+    int32_t cpu_threads;
     /* The kernel cache's directory, where compiled kernels are kept across
      * runs. NULL or "": $WNA16_CACHE_DIR, else $XDG_CACHE_HOME/wna16, else
      * $HOME/.cache/wna16. Its entries are loaded as native code, so it must
@@ -146,6 +172,9 @@ typedef struct wna16_context_options {
      * Also set by WNA16_JIT=0 in the environment. */
     bool no_jit;
 } wna16_context_options_t;
+
+/* The largest cpu_threads (and $WNA16_NUM_THREADS) accepted. */
+#define WNA16_MAX_CPU_THREADS 1024
 
 /* The kernel cache's size limit when neither cache_max_bytes nor
  * $WNA16_CACHE_MAX_SIZE names one: 2 GiB. */
@@ -776,6 +805,47 @@ typedef struct wna16_tensor_decl {
     int64_t shape[WNA16_MAX_DIMS];
     size_t nbytes;
 } wna16_tensor_decl_t;
+
+/* One MoE layer of a checkpoint, collected as wna16_repack_layer (and,
+ * after the repack, wna16_moe_layer_create / wna16_cuda_moe_create) take
+ * it: what every host otherwise assembles by hand. */
+typedef struct wna16_checkpoint_layer {
+    const wna16_spec_t *format; /* the checkpoint's format spec */
+    char prefix[WNA16_TENSOR_NAME_MAX]; /* "model.layers.3.mlp.experts" */
+    int32_t E, H, I;  /* experts, hidden size, (unpadded) intermediate */
+    int32_t topk;     /* num_experts_per_tok; 0 when the config lacks it */
+    /* The model's activation dtype: F16 when torch_dtype is float16, else
+     * BF16 (a float32 model runs BF16 activations). */
+    wna16_dtype_t act_dtype;
+    /* The config's quantization (wna16_model_config_quant) completed from
+     * the tensors as wna16_repack_checkpoint does: bias (the format's bias
+     * tensors are present), zeros_stored, g_idx_stored. */
+    wna16_quant_desc_t quant;
+    /* Every tensor named "{prefix}.*": views into the checkpoint's mapped
+     * files (no copy). Owned by this struct; valid while both it and the
+     * checkpoint are open. */
+    wna16_tensor_set_t *tensors;
+} wna16_checkpoint_layer_t;
+
+/* Collects the MoE layer under `prefix` (one of
+ * wna16_checkpoint_moe_layers' prefixes) of `ck`. `cfg`: the model's
+ * config; NULL takes the checkpoint's config.json (a lone .safetensors
+ * file has none: pass one from wna16_model_config_load). `format`: NULL
+ * takes the config's (format_name). Errors: WNA16_EINVAL for NULL
+ * arguments or no config; WNA16_EUNSUPPORTED for a quantization the
+ * config does not describe or a format spec that is missing; WNA16_EFORMAT
+ * for sizes the config lacks (naming the key); WNA16_ENOTFOUND when no
+ * expert tensor is under `prefix`. `out` is zeroed on error. Free with
+ * wna16_checkpoint_layer_close; then close the checkpoint. */
+wna16_status_t wna16_checkpoint_layer_open(wna16_context_t *ctx,
+                                           const wna16_checkpoint_t *ck,
+                                           const wna16_model_config_t *cfg,
+                                           const wna16_spec_t *format,
+                                           const char *prefix,
+                                           wna16_checkpoint_layer_t *out,
+                                           wna16_error_t *err);
+/* Frees the tensor set and zeroes `layer`; a zeroed struct is fine. */
+void wna16_checkpoint_layer_close(wna16_checkpoint_layer_t *layer);
 
 /* Most tensors one layer can repack into (w13 and w2, every role). */
 #define WNA16_LAYER_MAX_TENSORS 16

@@ -11,9 +11,38 @@
 #include "runtime/cache/pack.h"
 #include "runtime/targets.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The CPU target's thread count: the option, else $WNA16_NUM_THREADS,
+ * else 0 (the pool takes the online CPUs). A bad value is an error. */
+static wna16_status_t cpu_threads_option(const wna16_context_options_t *o,
+                                         int32_t *out, wna16_error_t *err)
+{
+    *out = 0;
+    if (o->cpu_threads < 0 || o->cpu_threads > WNA16_MAX_CPU_THREADS)
+        return w16_err(err, WNA16_EINVAL, "wna16_context_create: "
+                       "cpu_threads %d is outside [0, %d]", o->cpu_threads,
+                       WNA16_MAX_CPU_THREADS);
+    if (o->cpu_threads) {
+        *out = o->cpu_threads;
+        return WNA16_OK;
+    }
+    const char *env = getenv("WNA16_NUM_THREADS");
+    if (!env || !*env)
+        return WNA16_OK;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(env, &end, 10);
+    if (errno || *end || v < 1 || v > WNA16_MAX_CPU_THREADS)
+        return w16_err(err, WNA16_EINVAL, "WNA16_NUM_THREADS='%s': expected "
+                       "a thread count in [1, %d]", env,
+                       WNA16_MAX_CPU_THREADS);
+    *out = (int32_t)v;
+    return WNA16_OK;
+}
 
 wna16_status_t wna16_context_create(const wna16_context_options_t *opts,
                                     wna16_context_t **out, wna16_error_t *err)
@@ -30,6 +59,9 @@ wna16_status_t wna16_context_create(const wna16_context_options_t *opts,
                        "wna16_context_create: allocator must set alloc, "
                        "realloc and free");
     wna16_context_t tmp = {0};
+    wna16_status_t tst = cpu_threads_option(&o, &tmp.cpu_threads, err);
+    if (tst != WNA16_OK)
+        return tst;
     if (o.allocator) {
         tmp.allocator = *o.allocator;
         tmp.custom_allocator = true;

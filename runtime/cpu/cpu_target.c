@@ -115,7 +115,7 @@ static wna16_status_t cpu_create(wna16_context_t *ctx, w16_cpu_t **out,
         w16_cpu_destroy(c);
         return llvm_err(err, e, "CPU target unavailable: creating the JIT");
     }
-    c->pool = w16_pool_create(0);
+    c->pool = w16_pool_create(ctx->cpu_threads); /* 0: online CPUs */
     if (!c->tm || !c->pool) {
         w16_cpu_destroy(c);
         return w16_err_nomem(err, "creating the CPU target");
