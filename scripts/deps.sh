@@ -13,6 +13,8 @@ WNA16_PACKAGES=(
   libze-dev                             # Level Zero target
   ocl-icd-opencl-dev pocl-opencl-icd llvm-spirv-15  # ocl target: SPIR-V on the CPU
   valgrind                              # memory checks
+  python3-numpy python3-pytest          # the Python binding's tests
+  python3-torch                         # wna16.torch (WNA16Experts) tests
 )
 
 wna16_install_deps() {
