@@ -22,9 +22,9 @@ class for PyTorch engines.
 from ._lib import Error, library_path
 from .core import (Checkpoint,
                    Context, CudaMoe, Layer, MoeLayer, Selection, TensorSet,
-                   moe_params, probe_device, version)
+                   kernel_platforms, moe_params, probe_device, version)
 
 __all__ = ["Error", "Context", "Checkpoint", "Layer", "TensorSet",
            "Selection", "MoeLayer", "CudaMoe", "probe_device", "version",
-           "moe_params", "library_path"]
+           "moe_params", "kernel_platforms", "library_path"]
 __version__ = version()

@@ -8,6 +8,8 @@ is. What is accepted, tried in this order:
   - objects with __array_interface__ (numpy arrays, and anything that
     exports it): the data pointer, typestr and shape; strides must be
     row-major;
+  - objects with __cuda_array_interface__ (Numba, CuPy): a CUDA device
+    address, typestr and shape, row-major strides only;
   - objects with __dlpack__ (DLPack producers: jax, cupy, tensorflow,
     numpy >= 1.22, torch): the DLManagedTensor's data, dtype, shape and
     device, row-major strides only; the capsule is kept with the view;
@@ -126,6 +128,18 @@ def _from_array_interface(obj, what):
     return View(ptr or 0, _NP[key], shape, "cpu", obj, readonly)
 
 
+def _from_cuda_array_interface(obj, what):
+    """Numba/CuPy's __cuda_array_interface__: a CUDA device address."""
+    ai = obj.__cuda_array_interface__
+    v = _from_array_interface(_CAI(ai), what)
+    return View(v.ptr, v.dtype, v.shape, "cuda", obj, v.readonly)
+
+
+class _CAI:
+    def __init__(self, ai):
+        self.__array_interface__ = ai
+
+
 class _DLDevice(ctypes.Structure):
     _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
 
@@ -237,6 +251,8 @@ def view(obj, what="array", dtype=None):
         v = _from_torch(obj, what)
     elif hasattr(obj, "__array_interface__"):
         v = _from_array_interface(obj, what)
+    elif hasattr(obj, "__cuda_array_interface__"):
+        v = _from_cuda_array_interface(obj, what)
     elif hasattr(obj, "__dlpack__"):
         v = _from_dlpack(obj, what)
     else:

@@ -20,7 +20,8 @@ from . import _tensor
 from ._lib import Error, call, cstr, pystr
 
 __all__ = ["Context", "Checkpoint", "Layer", "TensorSet", "Selection",
-           "MoeLayer", "CudaMoe", "probe_device", "version", "Error"]
+           "MoeLayer", "CudaMoe", "probe_device", "version", "Error",
+           "kernel_platforms"]
 
 
 def version():
@@ -36,6 +37,13 @@ def probe_device():
     plat = {v: k for k, v in _lib.PLATFORM.items()}[d.platform]
     return {"platform": plat, "cc": (d.cc_major, d.cc_minor),
             "name": pystr(d.name), "notes": pystr(d.notes)}
+
+
+def kernel_platforms():
+    """The platforms this library build generates kernels for: a set of
+    "cpu" (LLVM), "cuda" (NVRTC), "xpu"..."""
+    m = _lib.lib.wna16_build_kernel_platforms()
+    return {name for name, bit in _lib.PLATFORM.items() if m & (1 << bit)}
 
 
 def _quant(q):

@@ -5,12 +5,18 @@
 # first of python3 and /usr/bin/python3 (Debian's, where apt's
 # python3-numpy, python3-torch and python3-pytest live) that imports
 # pytest and every module of MODULES (comma-separated); none: exit 77
-# naming what is missing (scripts/deps.sh installs them).
+# naming what is missing (scripts/deps.sh installs them). "cuda" in MODULES:
+# also exit 77 unless the library finds a CUDA GPU.
 set -u
 lib=$1 inc=$2 golden=$3 cache=$4 mods=$5
 shift 5
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+cuda=
+case ",$mods," in *,cuda,*)
+  cuda=1
+  mods=$(echo ",$mods," | sed 's/,cuda,/,/; s/^,//; s/,$//') ;;
+esac
 imports="import pytest"
 for m in $(echo "$mods" | tr ',' ' '); do imports="$imports, $m"; done
 py=
@@ -30,5 +36,10 @@ mkdir -p "$cache" && chmod 700 "$cache"
 export WNA16_LIBRARY="$lib" WNA16_INCLUDE_DIR="$inc" WNA16_GOLDEN_DIR="$golden"
 export WNA16_TEST_CACHE="$cache" PYTHONPATH="$root/python:$here"
 export PYTHONDONTWRITEBYTECODE=1
+if [ -n "$cuda" ]; then
+  why=$("$py" -c 'import wna16; d = wna16.probe_device()
+print("" if d["platform"] == "cuda" else d["notes"])') || exit 1
+  if [ -n "$why" ]; then echo "SKIP: no CUDA GPU: $why"; exit 77; fi
+fi
 cd "$here"
 exec "$py" -m pytest -q -p no:cacheprovider "$@"

@@ -11,6 +11,7 @@ import pytest
 
 import wna16
 import ref
+from conftest import requires_cpu
 
 
 def test_version_and_library():
@@ -30,6 +31,7 @@ def test_error_carries_the_message(tmp_path):
         assert "missing" in e.value.message
 
 
+@requires_cpu
 def test_log_callback_and_specs(golden):
     seen = []
     c = wna16.Context(log=lambda level, msg: seen.append((level, msg)),
@@ -87,6 +89,20 @@ def test_tensor_set_views(ctx):
         ts.add("a", a)
 
 
+def test_cuda_array_interface_view(layer, triton):
+    class Device:  # a CUDA array (Numba/CuPy protocol); never dereferenced
+        __cuda_array_interface__ = {"version": 3, "shape": (2, 256),
+                                    "typestr": "<f2", "data": (4096, False),
+                                    "strides": None}
+    v = wna16.core._tensor.view(Device(), "x")
+    assert v.device == "cuda" and v.dtype == "F16" and v.ptr == 4096
+    _, moe = triton
+    with pytest.raises(ValueError, match="CudaMoe"):
+        moe.run(Device(), np.zeros((2, 2), np.int32),
+                np.zeros((2, 2), np.float32), out=np.empty((2, 256),
+                                                           np.float16))
+
+
 def test_dlpack_view():
     class Producer:  # a DLPack producer that is not numpy or torch
         def __init__(self, arr):
@@ -102,6 +118,7 @@ def test_dlpack_view():
     assert v.ptr == arr.__array_interface__["data"][0]
 
 
+@requires_cpu
 def test_repack_layer_and_checkpoint(ctx, ck, layer, tmp_path):
     cpu = ctx.repack_layer(layer, "marlin", target="cpu")
     refp = ctx.repack_layer(layer, "marlin", target="reference")
@@ -181,6 +198,7 @@ def test_fused_moe_batched(layer, weights, triton):
                       f"batched e={e} r={r}")
 
 
+@requires_cpu
 def test_fused_moe_bias(ctx, layer, weights):
     # the CPU backend's layout holds expert biases (float32): the layer's
     # tensors plus bias arrays from numpy
