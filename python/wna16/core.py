@@ -13,7 +13,9 @@ Context and the TensorSet it reads. close() frees early; otherwise the
 garbage collector does, in a safe order.
 """
 import ctypes
+import sys
 import threading
+import weakref
 
 from . import _lib
 from . import _tensor
@@ -96,6 +98,7 @@ class Context:
                  spec_dir=None, log=None, log_level=None, no_jit=False,
                  packs=()):
         self._ptr = None
+        self._children = []  # weak references, in creation order
         o = _lib.ContextOptions()
         o.cache_dir = cstr(None if cache_dir is None else str(cache_dir))
         o.cache_max_bytes = cache_max_bytes
@@ -128,8 +131,23 @@ class Context:
             raise ValueError("the context is closed")
         return self._ptr
 
+    def _register(self, obj):
+        """Records an object made from this context, so that close() can
+        free it first (the C API wants every object gone before its
+        context)."""
+        self._children = [r for r in self._children if r() is not None]
+        self._children.append(weakref.ref(obj))
+
     def close(self):
+        """Frees the context, after every object still open that was made
+        from it (newest first: a MoE layer before the tensors it reads, a
+        layer before its checkpoint); those objects are closed too."""
         if self._ptr:
+            for ref in reversed(self._children):
+                obj = ref()
+                if obj is not None:
+                    obj.close()
+            self._children = []
             _lib.lib.wna16_context_destroy(self._ptr)
             self._ptr = None
 
@@ -344,6 +362,7 @@ class TensorSet:
         ptr = ctypes.c_void_p()
         call("wna16_tensor_set_create", ctx.ptr, ctypes.byref(ptr))
         self._ptr = ptr
+        ctx._register(self)
         for name, arr in (arrays or {}).items():
             self.add(name, arr, (dtypes or {}).get(name))
 
@@ -407,6 +426,7 @@ class Checkpoint:
         call("wna16_checkpoint_open", ctx.ptr, cstr(str(path)),
              ctypes.byref(ptr))
         self._ptr = ptr
+        ctx._register(self)
         self.path = str(path)
         c = _lib.lib.wna16_checkpoint_config(ptr)
         self._cfg = c.contents if c else None
@@ -474,6 +494,7 @@ class Layer:
         fmt = ck.ctx.spec(format, "format") if format else None
         call("wna16_checkpoint_layer_open", ck.ctx.ptr, ck.ptr, None, fmt,
              cstr(prefix), ctypes.byref(self._c))
+        ck.ctx._register(self)
         c = self._c
         self.prefix = pystr(c.prefix)
         self.format = pystr(_lib.lib.wna16_spec_name(c.format))
@@ -487,7 +508,7 @@ class Layer:
                       .contents.name) for i in range(n)]
 
     def close(self):
-        if self._c is not None and self._c.tensors:
+        if getattr(self, "_c", None) is not None and self._c.tensors:
             _lib.lib.wna16_checkpoint_layer_close(ctypes.byref(self._c))
 
     def __del__(self):
@@ -614,6 +635,7 @@ class MoeLayer(_Moe):
              self.tensors.ptr, cstr(prefix), E, H, I, ctypes.byref(self._q),
              _target(target), ctypes.byref(ptr))
         self._ptr = ptr
+        ctx._register(self)
 
     def run(self, hidden, topk_ids, topk_weights, activation="silu",
             expert_map=None, global_num_experts=0,
@@ -694,13 +716,19 @@ class CudaMoe(_Moe):
              self.tensors.ptr, cstr(prefix), E, H, I, ctypes.byref(self._q),
              on_gpu, ctypes.byref(ptr))
         self._ptr = ptr
+        ctx._register(self)
 
     @staticmethod
     def _stream(stream):
+        """`stream` (a torch.cuda.Stream or a CUstream handle), else torch's
+        current stream when the caller uses torch, else the default
+        stream (NULL)."""
         if stream is not None:
             return ctypes.c_void_p(getattr(stream, "cuda_stream", stream))
-        import torch
-        return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        return ctypes.c_void_p(None)
 
     def run(self, hidden, topk_ids, topk_weights, activation="silu",
             expert_map=None, global_num_experts=0,

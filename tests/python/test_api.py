@@ -32,18 +32,25 @@ def test_error_carries_the_message(tmp_path):
 
 
 @requires_cpu
-def test_log_callback_and_specs(golden):
+def test_log_callback_cache_and_specs(golden, tmp_path):
     seen = []
+    cache = tmp_path / "kernels"
     c = wna16.Context(log=lambda level, msg: seen.append((level, msg)),
-                      log_level="debug", cpu_threads=1)
+                      log_level="debug", cpu_threads=1, cache_dir=cache)
     names = [n for _, n in c.specs("backend")]
     assert {"marlin", "triton", "cpu"} <= set(names)
     assert ("format", "gptq") in c.specs()
     ck = c.open_checkpoint(golden)
     lay = ck.layer(ck.moe_layers()[0])
-    c.repack_layer(lay, "triton", target="cpu")
+    packed = c.repack_layer(lay, "triton", target="cpu")
     assert seen and all(lv in ("debug", "info", "warn", "error")
                         for lv, _ in seen)
+    assert any(cache.iterdir())  # the kernels went to the context's cache
+    # closing the context closes what was made from it, newest first
+    c.close()
+    assert packed._ptr is None and ck._ptr is None
+    with pytest.raises(ValueError, match="closed"):
+        ck.moe_layers()
 
 
 def test_select(ctx, layer):
