@@ -15,7 +15,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
 "usage: wna16 run [CHECKPOINT] [--layer PREFIX] [--input X.safetensors]\n"
-"                 [-o Y.safetensors] [--tokens M] [--target cpu|cuda]\n"
+"                 [-o Y.safetensors] [--tokens M] [--target T]\n"
 "                 [--backend NAME] [--json] [--experts N] [--seed N]\n"
 "\n"
 "The main job: one MoE layer repacked into a kernel backend's layout and run\n"
@@ -61,7 +61,10 @@ static void usage(FILE *f)
 "                         directory, block device or socket refused; not -\n"
 "                         (standard output carries the report)\n"
 "  --tokens M             random tokens (default 16; not with --input)\n"
-"  --target cpu|cuda      where to run (default: the best present)\n"
+"  --target T             where to run (default: the best present): cpu,\n"
+"                         cuda, xpu (SPIR-V through Level Zero; without a\n"
+"                         Level Zero device, through OpenCL, saying so),\n"
+"                         ocl (SPIR-V through llvm-spirv-15 and OpenCL)\n"
 "  --backend NAME         run this backend's layout (selection's verdict on\n"
 "                         it is shown, not enforced)\n"
 "  --json                 print one JSON object with every figure on stdout\n"

@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 #include "spec/spec.h" /* bsel.vllm_name for the report */
+#include "runtime/targets.h" /* where the xpu platform's kernels run */
 
 #include <limits.h>
 #include <stdio.h>
@@ -406,7 +407,27 @@ static void print_json(const wna16_select_result_t *r)
     fputs("}\n", stdout);
 }
 
-static void print_human(const wna16_select_result_t *r)
+/* The xpu platform's kernels have two routes in one build: said after the
+ * answer (`specs explain` lists every platform's targets). */
+static void print_xpu_route(void)
+{
+    const w16_target_t *ze = w16_target_find(WNA16_TARGET_XPU);
+    const w16_target_t *ocl = w16_target_find(WNA16_TARGET_OCL);
+    if (ocl)
+        printf("kernels: the ocl target runs the repack and the generated "
+               "fused MoE (SPIR-V through llvm-spirv-15 and OpenCL: PoCL on "
+               "the CPU)%s\n",
+               ze ? "; the xpu target (SPIR-V through Level Zero) runs the "
+                    "repack on an Intel GPU, not yet the fused MoE" : "");
+    else if (ze)
+        printf("kernels: the xpu target (SPIR-V through Level Zero) runs the "
+               "repack on an Intel GPU, not yet the fused MoE; this build "
+               "has no OpenCL route\n");
+    else
+        printf("kernels: this build has no target for xpu\n");
+}
+
+static void print_human(const wna16_select_result_t *r, bool xpu)
 {
     if (r->backend)
         printf("backend: %s (%s)\n", wna16_spec_name(r->backend),
@@ -424,6 +445,8 @@ static void print_human(const wna16_select_result_t *r)
     if (r->backend && !r->is_k_full)
         printf("is_k_full: false (act-order over a tensor-parallel shard of "
                "w2's input)\n");
+    if (r->backend && xpu)
+        print_xpu_route();
 }
 
 /* ---- the command ---------------------------------------------------------------- */
@@ -439,7 +462,7 @@ static int run_select(const sel_opts_t *o, const wna16_select_query_t *q)
     if (o->json)
         print_json(&res);
     else if (st == WNA16_OK || st == WNA16_EUNSUPPORTED)
-        print_human(&res);
+        print_human(&res, q->platform == WNA16_PLATFORM_XPU);
     fflush(stdout);
     int rc = st == WNA16_OK ? CLI_OK : cli_fail(&err);
     wna16_context_destroy(ctx);

@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 #include "spec/spec.h"
+#include "runtime/targets.h"
 
 #include <string.h>
 
@@ -196,10 +197,22 @@ static void print_selection(const wna16_spec_t *s)
         printf("    kernel class %s\n", b->classes[i].name);
         print_rules("  refused", b->classes[i].rules, b->classes[i].n_rules);
     }
+    /* each platform with the targets of this build that run its kernels
+     * (xpu: Level Zero on an Intel GPU, else OpenCL on the CPU) */
     printf("    wna16 kernels on:");
-    for (int p = 0; p < WNA16_PLATFORM_COUNT_; p++)
-        if (b->kernel_platforms[p])
-            printf(" %s", wna16_platform_name((wna16_platform_t)p));
+    for (int p = 0; p < WNA16_PLATFORM_COUNT_; p++) {
+        if (!b->kernel_platforms[p])
+            continue;
+        printf(" %s (", wna16_platform_name((wna16_platform_t)p));
+        int n = 0;
+        for (int i = 0; i < w16_target_count(); i++) {
+            const w16_target_t *T = w16_target_at(i);
+            if ((int)T->platform == p)
+                printf("%s%s target: %s", n++ ? "; " : "", T->name,
+                       T->compiler);
+        }
+        printf("%s)", n ? "" : "no target in this build");
+    }
     printf("\n");
 }
 

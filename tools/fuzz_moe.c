@@ -224,7 +224,9 @@ static void draw(wna16_context_t *ctx, fz_rng_t *r, const wna16_spec_t *fixed,
     c->I = ui * (1 + (int32_t)fz_below(r, (uint32_t)(lim.max_hi / ui)));
     if (g <= 0 && fz_below(r, 4) == 0)
         c->I = 4 * (1 + (int32_t)fz_below(r, (uint32_t)(lim.max_hi / 4)));
-    const int32_t *Es = gpu ? gpu_E : cpu_E;
+    /* the CPU's JIT compiles per expert count as any other: its cases
+     * keep few experts to stay fast; the other targets reach vLLM's 64 */
+    const int32_t *Es = target == WNA16_TARGET_CPU ? cpu_E : gpu_E;
     c->E = Es[fz_below(r, 7)];
     while (c->E > 1 && (double)c->E * c->H * c->I > lim.max_layer)
         c->E /= 2;

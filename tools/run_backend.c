@@ -3,7 +3,9 @@
  *
  * The target is the best present: the first in the target list
  * (runtime/targets.c: a GPU first) that serves the device found and
- * probes, else the CPU (LLVM JIT). Selection (vLLM's
+ * probes, else the CPU (LLVM JIT). --target xpu where Level Zero has no
+ * device runs the same SPIR-V on the ocl target (OpenCL on the CPU:
+ * runtime/ocl/), and the report says so and why. Selection (vLLM's
  * select_wna16_moe_backend, from the specs) then picks the backend for
  * the target's platform, and the target's fused MoE runs that backend's
  * layout when it can run it well:
@@ -69,7 +71,26 @@ int run_choose_target(wna16_context_t *ctx, const run_opts_t *o,
     const w16_target_t *T = NULL;
     void *inst = NULL;
     if (o->target_set) {
-        if (w16_target_probe(ctx, o->target, &T, &inst, &err) != WNA16_OK)
+        wna16_status_t st = w16_target_probe(ctx, o->target, &T, &inst, &err);
+        /* the xpu target's SPIR-V runs on the CPU through OpenCL where
+         * Level Zero has no device: said, never silent */
+        if (st == WNA16_EUNAVAILABLE && o->target == WNA16_TARGET_XPU) {
+            wna16_error_t eo;
+            if (w16_target_probe(ctx, WNA16_TARGET_OCL, &T, &inst, &eo) ==
+                WNA16_OK) {
+                snprintf(note, sizeof note, "; --target xpu: %s; its SPIR-V "
+                         "kernels run through the OpenCL route instead "
+                         "(llvm-spirv-15, then the OpenCL device)",
+                         err.message);
+                st = WNA16_OK;
+            } else {
+                snprintf(err.message + strlen(err.message),
+                         sizeof err.message - strlen(err.message),
+                         "; nor can its SPIR-V run through OpenCL: %s",
+                         eo.message);
+            }
+        }
+        if (st != WNA16_OK)
             return cli_fail(&err);
     } else {
         T = best_target(ctx, &c->dev, &inst, note, sizeof note);

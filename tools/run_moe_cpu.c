@@ -1,8 +1,9 @@
 /*
- * run_moe_cpu.c - the fused MoE of `wna16 run` on the CPU: the
- * wna16_moe_layer_* API (kernels generated from the backend's layout spec,
- * JIT-compiled by LLVM through the kernel cache, run on all cores), timed
- * by run_time_calls.
+ * run_moe_cpu.c - the generated fused MoE of `wna16 run` on a target whose
+ * kernels address host memory (the CPU: LLVM JIT on all cores; ocl: the
+ * SPIR-V through OpenCL): the wna16_moe_layer_* API (kernels generated
+ * from the backend's layout spec, compiled through the kernel cache),
+ * timed by run_time_calls.
  */
 #include "run.h"
 #include "runtime/targets.h"
@@ -43,10 +44,10 @@ int run_moe_cpu(wna16_context_t *ctx, const run_layer_t *L,
         return cli_fail(&err);
     T->describe(inst, &d);
     f->threads = d.threads;
-    run_log_step(log, "fused MoE on the CPU: kernels generated from %s's "
-                 "layout spec, LLVM JIT, %d threads; %d tokens, top-%d, %s, "
-                 "silu", wna16_spec_name(c->backend), f->threads, in->M, in->topk,
-                 wna16_dtype_name(in->dtype));
+    run_log_step(log, "fused MoE on the %s target: kernels generated from "
+                 "%s's layout spec, %s, on %s; %d tokens, top-%d, %s, silu",
+                 T->name, wna16_spec_name(c->backend), T->compiler, d.text,
+                 in->M, in->topk, wna16_dtype_name(in->dtype));
     wna16_moe_params_init(&call.p);
     call.p.act_dtype = in->dtype;
     call.scratch = malloc((size_t)in->M * (size_t)L->H * 2);
