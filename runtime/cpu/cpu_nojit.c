@@ -31,7 +31,7 @@ wna16_status_t w16_cpu_get(wna16_context_t *ctx, w16_cpu_t **out,
     w16_cpu_t *c = ctx->targets[WNA16_TARGET_CPU];
     if (!c) {
         c = calloc(1, sizeof *c);
-        if (c && !(c->pool = w16_pool_create(0))) {
+        if (c && !(c->pool = w16_pool_create(ctx->cpu_threads))) {
             free(c);
             c = NULL;
         }

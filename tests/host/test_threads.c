@@ -185,9 +185,13 @@ int main(void)
     struct stat sb;
     if (stat(ckpt, &sb) != 0)
         tu_skip("no golden checkpoint gptq_b4_g128 (WNA16_GOLDEN_DIR)");
-    if (!(wna16_build_kernel_platforms() & (1u << WNA16_PLATFORM_CPU)))
-        tu_skip("this build has no CPU target (LLVM 19)");
     check_thread_options();
+#ifndef WNA16_HAVE_LLVM
+    /* the pool is there (kernels from packs run on it), the compiler not */
+    if (tu_failures)
+        return tu_finish("host_threads");
+    tu_skip("this build cannot compile CPU kernels (LLVM 19)");
+#endif
 
     char cache[4200];
     snprintf(cache, sizeof cache, "%s", tu_tempdir("host_threads"));

@@ -14,7 +14,7 @@ from wna16.torch import WNA16Experts
 
 
 @pytest.fixture(scope="module")
-def experts(ctx, layer):
+def experts(ctx, layer, cpu_ok):
     return WNA16Experts.from_checkpoint_layer(ctx, layer, device="cpu")
 
 
