@@ -119,7 +119,6 @@ bool w16_pack_find(const w16_pack_t *p, w16_key_t key, uint32_t *i);
 /* Is entry i's checksum right? The hash of its bytes (about 10 GB/s). */
 bool w16_pack_entry_intact(const w16_pack_t *p, uint32_t i);
 
-#endif /* W16_PACK_H */
 
 /* ---- the context's packs (pack_set.c) ------------------------------------ */
 
@@ -166,3 +165,5 @@ wna16_status_t w16_packs_loaded(wna16_context_t *ctx, struct w16_cache **out,
 /* Unloads what was loaded from the packs, unmaps them and frees the list
  * (context teardown; no lookup may be in flight). */
 void w16_packs_free(wna16_context_t *ctx);
+
+#endif /* W16_PACK_H */

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# `wna16 pack` and the runtime's use of packs, end to end on the CPU.
+#
+# usage: pack_cli.sh WNA16 WORKDIR CASE [WNA16_NOLLVM]
+#   setup        builds tests/pack/small.json into WORKDIR/small.w16pack and
+#                a GPTQ checkpoint (make_checkpoint.py) in WORKDIR/ckpt
+#   reproducible the same manifest built again (other thread counts) gives
+#                the same bytes
+#   list, verify, extract, manifest_errors, usage
+#   run_jit_off      wna16 run from the pack with JIT disabled: OK, no kernel
+#                    compiled, every kernel from the pack
+#   run_jit_off_nopack   the same without the pack: fails naming a kernel
+#   repack_jit_off   wna16 repack from the pack, JIT disabled: the same bytes
+#                    as a JIT repack
+#   repack_jit_off_nopack
+#   damaged      an entry damaged: said once, compiled instead; verify fails
+#   not_a_pack   WNA16_PACK_PATH naming a file that is not a pack
+#   nollvm       the command built without LLVM and CUDA (WNA16_NOLLVM):
+#                no libLLVM loaded; runs and repacks from the pack; without
+#                it the cpu target is unavailable, saying why
+# Each case prints what it checked and exits 0, or 1 with the reason.
+set -uo pipefail
+wna16=$1 work=$2 case=$3 nollvm=${4:-}
+src=$(cd "$(dirname "$0")" && pwd)
+manifest=$src/small.json
+pack=$work/small.w16pack
+ckpt=$work/ckpt
+fail() { echo "FAIL: $*"; exit 1; }
+# a kernel cache of each case's own, so that nothing comes from another
+fresh_cache() { rm -rf "$work/cache.$case"; export WNA16_CACHE_DIR=$work/cache.$case; }
+unset WNA16_PACK_PATH WNA16_JIT
+
+case "$case" in
+setup)
+  rm -rf "$work" && mkdir -p "$work" || fail "mkdir $work"
+  python3 "$src/../cli/make_checkpoint.py" "$ckpt" 1 4 256 128 || fail "make_checkpoint"
+  "$wna16" pack build "$manifest" -o "$pack" 2> "$work/build.log" || { cat "$work/build.log"; fail "pack build"; }
+  cat "$work/build.log"
+  grep -q "wrote $pack: 12 entries" "$work/build.log" || fail "expected 12 entries"
+  grep -q "kernels compiled (100%)" "$work/build.log" || fail "no progress line"
+  echo "ok: $pack" ;;
+reproducible)
+  "$wna16" pack build "$manifest" -o "$work/again.w16pack" -j 1 --quiet || fail "rebuild"
+  cmp "$pack" "$work/again.w16pack" || fail "a second build differs"
+  echo "ok: byte-identical ($(stat -c %s "$pack") bytes)" ;;
+list)
+  out=$("$wna16" pack list "$pack") || fail "list: $out"
+  echo "$out" | head -5
+  echo "$out" | grep -q "^pack $pack (ci-small): format 1, 12 entries" || fail "header"
+  echo "$out" | grep -Eq "^ +[0-9]+  cpu +x86-64-v3 +[0-9]+  gptq-to-triton +wna16_repack_gptq_to_triton_w13_qweight_b4_g128_zp0$" || fail "an entry line"
+  [ "$(echo "$out" | grep -c ' cpu  ')" = 12 ] || fail "12 cpu entries"
+  json=$("$wna16" pack list "$pack" --json) || fail "list --json"
+  echo "$json" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["entry_count"] == 12 and len(d["entries"]) == 12, d["entry_count"]
+assert d["generator_matches"] is True
+assert {e["family"] for e in d["entries"]} == {"gptq-to-triton", "triton-moe"}
+assert all(e["target"] == "cpu" and e["arch"] == "x86-64-v3" and e["bytes"] > 0 for e in d["entries"])
+' || fail "list --json content"
+  echo "ok: list, list --json" ;;
+verify)
+  out=$("$wna16" pack verify "$pack") || fail "verify: $out"
+  echo "$out" | tail -3
+  echo "$out" | grep -q "12 entries: 12 intact, 0 damaged; loaded here: 12, failed to load: 0" || fail "verify counts"
+  json=$("$wna16" pack verify "$pack" --json) || fail "verify --json"
+  echo "$json" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["ok"] is True and d["intact"] == 12 and d["loaded"] == 12 and d["problems"] == [], d
+' || fail "verify --json content"
+  echo "ok: verify, verify --json" ;;
+extract)
+  "$wna16" pack extract "$pack" wna16_moe_input_triton_b4_g128_zp0_silu_f16_bm1 -o "$work/input.so" || fail "extract by name"
+  [ "$(head -c 4 "$work/input.so" | od -An -c | tr -d ' ')" = '177ELF' ] || fail "not an ELF file"
+  readelf -h "$work/input.so" 2>/dev/null | grep -q "DYN" || fail "not a shared object"
+  "$wna16" pack extract "$pack" 0 -o "$work/e0.bin" || fail "extract by index"
+  out=$("$wna16" pack extract "$pack" no_such_kernel -o "$work/x" 2>&1); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -q "no entry 'no_such_kernel'" || fail "missing entry: $rc $out"
+  echo "ok: extract" ;;
+manifest_errors)
+  bad=$work/bad.json
+  check() { # JSON EXPECTED
+    printf '%s' "$1" > "$bad"
+    out=$("$wna16" pack build "$bad" -o "$work/bad.w16pack" 2>&1); rc=$?
+    [ $rc = 1 ] || fail "exit $rc for $1: $out"
+    echo "$out" | grep -qF -- "$2" || fail "expected '$2', got: $out"
+    [ ! -e "$work/bad.w16pack" ] || fail "a pack was written"
+    echo "refused: $out"
+  }
+  base='"targets": {"cpu": ["x86-64-v3"]}, "models": [{"name": "m", "experts": 2, "hidden": 256, "intermediate": 128, "topk": 1}]'
+  check "{$base, \"families\": [{\"name\": \"f\", \"kind\": \"repack\", \"models\": \"m\", \"from\": \"gptq\", \"to\": \"triton\", \"bits\": [4, 5]}]}" "$bad: \$.families[0].bits[1]: 5 is not one of 4, 8"
+  check "{$base, \"families\": [{\"name\": \"f\", \"kind\": \"repack\", \"models\": \"m\", \"from\": \"gptq\", \"to\": \"tritonx\"}]}" "\$.families[0].to: no backend spec named 'tritonx'"
+  check "{$base, \"families\": [{\"name\": \"f\", \"kind\": \"moe\", \"models\": \"m\", \"backend\": \"triton\", \"colour\": 1}]}" "\$.families[0].colour: unknown key"
+  check "{$base, \"families\": [{\"name\": \"f\", \"kind\": \"moe\", \"models\": [\"m\", \"n\"], \"backend\": \"triton\"}]}" "\$.families[0].models[1]: no model named 'n'"
+  check "{\"targets\": {\"cpu\": [\"x86-64-v9\"]}, \"models\": [{\"name\": \"m\", \"experts\": 2, \"hidden\": 256, \"intermediate\": 128, \"topk\": 1}], \"families\": [{\"name\": \"f\", \"kind\": \"moe\", \"models\": \"m\", \"backend\": \"triton\"}]}" "no pack architecture 'x86-64-v9'"
+  check "{\"targets\": {\"gpu\": [\"sm_80\"]}}" "\$.targets.gpu: no target 'gpu'"
+  check "{$base, \"families\": [{\"name\": \"f\", \"kind\": \"moe\", \"models\": \"m\", \"backend\": \"triton\", \"activation\": \"swish\"}]}" "\$.families[0].activation: 'swish' is not an activation"
+  check "{$base, \"families\": [" "not valid JSON"
+  echo "ok: manifest errors name the JSON path" ;;
+usage)
+  out=$("$wna16" pack build "$manifest" 2>&1); [ $? = 2 ] && echo "$out" | grep -q "build needs -o" || fail "no -o: $out"
+  out=$("$wna16" pack frob 2>&1); [ $? = 2 ] && echo "$out" | grep -q "unknown subcommand 'frob'" || fail "subcommand: $out"
+  "$wna16" pack --help | grep -q "^usage: wna16 pack build MANIFEST.json -o NAME.w16pack" || fail "--help"
+  out=$("$wna16" pack list "$manifest" 2>&1); [ $? = 1 ] && echo "$out" | grep -q "not a wna16 kernel pack" || fail "list of a non-pack: $out"
+  echo "ok: usage" ;;
+run_jit_off)
+  fresh_cache
+  out=$(WNA16_JIT=0 WNA16_PACK_PATH=$pack "$wna16" run "$ckpt" --target cpu --json 2>&1) || fail "run: $out"
+  echo "$out" | python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read().strip().splitlines()[-1])
+assert d["ok"] is True, d
+' || fail "run --json: $out"
+  [ -z "$(find "$WNA16_CACHE_DIR" -name '*.wk' 2>/dev/null)" ] || fail "kernels were compiled into the cache"
+  echo "ok: wna16 run from the pack with WNA16_JIT=0" ;;
+run_jit_off_nopack)
+  fresh_cache
+  out=$(WNA16_JIT=0 "$wna16" run "$ckpt" --target cpu 2>&1); rc=$?
+  [ $rc = 1 ] || fail "exit $rc: $out"
+  echo "$out" | grep -Eq "wna16: kernel wna16_[a-z0-9_]+ \(cpu\): in no kernel pack of this context .* and JIT compilation is disabled \(WNA16_JIT=0" || fail "message: $out"
+  echo "ok: $(echo "$out" | grep 'JIT compilation is disabled' | head -1)" ;;
+repack_jit_off)
+  fresh_cache
+  WNA16_JIT=0 WNA16_PACK_PATH=$pack "$wna16" repack "$ckpt" --to triton --target cpu -o "$work/packed.safetensors" > "$work/repack1.log" 2>&1 || { cat "$work/repack1.log"; fail "repack from the pack"; }
+  export WNA16_CACHE_DIR=$work/cache.$case.jit
+  "$wna16" repack "$ckpt" --to triton --target cpu -o "$work/jit.safetensors" > "$work/repack2.log" 2>&1 || { cat "$work/repack2.log"; fail "JIT repack"; }
+  cmp "$work/packed.safetensors" "$work/jit.safetensors" || fail "pack and JIT repacks differ"
+  echo "ok: wna16 repack from the pack with WNA16_JIT=0, same bytes as JIT" ;;
+repack_jit_off_nopack)
+  fresh_cache
+  out=$(WNA16_JIT=0 "$wna16" repack "$ckpt" --to triton --target cpu -o "$work/nopack.safetensors" 2>&1); rc=$?
+  [ $rc = 1 ] || fail "exit $rc: $out"
+  echo "$out" | grep -q "JIT compilation is disabled" || fail "message: $out"
+  [ ! -e "$work/nopack.safetensors" ] || fail "an output was left"
+  echo "ok: refused without the pack" ;;
+damaged)
+  fresh_cache
+  cp "$pack" "$work/damaged.w16pack"
+  # the last byte of the payload belongs to the last entry in key order
+  size=$(stat -c %s "$work/damaged.w16pack")
+  printf '\x5a' | dd of="$work/damaged.w16pack" bs=1 seek=$((size - 1)) conv=notrunc status=none
+  out=$("$wna16" pack verify "$work/damaged.w16pack" 2>&1); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -q "damaged (checksum mismatch)" && echo "$out" | grep -q "^FAILED$" || fail "verify: $rc $out"
+  name=$(echo "$out" | sed -n 's/^entry [0-9]* \([a-z0-9_]*\) (cpu x86-64-v3): damaged.*/\1/p')
+  [ -n "$name" ] || fail "no entry named: $out"
+  out=$(WNA16_PACK_PATH=$work/damaged.w16pack "$wna16" repack "$ckpt" --to triton --target cpu -o "$work/d.safetensors" 2>&1); rc1=$?
+  out2=$(WNA16_PACK_PATH=$work/damaged.w16pack "$wna16" run "$ckpt" --target cpu 2>&1); rc2=$?
+  all="$out
+$out2"
+  n=$(echo "$all" | grep -c "kernel pack $work/damaged.w16pack: entry $name (cpu x86-64-v3) is damaged (checksum mismatch); compiling the kernel instead")
+  # repack or run (whichever uses the entry) says it, once per process
+  [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ "$n" -ge 1 ] && [ "$n" -le 2 ] || fail "fallback: $rc1 $rc2 $n: $all"
+  fresh_cache # nothing compiled before: the damaged kernel is nowhere else
+  out=$(WNA16_JIT=0 WNA16_PACK_PATH=$work/damaged.w16pack "$wna16" run "$ckpt" --target cpu 2>&1 ; echo "exit=$?")
+  if echo "$out" | grep -q "entry $name"; then
+    echo "$out" | grep -q "exit=1" && echo "$out" | grep -q "JIT compilation is disabled, so the kernel fails" || fail "JIT off: $out"
+  fi
+  echo "ok: damaged entry $name refused once and compiled instead" ;;
+not_a_pack)
+  fresh_cache
+  out=$(WNA16_PACK_PATH=$manifest "$wna16" run "$ckpt" --target cpu 2>&1); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -q "WNA16_PACK_PATH: $manifest: not a wna16 kernel pack" || fail "$rc: $out"
+  echo "ok: $(echo "$out" | grep -m1 'not a wna16 kernel pack')" ;;
+nollvm)
+  [ -x "$nollvm" ] || fail "no command built without LLVM: $nollvm"
+  if command -v ldd > /dev/null; then
+    ldd "$nollvm" | grep -qi llvm && fail "$nollvm links LLVM: $(ldd "$nollvm" | grep -i llvm)"
+  fi
+  fresh_cache
+  out=$("$nollvm" run "$ckpt" --target cpu 2>&1); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -q "cpu target unavailable: built without LLVM 19.*no kernel pack of this context holds CPU kernels" || fail "without a pack: $rc $out"
+  WNA16_PACK_PATH=$pack "$nollvm" run "$ckpt" --target cpu > "$work/nollvm_run.log" 2>&1 || { cat "$work/nollvm_run.log"; fail "run without LLVM"; }
+  grep -q "result: OK" "$work/nollvm_run.log" || fail "run result: $(cat "$work/nollvm_run.log")"
+  WNA16_PACK_PATH=$pack "$nollvm" repack "$ckpt" --to triton --target cpu -o "$work/nollvm.safetensors" > /dev/null 2>&1 || fail "repack without LLVM"
+  "$wna16" repack "$ckpt" --to triton --target cpu -o "$work/llvm.safetensors" > /dev/null 2>&1 || fail "JIT repack"
+  cmp "$work/nollvm.safetensors" "$work/llvm.safetensors" || fail "repacks differ"
+  grep "result:\|fused MoE" "$work/nollvm_run.log"
+  echo "ok: run and repack with no LLVM in the process" ;;
+*) echo "pack_cli.sh: unknown case '$case'"; exit 2 ;;
+esac
