@@ -16,6 +16,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "base/base.h"
+#include "base/json_text.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -105,6 +106,13 @@ static wna16_status_t parse_object(const char *path, const char *text,
                                    size_t len, cJSON **out,
                                    wna16_error_t *err)
 {
+    *out = NULL;
+    size_t at = 0;
+    char why[96];
+    w16_json_fault_t f = w16_json_text_check(text, len, &at);
+    if (f != W16_JSON_OK)
+        return w16_err(err, WNA16_EFORMAT, "%s: not valid JSON: %s", path,
+                       w16_json_fault_str(f, text, at, why, sizeof why));
     const char *end = NULL;
     *out = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!*out)

@@ -17,6 +17,7 @@
  */
 #define _DEFAULT_SOURCE /* madvise */
 #include "base/base.h"
+#include "base/json_text.h"
 #include "spec/spec.h"
 
 #include <cjson/cJSON.h>
@@ -527,7 +528,11 @@ static bool is_indexed_shard(wna16_context_t *ctx, const char *dir,
         (int)sizeof path)
         return false;
     char *text = slurp(ctx, path, &cap);
-    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    size_t at = 0;
+    cJSON *root = text && w16_json_text_check(text, strlen(text), &at) ==
+                                  W16_JSON_OK
+                      ? cJSON_Parse(text)
+                      : NULL;
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     bool hit = false;
     const char *last = NULL;

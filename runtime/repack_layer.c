@@ -37,12 +37,24 @@ wna16_status_t wna16_repack_layer(wna16_context_t *ctx,
                        "16-bit activations", src_format->name,
                        wna16_input_dtype_name(quant->input_dtype),
                        src_format->fsel.integration);
+    /* Both layouts proved for this problem before any work, on every
+     * target: a layout that is a bijection on its spec's samples may
+     * overlap or leave its shape at this size (spec/spec_check.c). */
+    w16_problem_t p = {E, H, I, quant->bits, quant->group_size,
+                       quant->zero_point, quant->act_order, quant->bias,
+                       quant->zeros_stored, quant->g_idx_stored,
+                       (int)quant->input_dtype};
+    wna16_status_t st = w16_spec_check_problem(src_format, &p, NULL, err);
+    if (st == WNA16_OK)
+        st = w16_spec_check_problem(dst_backend, &p, NULL, err);
+    if (st != WNA16_OK)
+        return st;
     if (target != WNA16_TARGET_REFERENCE)
         return w16_repack_layer_generated(ctx, src_format, src, prefix, E, H,
                                           I, quant, dst_backend, target, out,
                                           err);
     wna16_qlayer_t layer;
-    wna16_status_t st = wna16_ref_decode(ctx, src_format, src, prefix, E, H, I,
+    st = wna16_ref_decode(ctx, src_format, src, prefix, E, H, I,
                                          quant, &layer, err);
     if (st != WNA16_OK)
         return st;

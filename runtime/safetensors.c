@@ -13,6 +13,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "base/base.h"
+#include "base/json_text.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -90,104 +91,6 @@ static bool json_uint(const cJSON *j, uint64_t *out)
         return false;
     *out = u;
     return true;
-}
-
-/* Length of the UTF-8 sequence at s[0..len) (1 for ASCII), 0 if invalid:
- * overlong forms, surrogates and code points past U+10FFFF are refused. */
-static size_t utf8_seq(const unsigned char *s, size_t len)
-{
-    unsigned c = s[0], min, cp;
-    size_t n;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        n = 1, min = 0x80, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF)
-        n = 2, min = 0x800, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4)
-        n = 3, min = 0x10000, cp = c & 0x07;
-    else
-        return 0;
-    if (len <= n)
-        return 0;
-    for (size_t k = 1; k <= n; k++) {
-        if ((s[k] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[k] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return n + 1;
-}
-
-static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
-
-/* Length of the JSON number at s[0..len) if it follows the JSON grammar
- * (cJSON also takes "01" or "1."), 0 if not. */
-static size_t json_number_len(const unsigned char *s, size_t len)
-{
-    size_t i = s[0] == '-';
-    if (i < len && s[i] == '0')
-        i++;
-    else if (i < len && is_digit(s[i]))
-        while (i < len && is_digit(s[i]))
-            i++;
-    else
-        return 0;
-    if (i < len && s[i] == '.') {
-        if (++i >= len || !is_digit(s[i]))
-            return 0;
-        while (i < len && is_digit(s[i]))
-            i++;
-    }
-    if (i < len && (s[i] == 'e' || s[i] == 'E')) {
-        if (++i < len && (s[i] == '+' || s[i] == '-'))
-            i++;
-        if (i >= len || !is_digit(s[i]))
-            return 0;
-        while (i < len && is_digit(s[i]))
-            i++;
-    }
-    if (i < len && (is_digit(s[i]) || s[i] == '.' || s[i] == 'e' ||
-                    s[i] == 'E' || s[i] == '+' || s[i] == '-'))
-        return 0;
-    return i;
-}
-
-typedef enum lex_fault {
-    LEX_OK,
-    LEX_BYTE,   /* control character or invalid UTF-8 */
-    LEX_NUMBER, /* number outside the JSON grammar */
-    LEX_NUL,    /* \u0000: would silently cut a C string short */
-} lex_fault_t;
-
-/* What cJSON lets through but JSON (and every other safetensors reader)
- * does not: raw control characters, invalid UTF-8, malformed numbers; and
- * \u0000, which would truncate a name. *at receives the offset. */
-static lex_fault_t lex_check(const unsigned char *s, size_t len, size_t *at)
-{
-    bool in_str = false;
-    for (size_t i = 0; i < len;) {
-        unsigned char c = s[i];
-        size_t n = utf8_seq(s + i, len - i);
-        *at = i;
-        if (!n || (c < 0x20 && (in_str || (c != '\t' && c != '\n' &&
-                                           c != '\r'))))
-            return LEX_BYTE;
-        if (in_str && c == '\\' && i + 1 < len) {
-            if (len - i >= 6 && memcmp(s + i + 1, "u0000", 5) == 0)
-                return LEX_NUL;
-            n = 2; /* the escaped byte cannot end the string */
-        } else if (c == '"') {
-            in_str = !in_str;
-        } else if (!in_str && (c == '-' || is_digit(c))) {
-            n = json_number_len(s + i, len - i);
-            if (!n)
-                return LEX_NUMBER;
-        }
-        i += n;
-    }
-    return LEX_OK;
 }
 
 /* "[4, 4]" into buf (fixed size is fine: at most 8 dims of 20 digits). */
@@ -593,18 +496,18 @@ static wna16_status_t parse_json(const st_parse_t *p, const char *hdr,
         return w16_err(p->err, WNA16_EFORMAT,
                        "%s: header does not start with '{'", p->origin);
     size_t at = 0;
-    switch (lex_check((const unsigned char *)hdr, len, &at)) {
-    case LEX_OK:
+    switch (w16_json_text_check(hdr, len, &at)) {
+    case W16_JSON_OK:
         break;
-    case LEX_BYTE:
+    case W16_JSON_BYTE:
         return w16_err(p->err, WNA16_EFORMAT,
                        "%s: header byte %zu (0x%02x) is not valid in JSON "
                        "text", p->origin, at, (unsigned char)hdr[at]);
-    case LEX_NUMBER:
+    case W16_JSON_NUMBER:
         return w16_err(p->err, WNA16_EFORMAT,
                        "%s: header byte %zu: malformed JSON number",
                        p->origin, at);
-    case LEX_NUL:
+    case W16_JSON_NUL:
         return w16_err(p->err, WNA16_EFORMAT,
                        "%s: header byte %zu: \\u0000 is not allowed in "
                        "names", p->origin, at);

@@ -273,6 +273,11 @@ struct wna16_spec {
             G_IDX_STORED, A8;
     } *samples;
     int n_samples;
+
+    /* The problems w16_spec_check_problem has proved the layouts for, so
+     * that it runs once per problem and spec (spec_check.c: made with the
+     * spec, freed with it, safe to use from several threads). */
+    struct w16_spec_memo *memo;
 };
 
 /* ---- registry (spec_registry.c) and loader (spec_load.c) ---------------- */
@@ -296,11 +301,37 @@ wna16_status_t w16_spec_parse(wna16_context_t *ctx, const char *origin,
                               wna16_spec_t **out, wna16_error_t *err);
 void w16_spec_free(wna16_spec_t *spec);
 
+/* What the layout checks evaluated (spec_check.c, spec_map.c,
+ * spec_prove.c): the cost of a check, and how each layout was settled. */
+typedef struct w16_check_stats {
+    int64_t evaluated;  /* elements and places whose maps were evaluated */
+    int64_t most;       /* the most one sample (or one problem) evaluated */
+    int exhaustive;     /* map pairs walked element by element */
+    int proved;         /* map pairs proved from their structure */
+    int sampled;        /* map pairs only probed (real sizes, unprovable) */
+    int memo_hits;      /* problems found already proved */
+} w16_check_stats_t;
+
+/* The most elements and places the check of one sample may evaluate: a
+ * layout is walked whole while that fits, proved from its maps' structure
+ * beyond (spec_prove.c), and refused as "too large to check" when neither
+ * fits (docs/specs.md, section 6). */
+#define W16_SAMPLE_BUDGET (INT64_C(1) << 20)
+
 /* Checks every layout of the spec on its sample problems: forward and
  * inverse maps agree and are bijective onto the stored elements. `full`
  * runs all samples; otherwise only the first. */
 wna16_status_t w16_spec_check_layouts(const wna16_spec_t *spec, bool full,
                                       wna16_error_t *err);
+/* The same, adding what it evaluated to *stats. */
+wna16_status_t w16_spec_check_layouts_stats(const wna16_spec_t *spec,
+                                            bool full,
+                                            w16_check_stats_t *stats,
+                                            wna16_error_t *err);
+/* The memo of w16_spec_check_problem, made with a spec and freed with it
+ * (spec_load.c). */
+wna16_status_t w16_spec_memo_new(wna16_spec_t *spec, wna16_error_t *err);
+void w16_spec_memo_free(wna16_spec_t *spec);
 
 /* Loads "tiling" (backend specs) into spec->tiling; errors name `origin`
  * and the JSON path. `j` is a cJSON node (spec loaders only). */
@@ -332,6 +363,25 @@ typedef struct w16_problem {
 wna16_status_t w16_spec_bind(const wna16_spec_t *spec,
                              const w16_problem_t *p, wna16_gemm_t gemm,
                              int64_t *vars, wna16_error_t *err);
+
+/* Proves every layout of `spec` for the concrete problem p (both
+ * operands, the sizes a repack or a fused MoE will use): each forward map
+ * lands inside its shape at a whole slot, the inverse map reads every
+ * element back (so no two share a place) and every other place as
+ * padding, block sums stay clear of codes and of each other, and the value
+ * and scale transforms hold. A layout is walked whole when small, else
+ * proved from its maps' structure (spec_prove.c), else probed on a bounded
+ * sample with a warning. Refuses with WNA16_ESPEC and "<spec origin>:
+ * <JSON path> (<problem>, w13): ..." naming the elements that collide or
+ * the element out of bounds, or the expression that fails to evaluate
+ * (division by zero, ...). Problems the spec does not claim to hold (its
+ * capabilities' bits and group sizes, its rules, sizes that do not bind)
+ * pass untouched: w16_check_holds refuses them with their reason. Runs
+ * once per problem and spec (a memo); stats may be NULL. */
+wna16_status_t w16_spec_check_problem(const wna16_spec_t *spec,
+                                      const w16_problem_t *p,
+                                      w16_check_stats_t *stats,
+                                      wna16_error_t *err);
 
 /* Is this layout present for the bound problem ("when")? */
 bool w16_layout_present(const w16_layout_t *l, const int64_t *vars);

@@ -14,6 +14,7 @@
  */
 #include "spec/spec_load.h"
 #include "base/hash.h"
+#include "base/json_text.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -482,20 +483,34 @@ static bool load_caps(loader_t *L, const cJSON *j, const char *path)
 
 /* ---- layouts ------------------------------------------------------------- */
 
-static bool dtype_fits_role(w16_role_t r, wna16_dtype_t d)
+/* The storage dtypes a role may declare, as a list for the messages: the
+ * reference reads codes and indices as integers of any width and values
+ * as F16/BF16/F32; safetensors' other dtypes (BOOL, F64, C64, the F8, F6
+ * and F4 formats) hold nothing a layout can mean. */
+static const char *role_dtypes(w16_role_t r)
 {
-    bool is_float = d == WNA16_DTYPE_F16 || d == WNA16_DTYPE_BF16 ||
-                    d == WNA16_DTYPE_F32;
     switch (r) {
     case W16_ROLE_SCALES: case W16_ROLE_BIAS: case W16_ROLE_WEIGHT:
-        return is_float;
+        return "F16 BF16 F32";
     case W16_ROLE_G_IDX: case W16_ROLE_SORT_IDX:
-        return d == WNA16_DTYPE_I32 || d == WNA16_DTYPE_I64;
+        return "I32 I64";
     case W16_ROLE_GSCALE:
-        return d == WNA16_DTYPE_F32;
+        return "F32";
     default:
-        return !is_float;
+        return "U8 I8 U16 I16 U32 I32 U64 I64";
     }
+}
+
+static bool dtype_fits_role(w16_role_t r, wna16_dtype_t d)
+{
+    const char *list = role_dtypes(r), *name = wna16_dtype_name(d);
+    if (!name)
+        return false;
+    size_t n = strlen(name);
+    for (const char *q = list; (q = strstr(q, name)) != NULL; q += n)
+        if ((q == list || q[-1] == ' ') && (q[n] == ' ' || q[n] == '\0'))
+            return true;
+    return false;
 }
 
 static bool load_dtypes(loader_t *L, const cJSON *j, const char *path,
@@ -521,11 +536,13 @@ static bool load_dtypes(loader_t *L, const cJSON *j, const char *path,
         wna16_dtype_t d = wna16_dtype_from_name(one->valuestring,
                                                 strlen(one->valuestring));
         if (d == WNA16_DTYPE_INVALID)
-            return lfail(L, p, "unknown dtype \"%s\" (F16 BF16 F32 I32 U8 I8 "
-                         "I16 I64)", one->valuestring);
+            return lfail(L, p, "unknown dtype \"%s\" (%s takes %s)",
+                         one->valuestring, w16_role_doc(l->role),
+                         role_dtypes(l->role));
         if (!dtype_fits_role(l->role, d))
-            return lfail(L, p, "dtype %s cannot hold %s", one->valuestring,
-                         w16_role_doc(l->role));
+            return lfail(L, p, "dtype %s cannot hold %s (it takes %s)",
+                         one->valuestring, w16_role_doc(l->role),
+                         role_dtypes(l->role));
         l->dtypes[l->n_dtypes++] = d;
     }
     return true;
@@ -1236,6 +1253,7 @@ void w16_spec_free(wna16_spec_t *spec)
     if (!spec)
         return;
     wna16_context_t *ctx = spec->ctx;
+    w16_spec_memo_free(spec);
     w16_arena_t arena = spec->arena;
     w16_arena_free(&arena);
     w16_free(ctx, spec, sizeof *spec);
@@ -1267,6 +1285,17 @@ static wna16_status_t parse_spec(wna16_context_t *ctx, const char *origin,
     *out = NULL;
     if (len > (16u << 20))
         return w16_err(err, WNA16_ESPEC, "%s: larger than 16 MiB", origin);
+    size_t at = 0;
+    w16_json_fault_t fault = w16_json_text_check(text, len, &at);
+    if (fault != W16_JSON_OK) {
+        char why[96];
+        int line = 1;
+        for (size_t i = 0; i < at; i++)
+            line += text[i] == '\n';
+        return w16_err(err, WNA16_ESPEC, "%s: line %d: not valid JSON: %s",
+                       origin, line,
+                       w16_json_fault_str(fault, text, at, why, sizeof why));
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
     if (!root) {
@@ -1303,7 +1332,7 @@ static wna16_status_t parse_spec(wna16_context_t *ctx, const char *origin,
     loader_t L = {.spec = s, .err = err, .origin = origin, .status = WNA16_OK};
     if (!s->origin)
         lfail(&L, "$", "out of memory");
-    else
+    else if ((L.status = w16_spec_memo_new(s, err)) == WNA16_OK)
         load_doc(&L, root);
     cJSON_Delete(root);
     if (L.status == WNA16_OK && check)

@@ -150,11 +150,22 @@ wna16_status_t wna16_spec_validate_file(wna16_context_t *ctx, const char *path,
     return st;
 }
 
-/* Loads dir/formats/ then dir/backends/, files in name order. */
+/* Loads dir/formats/ then dir/backends/, files in name order. A directory
+ * that does not exist, or holds neither, is an error: a mistyped path
+ * would otherwise run silently on the built-in specs. */
 static wna16_status_t load_dir(wna16_context_t *ctx, const char *dir,
                                wna16_error_t *err)
 {
     static const char *const subdirs[] = {"formats", "backends"};
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return w16_err(err, errno == ENOENT ? WNA16_ENOTFOUND : WNA16_EIO,
+                       "spec directory %s (spec_dir or $WNA16_SPEC_DIR): %s",
+                       dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return w16_err(err, WNA16_EINVAL, "spec directory %s (spec_dir or "
+                       "$WNA16_SPEC_DIR): not a directory", dir);
+    int found = 0;
     for (size_t s = 0; s < 2; s++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, subdirs[s]);
@@ -165,6 +176,7 @@ static wna16_status_t load_dir(wna16_context_t *ctx, const char *dir,
             return w16_err(err, WNA16_EIO, "%s: cannot open: %s", path,
                            strerror(errno));
         }
+        found++;
         char names[256][256];
         int n = 0;
         struct dirent *de;
@@ -184,6 +196,10 @@ static wna16_status_t load_dir(wna16_context_t *ctx, const char *dir,
                 return st;
         }
     }
+    if (!found)
+        return w16_err(err, WNA16_ENOTFOUND, "spec directory %s (spec_dir or "
+                       "$WNA16_SPEC_DIR) holds neither formats/ nor "
+                       "backends/", dir);
     return WNA16_OK;
 }
 

@@ -82,7 +82,9 @@ wna16_status_t w16_decode_sort_indices(const wna16_spec_t *spec,
 
 /* Refuses, with the reason, what `spec`'s layouts cannot hold for problem
  * p (bits, group size, zero points, act-order, bias, layout rules, padding
- * with act-order). IP is the padded intermediate size. */
+ * with act-order), and layouts that are not bijections inside their shapes
+ * at p's sizes (w16_spec_check_problem: the spec file and JSON path). IP is
+ * the padded intermediate size. */
 wna16_status_t w16_check_holds(const wna16_spec_t *spec,
                                const w16_problem_t *p, int32_t IP,
                                wna16_error_t *err);

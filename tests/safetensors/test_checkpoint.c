@@ -547,6 +547,15 @@ static const bad_config_t bad_configs[] = {
     {"{\"a\":1} {}", "not valid JSON (bytes after the value)"},
     {"{\"a\":", "not valid JSON"},
     {"", "not valid JSON"},
+    /* what cJSON would take and JSON does not (base/json_text.c) */
+    {"{\"a\":\x01" "1}", "not valid JSON: byte 5 (0x01) is not valid in "
+     "JSON text"},
+    {"{\"a\":\f1}", "not valid JSON: byte 5 (0x0c) is not valid"},
+    {"{\"a\":\"x\ty\"}", "not valid JSON: byte 7 (0x09) is not valid"},
+    {"{\"a\":\"\xff\"}", "not valid JSON: byte 6 (0xff) is not valid"},
+    {"{\"a\":01}", "not valid JSON: byte 5: malformed JSON number"},
+    {"{\"model_type\":\"a\\u0000b\"}",
+     "not valid JSON: byte 16: \\u0000 is not allowed"},
 };
 
 static void test_config_errors(const char *dir)

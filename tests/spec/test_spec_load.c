@@ -435,6 +435,20 @@ static const bad_case_t bad_cases[] = {
     {"json_trailing_comma", B, "\"min_cc\": 75", "\"min_cc\": 75,", "line 16",
      "not valid JSON"},
     {"json_empty", B, "*", "", "line 1", "not valid JSON"},
+    /* bytes cJSON would take: a control character between tokens (not a
+     * JSON space), one inside a string, invalid UTF-8, "01", \u0000 */
+    {"json_control_between", B, "\"kind\": \"backend\",",
+     "\"kind\":\v\"backend\",", "line 3", "(0x0b) is not valid in JSON "
+     "text"},
+    {"json_control_in_string", B, "\"kind\": \"backend\",",
+     "\"kind\": \"back\x01" "end\",", "line 3", "(0x01) is not valid in JSON "
+     "text"},
+    {"json_bad_utf8", B, "\"kind\": \"backend\",",
+     "\"kind\": \"back\xc0\xaf" "end\",", "line 3", "(0xc0) is not valid"},
+    {"json_leading_zero", B, "\"min_cc\": 75", "\"min_cc\": 075", "line 15",
+     "malformed JSON number"},
+    {"json_nul_escape", B, "\"kind\": \"backend\",",
+     "\"kind\": \"back\\u0000end\",", "line 3", "\\u0000 is not allowed"},
     {"json_text_after", B, NULL, " {}", NULL, "text after the JSON document"},
     {"json_root_array", B, "*", "[1, 2]", "$:", "expected an object, found an "
      "array"},
@@ -538,7 +552,15 @@ static const bad_case_t bad_cases[] = {
      "$.layouts.qweight.dtype", "dtype F16 cannot hold quantized weight codes"},
     {"i32_scales", B, "\"dtype\": [\"F16\", \"BF16\"],",
      "\"dtype\": [\"F16\", \"I32\"],", "$.layouts.scales.dtype[1]",
-     "dtype I32 cannot hold per-group scales"},
+     "dtype I32 cannot hold per-group scales (it takes F16 BF16 F32)"},
+    {"f8_qweight", B, "\"dtype\": \"I32\",", "\"dtype\": \"F8_E4M3\",",
+     "$.layouts.qweight.dtype", "dtype F8_E4M3 cannot hold quantized weight "
+     "codes (it takes U8 I8 U16 I16 U32 I32 U64 I64)"},
+    {"bool_qweight", B, "\"dtype\": \"I32\",", "\"dtype\": \"BOOL\",",
+     "$.layouts.qweight.dtype", "dtype BOOL cannot hold quantized weight"},
+    {"f64_scales", B, "\"dtype\": [\"F16\", \"BF16\"],",
+     "\"dtype\": [\"F16\", \"F64\"],", "$.layouts.scales.dtype[1]",
+     "dtype F64 cannot hold per-group scales"},
     {"no_dtypes", B, "\"dtype\": [\"F16\", \"BF16\"],", "\"dtype\": [],",
      "$.layouts.scales.dtype", "expected 1 to 4 dtypes"},
     {"missing_dtype", B, "\"dtype\": \"I32\",", "", "$.layouts.qweight",
