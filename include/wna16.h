@@ -539,9 +539,15 @@ const char *wna16_safetensors_metadata_get(const wna16_safetensors_t *st,
 
 /* Streaming writer: declare every tensor (name, dtype, shape) and the
  * metadata first, then write the data of each tensor in declaration order,
- * in as many chunks as convenient. The file is written to "<path>.tmp.*"
- * and renamed over `path` by finish(); abort() (or an error) removes it, so
- * no partial output is ever left at `path`. */
+ * in as many chunks as convenient. What `path` names decides how it is
+ * written: a regular file (or a new one) goes to "<path>.tmp.<pid>.<n>"
+ * beside it, renamed over `path` by finish(); abort() (or an error) removes
+ * it, so no partial file is ever left at `path`, and stale temporaries of
+ * processes that are gone are removed first. A symbolic link's target is
+ * written the same way (the link stays); "-" (standard output, not a
+ * terminal), a FIFO or a character device is streamed to; a directory, a
+ * block device or a socket is refused. Nothing that is not a regular file
+ * is ever renamed over. */
 typedef struct wna16_safetensors_writer wna16_safetensors_writer_t;
 
 wna16_status_t wna16_safetensors_writer_create(wna16_context_t *ctx,
@@ -561,7 +567,8 @@ wna16_status_t wna16_safetensors_writer_declare(wna16_safetensors_writer_t *w,
 wna16_status_t wna16_safetensors_writer_write(wna16_safetensors_writer_t *w,
                                               const void *data, size_t size,
                                               wna16_error_t *err);
-/* Checks every tensor is complete, syncs and renames into place. Frees w. */
+/* Checks every tensor is complete; a file is synced and renamed into
+ * place, a stream closed. Frees w. */
 wna16_status_t wna16_safetensors_writer_finish(wna16_safetensors_writer_t *w,
                                                wna16_error_t *err);
 /* Discards the temporary file. Frees w. */

@@ -11,6 +11,7 @@
 #include "gen/emit_llvm.h"
 #include "gen/emit_cuda.h"
 #include "gen/emit_spirv.h"
+#include "runtime/output.h"
 #include "runtime/ref/ref.h"
 
 #include <errno.h>
@@ -54,6 +55,9 @@ static void usage(FILE *f)
         "into PATH when the job has one kernel (pick it with --tensor or\n"
         "--stage; a job of several kernels is refused), or as NAME.spv, one\n"
         "file a kernel named after it, when PATH is an existing directory.\n"
+        "A regular file is replaced atomically (a temporary and a rename), a\n"
+        "symbolic link's target is written, - (standard output), a FIFO or a\n"
+        "character device is streamed to.\n"
         "--input-dtype picks the layout's variant for 8-bit activations.\n"
         "--kind moe --target cuda --to marlin|batched_marlin prints the\n"
         "tensor-core kernels instead (wna16 gen --kind moe --target cuda\n"
@@ -177,38 +181,45 @@ static void spv_files_free(spv_files_t *f)
     free(f->mods);
 }
 
-/* Writes words to path through a temporary beside it and a rename, so a
- * failure leaves no partial module. */
-static int write_words(const char *path, const w16_words_t *w)
+/* Writes words to path the way every wna16 output is written
+ * (runtime/output.h): a regular file through a temporary and a rename, so
+ * a failure leaves no partial module; a link's target; -, a FIFO or a
+ * character device streamed; a directory, block device or socket refused. */
+static int write_words(wna16_context_t *ctx, const char *path,
+                       const w16_words_t *w)
 {
-    size_t n = strlen(path) + 32;
-    char *tmp = malloc(n);
-    if (!tmp) {
-        fprintf(stderr, "wna16: out of memory\n");
-        return CLI_FAIL;
+    w16_arena_t arena;
+    w16_arena_init(&arena, ctx);
+    w16_output_t out;
+    wna16_error_t err = {0};
+    wna16_status_t st = w16_output_open(ctx, &arena, path, &out, &err);
+    if (st == WNA16_OK) {
+        const char *p = (const char *)w->data;
+        size_t left = w->len * sizeof *w->data;
+        while (left > 0) {
+            ssize_t n = write(out.fd, p, left);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                st = w16_err(&err, WNA16_EIO, "%s: cannot write: %s",
+                                     w16_output_name(&out),
+                                     n < 0 ? strerror(errno) : "no progress");
+                w16_output_discard(&out);
+                break;
+            }
+            p += n;
+            left -= (size_t)n;
+        }
+        if (st == WNA16_OK)
+            st = w16_output_commit(&out, &err);
     }
-    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    bool ok = f && fwrite(w->data, sizeof *w->data, w->len, f) == w->len;
-    int saved = errno;
-    if (f && fclose(f) != 0 && ok) {
-        ok = false;
-        saved = errno;
-    }
-    if (ok && rename(tmp, path) != 0) {
-        ok = false;
-        saved = errno;
-    }
-    if (!ok) {
-        fprintf(stderr, "wna16: cannot write %s: %s\n", path, strerror(saved));
-        remove(tmp);
-    }
-    free(tmp);
-    return ok ? CLI_OK : CLI_FAIL;
+    w16_arena_free(&arena);
+    return st == WNA16_OK ? CLI_OK : cli_fail(&err);
 }
 
 /* -o PATH: one module into PATH, or NAME.spv for each into a directory. */
-static int write_spv_files(const char *output, const spv_files_t *f)
+static int write_spv_files(wna16_context_t *ctx, const char *output,
+                           const spv_files_t *f)
 {
     struct stat st;
     bool dir = stat(output, &st) == 0 && S_ISDIR(st.st_mode);
@@ -225,9 +236,11 @@ static int write_spv_files(const char *output, const spv_files_t *f)
                 snprintf(path, n, "%s/%s.spv", output, f->names[i]);
         }
         const char *to = dir ? path : output;
-        int rc = to ? write_words(to, &f->mods[i]) : CLI_FAIL;
+        int rc = to ? write_words(ctx, to, &f->mods[i]) : CLI_FAIL;
+        /* The summary goes where the module does not. */
         if (rc == CLI_OK)
-            printf("%s: %s, %zu words\n", to, f->names[i], f->mods[i].len);
+            fprintf(strcmp(to, "-") == 0 ? stderr : stdout, "%s: %s, %zu "
+                    "words\n", to, f->names[i], f->mods[i].len);
         free(path);
         if (rc != CLI_OK)
             return rc;
@@ -400,7 +413,7 @@ int cmd_gen(int argc, char **argv)
             rc = gen_moe(&o, ctx, dst, &files);
         }
         if (rc == CLI_OK && o.output)
-            rc = write_spv_files(o.output, &files);
+            rc = write_spv_files(ctx, o.output, &files);
         spv_files_free(&files);
         wna16_context_destroy(ctx);
         return rc;
@@ -508,7 +521,7 @@ int cmd_gen(int argc, char **argv)
         rc = CLI_FAIL;
     }
     if (rc == CLI_OK && o.output)
-        rc = write_spv_files(o.output, &files);
+        rc = write_spv_files(ctx, o.output, &files);
     spv_files_free(&files);
     wna16_context_destroy(ctx);
     return rc;
