@@ -9,9 +9,10 @@
  * w16_expr_print, re-parse to expressions that print identically and
  * evaluate to the same value (or the same error) on random environments.
  * Every evaluation is checked against an independent evaluator written in
- * this file from the semantics in expr.h. Known bugs (a printer bug for
- * left-nested comparisons, undefined behaviour in cdiv/round_up/gcd/lcm
- * on extreme values) are counted and reported ("KNOWN BUG"), not failed.
+ * this file from the semantics in expr.h. Two bugs it found (a printer
+ * bug for left-nested comparisons, undefined behaviour in
+ * cdiv/round_up/gcd/lcm on extreme values) are fixed; their checks
+ * (KNOWN_BUG) fail if they come back.
  */
 #include "testutil.h"
 
@@ -580,9 +581,9 @@ static void test_print(void)
     PRINTS("E == (H < I)", "E == (H < I)");
     PRINTS("(1 || 0) && 1", "(1 || 0) && 1");
 
-    /* KNOWN BUG (gen/expr.c, print): a comparison that is the left operand
-     * of another comparison is printed without parentheses, and the text
-     * does not re-parse because comparisons do not chain. */
+    /* A regression check (fixed in print()): a comparison that is the left
+     * operand of another comparison must be printed with parentheses, or
+     * the text does not re-parse (comparisons do not chain). */
     char msg[256];
     const w16_expr_t *x = parse_in("(E < H) == 1", ALL_WHERE, msg, sizeof msg);
     TU_CHECK(x != NULL);
