@@ -7,6 +7,7 @@
 #   2. the examples project configured out of tree with find_package(wna16)
 #      (wna16::wna16 = libwna16.so), built and run on CHECKPOINT; again
 #      with wna16_USE_STATIC_LIBS=ON (libwna16.a and its private deps);
+#      and on a sharded two-layer copy of CHECKPOINT (shard_checkpoint.py);
 #   3. examples/moe_host.c compiled by hand with pkg-config, against the
 #      shared library and (--static) the static one, and run;
 #   4. the Python package from the install tree finds the installed
@@ -55,6 +56,16 @@ for mode in shared static; do
   fi
   run "$b/moe_host" "$ckpt" --batches 1,5 --repeat 1 --threads 2
 done
+
+# the same program on a sharded copy of the checkpoint, two layers deep
+# (3 shards + index)
+python3 "$src/tests/host/shard_checkpoint.py" "$ckpt" "$work/sharded" 3 2
+ls "$work/sharded"/model-00003-of-00003.safetensors > /dev/null
+run "$work/cmake_shared/moe_host" "$work/sharded" --batches 2 --repeat 1 \
+  --threads 2 | tee "$work/sharded.txt"
+grep -q "2 MoE layers" "$work/sharded.txt" &&
+  grep -q "^model.layers.1.mlp.experts: repack" "$work/sharded.txt" ||
+  { echo "FAIL: the sharded checkpoint's layers were not all run"; exit 1; }
 
 echo "== 3. pkg-config"
 export PKG_CONFIG_PATH=$p/lib/pkgconfig
