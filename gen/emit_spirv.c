@@ -204,8 +204,10 @@ static const lowering_t LOWERING[KIR_OP_COUNT] = {
     [KIR_OP_FSUB] = {SpvOpFSub, SpvOpNop, 0},
     [KIR_OP_FMUL] = {SpvOpFMul, SpvOpNop, 0},
     [KIR_OP_FDIV] = {SpvOpFDiv, SpvOpNop, 0},
-    [KIR_OP_FMAX] = {SpvOpNop, SpvOpNop, OCL(Fmax)},
-    [KIR_OP_FMIN] = {SpvOpNop, SpvOpNop, OCL(Fmin)},
+    /* selects (below), as the LLVM emitter lowers them, not OpenCL.std's
+     * fmax/fmin, which return the operand that is not NaN */
+    [KIR_OP_FMAX] = {SpvOpNop, SpvOpNop, 0},
+    [KIR_OP_FMIN] = {SpvOpNop, SpvOpNop, 0},
     [KIR_OP_EQ] = {SpvOpIEqual, SpvOpLogicalEqual, 0},
     [KIR_OP_NE] = {SpvOpINotEqual, SpvOpLogicalNotEqual, 0},
     [KIR_OP_SLT] = {SpvOpSLessThan, SpvOpNop, 0},
@@ -774,6 +776,18 @@ static uint32_t emit_expr(semit_t *E, const kir_expr_t *e)
         uint32_t b = emit_expr(E, e->c);
         uint32_t ty = type_id(E, e->type);
         return value(E, SpvOpSelect, ty, OPS(c, a, b));
+    }
+    case KIR_OP_FMAX: case KIR_OP_FMIN: {
+        /* a > b ? a : b (a < b for fmin): NaN semantics of the CPU target
+         * (gen/emit_llvm.c), whose kernels are checked against the
+         * reference everywhere; a NaN b gives b, a NaN a gives b */
+        uint32_t a = emit_expr(E, e->a);
+        uint32_t b = emit_expr(E, e->b);
+        uint32_t ty = type_id(E, e->type);
+        uint32_t c = value(E, e->op == KIR_OP_FMAX ? SpvOpFOrdGreaterThan
+                                                   : SpvOpFOrdLessThan,
+                           type_id(E, KIR_I1), OPS(a, b));
+        return E->fail ? 0 : value(E, SpvOpSelect, ty, OPS(c, a, b));
     }
     case KIR_OP_ZEXT: case KIR_OP_SEXT: case KIR_OP_TRUNC: case KIR_OP_SITOF:
     case KIR_OP_FTOSI: case KIR_OP_FCONV: case KIR_OP_BITCAST: {

@@ -539,7 +539,7 @@ static void every_op_kernel(run_t *R)
         "OpExecutionMode %spirv_every_op ContractionOff",
         "OpMemoryModel Physical64 OpenCL", "OpenCL.std", "OpControlBarrier",
         "OpLoopMerge", "OpSelectionMerge", "vstore_half_r", "RTE", "vload_half",
-        "OpConvertUToPtr", "fmax", "tanh", "erf", "s_min",
+        "OpConvertUToPtr", "OpFOrdGreaterThan", "tanh", "erf", "s_min",
         "OpDecorate %__spirv_BuiltInWorkgroupId BuiltIn WorkgroupId",
         "%tile = OpVariable", "Workgroup", "UniformConstant"};
     for (size_t i = 0; i < W16_ARRAY_LEN(expect); i++)
