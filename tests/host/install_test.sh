@@ -9,7 +9,8 @@
 #      with wna16_USE_STATIC_LIBS=ON (libwna16.a and its private deps);
 #      and on a sharded two-layer copy of CHECKPOINT (shard_checkpoint.py);
 #   3. examples/moe_host.c compiled by hand with pkg-config, against the
-#      shared library and (--static) the static one, and run;
+#      shared library and (--static) the static one, and run; the README's
+#      host program compiles;
 #   4. the Python package from the install tree finds the installed
 #      library by itself and runs examples/moe_host.py (when a Python with
 #      numpy is there);
@@ -82,6 +83,22 @@ if ldd "$work/moe_host_pc_static" | grep -q libwna16; then
   echo "FAIL: the static pkg-config build loads libwna16.so"; exit 1
 fi
 run "$work/moe_host_pc_static" "$ckpt" --batches 2 --repeat 1 --threads 2
+
+# the README's host program (its ```c block) compiles against the install
+python3 - "$src/README.md" "$work/readme.c" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+body = re.search(r"```c\n(.*?)```", text, re.S).group(1)
+body = body.replace("#include <wna16.h>\n", "")
+open(sys.argv[2], "w").write(
+    "#include <wna16.h>\n#include <stdint.h>\nint main(void)\n{\n"
+    "    uint16_t hidden[256], out[256];\n    int32_t M = 1;\n"
+    "    int32_t topk_ids[2] = {0, 1};\n"
+    "    float topk_weights[2] = {0.5f, 0.5f};\n" + body +
+    "    return 0;\n}\n")
+PY
+run $cc -std=c17 -Wall -Wextra -Werror -c "$work/readme.c" \
+  $(pkg-config --cflags wna16) -o "$work/readme.o"
 
 echo "== 4. the Python package and example, from the installed tree"
 py=
