@@ -34,7 +34,8 @@ if [ -z "$py" ]; then
 fi
 mkdir -p "$cache" && chmod 700 "$cache"
 export WNA16_LIBRARY="$lib" WNA16_INCLUDE_DIR="$inc" WNA16_GOLDEN_DIR="$golden"
-export WNA16_TEST_CACHE="$cache" PYTHONPATH="$root/python:$here"
+export WNA16_TEST_CACHE="$cache"
+export PYTHONPATH="$root/python:$here${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1
 if [ -n "$cuda" ]; then
   why=$("$py" -c 'import wna16; d = wna16.probe_device()
