@@ -44,7 +44,9 @@ class WNA16Experts(torch.nn.Module):
     device. E, H, I: experts, hidden and unpadded intermediate size;
     quant: {"bits", "group_size", "zero_point", "act_order", "bias"}.
     backend: the layout's spec name (default: "marlin" on CUDA, "triton"
-    on the CPU). ctx: a wna16.Context (default: one shared per process)."""
+    on the CPU). ctx: a wna16.Context (default: one shared per process).
+    The layer reads the tensors in place: moving or casting the module
+    afterwards is refused at the next call (build one per device)."""
 
     _default_ctx = None
 
@@ -68,6 +70,10 @@ class WNA16Experts(torch.nn.Module):
             self.register_buffer(role, t, persistent=False)
             self.names[f"{prefix}.{role}"] = role
         bufs = {name: getattr(self, role) for name, role in self.names.items()}
+        # the library reads these addresses: a module moved or cast after
+        # construction (.to(), .half()) would leave it reading freed memory
+        self._bound = {role: getattr(self, role).data_ptr()
+                       for role in self.names.values()}
         if self.device_type == "cuda":
             self._moe = self.ctx.cuda_moe(self.backend, bufs, prefix, E, H, I,
                                           self.quant)
@@ -111,6 +117,12 @@ class WNA16Experts(torch.nn.Module):
     def forward(self, hidden_states, topk_weights, topk_ids,
                 activation="silu", global_num_experts=-1, expert_map=None,
                 apply_router_weight_on_input=False, out=None):
+        for role, ptr in self._bound.items():
+            if getattr(self, role).data_ptr() != ptr:
+                raise RuntimeError(f"WNA16Experts: {role} is no longer the "
+                                   "tensor the layer was built on (the "
+                                   "module was moved or cast); build one "
+                                   "per device")
         if topk_ids.dtype != torch.int32:
             topk_ids = topk_ids.to(torch.int32)
         if topk_weights.dtype != torch.float32:

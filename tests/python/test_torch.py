@@ -56,6 +56,16 @@ def test_expert_map_on_input_and_apply(experts, layer, weights):
     assert torch.all(out[1] == 0) and torch.all(out[4] == 0)
 
 
+def test_moved_module_refused(ctx, layer, cpu_ok):
+    e = WNA16Experts.from_checkpoint_layer(ctx, layer, device="cpu")
+    x = torch.zeros(1, layer.H, dtype=torch.float16)
+    ids = torch.tensor([[0, 1]], dtype=torch.int32)
+    e(x, torch.ones(1, 2), ids)
+    e.w13_scales = e.w13_scales.clone()  # what .to()/.half() do to buffers
+    with pytest.raises(RuntimeError, match="w13_scales is no longer"):
+        e(x, torch.ones(1, 2), ids)
+
+
 def test_refusals(experts, layer):
     x = torch.zeros(2, layer.H, dtype=torch.float16)
     ids = torch.tensor([[0, 1], [1, 0]], dtype=torch.int32)
