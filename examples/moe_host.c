@@ -10,6 +10,11 @@
  *   moe_host CHECKPOINT [--backend NAME] [--batches 1,8,64] [--threads N]
  *                       [--cache DIR] [--repeat R]
  *
+ * The backend is vLLM's choice for the device (wna16_select); --backend
+ * names another. On the CPU, vLLM picks its CPU backend, whose VNNI
+ * blocks the generated kernels read code by code: --backend triton (codes
+ * in k order) is the fast layout there for real model sizes.
+ *
  * Build: cc moe_host.c $(pkg-config --cflags --libs wna16), or CMake's
  * find_package(wna16) and wna16::wna16 (examples/CMakeLists.txt).
  */

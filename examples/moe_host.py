@@ -9,6 +9,9 @@ line per layer with the times.
     moe_host.py CHECKPOINT [--backend NAME] [--batches 1,8,64]
                            [--threads N] [--cache DIR] [--repeat R]
 
+The backend is vLLM's choice for the device; on the CPU, --backend triton
+is the layout the generated kernels read fast.
+
 Needs numpy, and the wna16 package on PYTHONPATH (an install puts it in
 <prefix>/share/wna16/python; it finds <prefix>/lib/libwna16.so.0 itself,
 or $WNA16_LIBRARY). On a CUDA GPU, with torch, arrays are CUDA tensors
