@@ -182,6 +182,41 @@ typedef struct wna16_context_options {
 /* cache_max_bytes for a kernel cache without a size limit. */
 #define WNA16_CACHE_UNLIMITED UINT64_MAX
 
+/* The context's kernel cache, as `wna16 cache stats` shows it: where it
+ * keeps compiled kernels and what it did since the context was created. */
+typedef struct wna16_cache_info {
+    /* The directory in use; "" when the cache is in memory only (no
+     * directory could be named, or it is not the user's alone: the log
+     * said why). */
+    char dir[4096];
+    bool disk_readable, disk_writable;
+    uint64_t max_bytes;     /* the size limit; WNA16_CACHE_UNLIMITED: none */
+    size_t files;           /* entries in the directory now, all processes' */
+    uint64_t bytes;         /* their size */
+    size_t entries;         /* kernels this context holds in memory */
+    /* This context's lookups: answered from memory, loaded from the
+     * directory, compiled; entries written, refused as corrupt or as not
+     * the user's alone (both recompiled), removed for the size limit;
+     * failed compiles or loads. */
+    uint64_t memory_hits, disk_hits, compiles, disk_writes, corrupt,
+        untrusted, evictions, errors;
+} wna16_cache_info_t;
+
+/* Fills `out`. The directory is set up now if no kernel was compiled yet
+ * (as the first compile would: created, checked). Errors: EINVAL for NULL
+ * arguments, EIO when the directory cannot be listed, ELIMIT for a path
+ * longer than `dir`. */
+wna16_status_t wna16_cache_info(wna16_context_t *ctx, wna16_cache_info_t *out,
+                                wna16_error_t *err);
+/* Removes every kernel in the context's cache directory (those of other
+ * processes too; nothing else in it) and says how many in `removed` (may
+ * be NULL). Kernels already loaded stay usable; they are compiled again
+ * only in processes that have not loaded them. EUNAVAILABLE when the
+ * cache is in memory only. Safe while other threads and processes use the
+ * cache: a kernel being written is published or not, never torn. */
+wna16_status_t wna16_cache_clear(wna16_context_t *ctx, size_t *removed,
+                                 wna16_error_t *err);
+
 /* Creates a context: allocator, log sink and the spec registry. `opts` may
  * be NULL. Loading a bad spec from spec_dir fails the creation with the
  * file and JSON path in `err`. */

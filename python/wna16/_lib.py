@@ -222,6 +222,24 @@ class DeviceInfo(ctypes.Structure):
                 ("notes", ctypes.c_char * 512)]
 
 
+class CacheInfo(ctypes.Structure):
+    _fields_ = [("dir", ctypes.c_char * 4096),
+                ("disk_readable", ctypes.c_bool),
+                ("disk_writable", ctypes.c_bool),
+                ("max_bytes", ctypes.c_uint64),
+                ("files", ctypes.c_size_t),
+                ("bytes", ctypes.c_uint64),
+                ("entries", ctypes.c_size_t),
+                ("memory_hits", ctypes.c_uint64),
+                ("disk_hits", ctypes.c_uint64),
+                ("compiles", ctypes.c_uint64),
+                ("disk_writes", ctypes.c_uint64),
+                ("corrupt", ctypes.c_uint64),
+                ("untrusted", ctypes.c_uint64),
+                ("evictions", ctypes.c_uint64),
+                ("errors", ctypes.c_uint64)]
+
+
 # the structs tests/python/test_abi.py checks against the C compiler
 ABI_STRUCTS = {
     "wna16_error_t": ErrorT, "wna16_context_options_t": ContextOptions,
@@ -235,6 +253,7 @@ ABI_STRUCTS = {
     "wna16_repack_options_t": RepackOptions,
     "wna16_repack_summary_t": RepackSummary,
     "wna16_device_info_t": DeviceInfo,
+    "wna16_cache_info_t": CacheInfo,
 }
 
 # ---- the library ------------------------------------------------------------------
@@ -280,6 +299,8 @@ _SIGS = {
                                         _c.POINTER(_p), _err]),
     "wna16_context_destroy": (None, [_p]),
     "wna16_context_add_pack": (_c.c_int, [_p, _c.c_char_p, _err]),
+    "wna16_cache_info": (_c.c_int, [_p, _c.POINTER(CacheInfo), _err]),
+    "wna16_cache_clear": (_c.c_int, [_p, _c.POINTER(_c.c_size_t), _err]),
     "wna16_spec_count": (_c.c_size_t, [_p]),
     "wna16_spec_at": (_p, [_p, _c.c_size_t]),
     "wna16_spec_find": (_p, [_p, _c.c_int, _c.c_char_p]),

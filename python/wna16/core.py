@@ -166,6 +166,25 @@ class Context:
         kernel cache and the compilers."""
         call("wna16_context_add_pack", self.ptr, cstr(str(path)))
 
+    def cache_info(self):
+        """The kernel cache (wna16_cache_info): {"dir" ("" when in memory
+        only), "disk_readable", "disk_writable", "max_bytes", "files" and
+        "bytes" (the directory now), "entries" (kernels in memory), and this
+        context's "memory_hits", "disk_hits", "compiles", "disk_writes",
+        "corrupt", "untrusted", "evictions", "errors"}."""
+        i = _lib.CacheInfo()
+        call("wna16_cache_info", self.ptr, ctypes.byref(i))
+        return {k: (pystr(getattr(i, k)) if k == "dir" else getattr(i, k))
+                for k, _ in i._fields_}
+
+    def cache_clear(self):
+        """Removes every kernel in the cache directory; returns how many.
+        Kernels already loaded stay usable. Error EUNAVAILABLE when the
+        cache is in memory only."""
+        n = ctypes.c_size_t()
+        call("wna16_cache_clear", self.ptr, ctypes.byref(n))
+        return n.value
+
     def load_spec(self, path):
         """Loads a spec file (replacing a built-in one of that name); not
         while other threads use the context."""

@@ -1076,6 +1076,13 @@ const char *w16_cache_dir(const w16_cache_t *c)
                : NULL;
 }
 
+const char *w16_cache_dir_setup(w16_cache_t *c)
+{
+    if (c && c->want_disk)
+        ensure_disk(c);
+    return w16_cache_dir(c);
+}
+
 /* ---- the directory ------------------------------------------------------------------ */
 
 static const char *env(const char *name)

@@ -124,6 +124,10 @@ void w16_cache_get_stats(w16_cache_t *c, w16_cache_stats_t *out);
  * stats' disk_readable), or NULL for memory_only, when no directory
  * could be determined, or before a lazy_disk cache's first miss. */
 const char *w16_cache_dir(const w16_cache_t *c);
+/* w16_cache_dir after setting a lazy cache's disk level up now (as its
+ * first miss would: the directory chosen, created and checked, one warning
+ * when it cannot be used); NULL when the cache is in memory only. */
+const char *w16_cache_dir_setup(w16_cache_t *c);
 
 /* ---- the directory ------------------------------------------------------------ */
 

@@ -44,6 +44,11 @@ def test_log_callback_cache_and_specs(golden, tmp_path, cpu_ok):
     assert seen and all(lv in ("debug", "info", "warn", "error")
                         for lv, _ in seen)
     assert any(cache.iterdir())  # the kernels went to the context's cache
+    info = c.cache_info()
+    assert info["dir"] == str(cache) and info["compiles"] > 0
+    assert info["files"] == info["disk_writes"] and info["bytes"] > 0
+    assert c.cache_clear() == info["files"]
+    assert c.cache_info()["files"] == 0
     # closing the context closes what was made from it, newest first
     c.close()
     assert packed._ptr is None and ck._ptr is None
