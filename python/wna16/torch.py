@@ -99,7 +99,17 @@ class WNA16Experts(torch.nn.Module):
         backend = backend or ("marlin" if dev.type == "cuda" else "triton")
         packed = ctx.repack_layer(layer, backend, target=dev.type
                                   if dev.type == "cuda" else "cpu")
-        pre = layer.prefix + "."
+        return cls.from_packed(ctx, packed, layer.prefix, layer.E, layer.H,
+                               layer.I, layer.quant, backend, dev)
+
+    @classmethod
+    def from_packed(cls, ctx, packed, prefix, E, H, I, quant, backend,
+                    device="cpu"):
+        """The experts over a TensorSet that repack_layer returned (the
+        stacked tensors under `prefix`), copied into torch tensors on
+        `device`; `packed` is closed."""
+        dev = torch.device(device)
+        pre = prefix + "."
         tensors = {}
         for name in packed.names():
             arr = packed[name]
@@ -111,18 +121,20 @@ class WNA16Experts(torch.nn.Module):
                 t = t.view(torch.bfloat16)
             tensors[name[len(pre):]] = t.to(dev)
         packed.close()
-        return cls(tensors, layer.E, layer.H, layer.I, layer.quant, backend,
-                   ctx)
+        return cls(tensors, E, H, I, quant, backend, ctx)
 
-    def forward(self, hidden_states, topk_weights, topk_ids,
-                activation="silu", global_num_experts=-1, expert_map=None,
-                apply_router_weight_on_input=False, out=None):
+    def _check_bound(self):
         for role, ptr in self._bound.items():
             if getattr(self, role).data_ptr() != ptr:
                 raise RuntimeError(f"WNA16Experts: {role} is no longer the "
                                    "tensor the layer was built on (the "
                                    "module was moved or cast); build one "
                                    "per device")
+
+    def forward(self, hidden_states, topk_weights, topk_ids,
+                activation="silu", global_num_experts=-1, expert_map=None,
+                apply_router_weight_on_input=False, out=None):
+        self._check_bound()
         if topk_ids.dtype != torch.int32:
             topk_ids = topk_ids.to(torch.int32)
         if topk_weights.dtype != torch.float32:
@@ -145,6 +157,26 @@ class WNA16Experts(torch.nn.Module):
                              apply_router_weight_on_input=bool(
                                  apply_router_weight_on_input),
                              out=out)
+
+    def forward_batched(self, hidden_states, expert_num_tokens,
+                        weights=None, activation="silu",
+                        apply_router_weight_on_input=False, out=None):
+        """The batched (expert-major) format: hidden_states [E, max_tokens,
+        H], rows [0, expert_num_tokens[e]) of expert e are its tokens;
+        weights [E, max_tokens] float32 or None (each row's router weight,
+        applied to the output or, with apply_router_weight_on_input, the
+        input). Returns [E, max_tokens, H] (rows past a count are 0), on
+        hidden_states' device (expert_num_tokens and weights there too)."""
+        self._check_bound()
+        if expert_num_tokens.dtype != torch.int32:
+            expert_num_tokens = expert_num_tokens.to(torch.int32)
+        if weights is not None:
+            weights = weights.to(torch.float32).contiguous()
+        return self._moe.run_batched(
+            hidden_states.contiguous(), expert_num_tokens.contiguous(),
+            weights, activation=_act_name(activation),
+            apply_router_weight_on_input=bool(apply_router_weight_on_input),
+            out=out)
 
     def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids,
               activation, global_num_experts, expert_map, a1q_scale=None,
