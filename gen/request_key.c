@@ -31,79 +31,93 @@ const char *w16_generator_version(void)
     return v;
 }
 
-static void key_spec(w16_keyer_t *kr, const wna16_spec_t *s)
+/* The fields go into one array of u64 hashed in one call (a keyer field
+ * per value costs several times more): the array's layout is fixed here,
+ * so equal requests give equal bytes. */
+typedef struct fields {
+    uint64_t v[96];
+    int n;
+} fields_t;
+
+static void put(fields_t *f, uint64_t x) { f->v[f->n++] = x; }
+
+static void put_spec(fields_t *f, const wna16_spec_t *s)
 {
-    w16_keyer_u64(kr, s ? s->content_hash[0] : 0);
-    w16_keyer_u64(kr, s ? s->content_hash[1] : 0);
+    put(f, s ? s->content_hash[0] : 0);
+    put(f, s ? s->content_hash[1] : 0);
 }
 
-static void key_problem(w16_keyer_t *kr, const w16_problem_t *p)
+static void put_problem(fields_t *f, const w16_problem_t *p)
 {
     const int64_t dims[] = {p->E, p->H, p->I, p->BITS, p->GS, p->zp,
                             p->act_order, p->bias, p->zeros_stored,
                             p->g_idx_stored, p->a8, p->ungated};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-        w16_keyer_u64(kr, (uint64_t)dims[i]);
+        put(f, (uint64_t)dims[i]);
+}
+
+static w16_key_t done(const char *what, const fields_t *f)
+{
+    w16_keyer_t kr;
+    w16_keyer_init(&kr);
+    w16_keyer_str(&kr, what);
+    w16_keyer_str(&kr, w16_generator_version());
+    w16_keyer_bytes(&kr, f->v, sizeof f->v[0] * (size_t)f->n);
+    return w16_keyer_done(&kr);
 }
 
 w16_key_t w16_repack_request_key(const w16_repack_request_t *r, bool sums)
 {
-    w16_keyer_t kr;
-    w16_keyer_init(&kr);
-    w16_keyer_str(&kr, "wna16 repack request");
-    w16_keyer_str(&kr, w16_generator_version());
-    w16_keyer_u64(&kr, sums);
-    key_spec(&kr, r->src);
-    key_spec(&kr, r->dst);
-    key_problem(&kr, &r->problem);
-    w16_keyer_u64(&kr, (uint64_t)r->gemm);
-    w16_keyer_u64(&kr, (uint64_t)r->role);
+    fields_t f = {.n = 0};
+    put(&f, sums);
+    put_spec(&f, r->src);
+    put_spec(&f, r->dst);
+    put_problem(&f, &r->problem);
+    put(&f, (uint64_t)r->gemm);
+    put(&f, (uint64_t)r->role);
     for (int i = 0; i < W16_ROLE_COUNT; i++)
-        w16_keyer_u64(&kr, (uint64_t)r->src_dtype[i]);
-    w16_keyer_u64(&kr, (uint64_t)r->dst_dtype);
-    w16_keyer_u64(&kr, (uint64_t)r->lanes);
-    w16_keyer_u64(&kr, r->sort_k);
-    w16_keyer_u64(&kr, r->word_blocks);
-    w16_keyer_u64(&kr, r->staged_tiles);
-    return w16_keyer_done(&kr);
+        put(&f, (uint64_t)r->src_dtype[i]);
+    put(&f, (uint64_t)r->dst_dtype);
+    put(&f, (uint64_t)r->lanes);
+    put(&f, r->sort_k);
+    put(&f, r->word_blocks);
+    put(&f, r->staged_tiles);
+    return done("wna16 repack request", &f);
 }
 
-static void key_f32(w16_keyer_t *kr, float f)
+static uint64_t f32_bits(float x)
 {
     uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    w16_keyer_u64(kr, bits);
+    memcpy(&bits, &x, sizeof bits);
+    return bits;
 }
 
 w16_key_t w16_moe_request_key(const w16_moe_request_t *r,
                               w16_moe_stage_t stage)
 {
-    w16_keyer_t kr;
-    w16_keyer_init(&kr);
-    w16_keyer_str(&kr, "wna16 moe request");
-    w16_keyer_str(&kr, w16_generator_version());
-    w16_keyer_u64(&kr, (uint64_t)stage);
-    key_spec(&kr, r->backend);
-    key_problem(&kr, &r->problem);
+    fields_t f = {.n = 0};
+    put(&f, (uint64_t)stage);
+    put_spec(&f, r->backend);
+    put_problem(&f, &r->problem);
     for (int g = 0; g < 2; g++)
         for (int i = 0; i < W16_ROLE_COUNT; i++)
-            w16_keyer_u64(&kr, (uint64_t)r->dtype[g][i]);
+            put(&f, (uint64_t)r->dtype[g][i]);
     const wna16_moe_params_t *p = &r->params;
-    w16_keyer_u64(&kr, (uint64_t)p->activation);
+    put(&f, (uint64_t)p->activation);
     bool limit = p->activation == WNA16_ACT_SWIGLUOAI ||
                  p->activation == WNA16_ACT_SWIGLUSTEP;
     bool ab = p->activation == WNA16_ACT_SWIGLUOAI;
-    key_f32(&kr, limit ? p->swiglu_limit : 0.0f);
-    key_f32(&kr, ab ? p->swiglu_alpha : 0.0f);
-    key_f32(&kr, ab ? p->swiglu_beta : 0.0f);
-    w16_keyer_u64(&kr, p->apply_router_weight_on_input);
-    w16_keyer_u64(&kr, (uint64_t)p->act_dtype);
-    w16_keyer_u64(&kr, p->round_gemm_outputs);
-    w16_keyer_u64(&kr, r->batched);
-    w16_keyer_u64(&kr, r->batched_weights);
-    w16_keyer_u64(&kr, (uint64_t)r->topk);
-    w16_keyer_u64(&kr, (uint64_t)r->block_m);
-    w16_keyer_u64(&kr, (uint64_t)r->lanes);
-    w16_keyer_u64(&kr, (uint64_t)r->qweight_align);
-    return w16_keyer_done(&kr);
+    put(&f, f32_bits(limit ? p->swiglu_limit : 0.0f));
+    put(&f, f32_bits(ab ? p->swiglu_alpha : 0.0f));
+    put(&f, f32_bits(ab ? p->swiglu_beta : 0.0f));
+    put(&f, p->apply_router_weight_on_input);
+    put(&f, (uint64_t)p->act_dtype);
+    put(&f, p->round_gemm_outputs);
+    put(&f, r->batched);
+    put(&f, r->batched_weights);
+    put(&f, (uint64_t)r->topk);
+    put(&f, (uint64_t)r->block_m);
+    put(&f, (uint64_t)r->lanes);
+    put(&f, (uint64_t)r->qweight_align);
+    return done("wna16 moe request", &f);
 }

@@ -537,10 +537,17 @@ static int pack_verify(const char *path, bool json)
         printf("%u entries: %u intact, %u damaged; loaded here: %u, failed "
                "to load: %u, for other targets or architectures: %u\n",
                in.entries, intact, damaged, loaded, failed, not_here);
-        for (int t = 0; t < nt; t++)
-            if (why[t][0])
+        for (int t = 0; t < nt; t++) {
+            bool listed = false; /* only targets the pack has entries for */
+            for (uint32_t i = 0; i < in.entries && !listed; i++) {
+                w16_pack_entry_t e;
+                w16_pack_entry(p, i, &e);
+                listed = strcmp(e.target, w16_target_at(t)->name) == 0;
+            }
+            if (why[t][0] && listed)
                 printf("not loaded on %s: %s\n", w16_target_at(t)->name,
                        why[t]);
+        }
         if (!gen_ok)
             printf("note: built by generator %s; this library is %s (the "
                    "runtime skips its entries)\n", in.generator,

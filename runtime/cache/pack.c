@@ -29,17 +29,21 @@ enum {
     E_NAME = 40, E_SYMBOL = 44, E_TARGET = 48, E_ARCH = 52, E_FAMILY = 56,
 };
 
-w16_key_t w16_pack_entry_key(w16_key_t request, const char *target,
-                             const char *arch)
+w16_key_t w16_pack_arch_key(const char *target, const char *arch)
 {
     w16_keyer_t kr;
     w16_keyer_init(&kr);
     w16_keyer_str(&kr, "wna16 pack entry");
-    w16_keyer_u64(&kr, request.hi);
-    w16_keyer_u64(&kr, request.lo);
     w16_keyer_str(&kr, target);
     w16_keyer_str(&kr, arch);
     return w16_keyer_done(&kr);
+}
+
+w16_key_t w16_pack_entry_key(w16_key_t request, const char *target,
+                             const char *arch)
+{
+    w16_key_t a = w16_pack_arch_key(target, arch);
+    return (w16_key_t){.lo = request.lo ^ a.lo, .hi = request.hi ^ a.hi};
 }
 
 static int key_cmp(w16_key_t a, w16_key_t b)

@@ -55,9 +55,12 @@
 #define W16_PACK_ENTRY_SIZE 64
 #define W16_PACK_ALIGN 64           /* each entry's bytes */
 
-/* The key an entry is indexed by. */
+/* The key an entry is indexed by: the request key XOR the key of its
+ * target and architecture (w16_pack_arch_key), so that a lookup hashes
+ * nothing per request once the architectures' keys are known. */
 w16_key_t w16_pack_entry_key(w16_key_t request, const char *target,
                              const char *arch);
+w16_key_t w16_pack_arch_key(const char *target, const char *arch);
 
 /* ---- writing (bytes in memory) ------------------------------------------ */
 

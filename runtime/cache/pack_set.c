@@ -32,7 +32,31 @@ typedef struct w16_pack_set {
     bool env_read;
     wna16_error_t env_err; /* WNA16_PACK_PATH's failure, sticky */
     w16_cache_t *loaded;
+    /* w16_pack_arch_key of the (target, arch) pairs looked up so far */
+    struct {
+        char target[16], arch[24];
+        w16_key_t key;
+    } arch_keys[32];
+    int n_arch_keys;
 } w16_pack_set_t;
+
+/* The key of (target, arch), remembered (under s->mu). */
+static w16_key_t arch_key(w16_pack_set_t *s, const char *target,
+                          const char *arch)
+{
+    for (int i = 0; i < s->n_arch_keys; i++)
+        if (strcmp(s->arch_keys[i].arch, arch) == 0 &&
+            strcmp(s->arch_keys[i].target, target) == 0)
+            return s->arch_keys[i].key;
+    w16_key_t k = w16_pack_arch_key(target, arch);
+    if (s->n_arch_keys < 32 && strlen(target) < 16 && strlen(arch) < 24) {
+        int i = s->n_arch_keys++;
+        strcpy(s->arch_keys[i].target, target);
+        strcpy(s->arch_keys[i].arch, arch);
+        s->arch_keys[i].key = k;
+    }
+    return k;
+}
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -193,7 +217,8 @@ wna16_status_t w16_packs_find(wna16_context_t *ctx, w16_key_t request,
         if (sp->skipped)
             continue;
         for (int a = 0; a < n_arches && !*found; a++) {
-            w16_key_t k = w16_pack_entry_key(request, target, arches[a]);
+            w16_key_t ak = arch_key(s, target, arches[a]);
+            w16_key_t k = {.lo = request.lo ^ ak.lo, .hi = request.hi ^ ak.hi};
             uint32_t idx;
             if (w16_pack_find(sp->pack, k, &idx)) {
                 *found = true;

@@ -126,10 +126,15 @@ wna16_status_t w16_cpu_so_load(w16_cpu_sos_t *l, const void *blob,
     return WNA16_OK;
 }
 
-/* x86-64 microarchitecture levels (the psABI's), best first. */
-int w16_cpu_host_arches(const char **out, int max)
+/* x86-64 microarchitecture levels (the psABI's), best first; found once
+ * (every lookup of a packed kernel asks). */
+static const char *host_levels[4];
+static int n_host_levels;
+static pthread_once_t levels_once = PTHREAD_ONCE_INIT;
+
+static void find_levels(void)
 {
-    int n = 0;
+    n_host_levels = 0;
 #if defined(__x86_64__)
     __builtin_cpu_init();
     bool v2 = __builtin_cpu_supports("sse4.2") &&
@@ -147,13 +152,18 @@ int w16_cpu_host_arches(const char **out, int max)
               __builtin_cpu_supports("avx512vl");
     const char *levels[4] = {v4 ? "x86-64-v4" : NULL, v3 ? "x86-64-v3" : NULL,
                              v2 ? "x86-64-v2" : NULL, "x86-64"};
-    for (int i = 0; i < 4 && n < max; i++)
+    for (int i = 0; i < 4; i++)
         if (levels[i])
-            out[n++] = levels[i];
-#else
-    (void)out;
-    (void)max;
+            host_levels[n_host_levels++] = levels[i];
 #endif
+}
+
+int w16_cpu_host_arches(const char **out, int max)
+{
+    pthread_once(&levels_once, find_levels);
+    int n = 0;
+    for (; n < n_host_levels && n < max; n++)
+        out[n] = host_levels[n];
     return n;
 }
 

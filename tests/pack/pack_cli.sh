@@ -15,6 +15,7 @@
 #   repack_jit_off_nopack
 #   damaged      an entry damaged: said once, compiled instead; verify fails
 #   not_a_pack   WNA16_PACK_PATH naming a file that is not a pack
+#   cuda         CUDA entries by NVRTC, no GPU needed (skipped without NVRTC)
 #   nollvm       the command built without LLVM and CUDA (WNA16_NOLLVM):
 #                no libLLVM loaded; runs and repacks from the pack; without
 #                it the cpu target is unavailable, saying why
@@ -162,6 +163,29 @@ not_a_pack)
   out=$(WNA16_PACK_PATH=$manifest "$wna16" run "$ckpt" --target cpu 2>&1); rc=$?
   [ $rc = 1 ] && echo "$out" | grep -q "WNA16_PACK_PATH: $manifest: not a wna16 kernel pack" || fail "$rc: $out"
   echo "ok: $(echo "$out" | grep -m1 'not a wna16 kernel pack')" ;;
+cuda)
+  # CUDA entries compiled by NVRTC without a GPU: CUBINs for sm_80 and
+  # sm_90a, PTX for compute_80; the same bytes twice
+  out=$("$wna16" pack build "$src/cuda.json" -o "$work/cuda.w16pack" --quiet 2>&1); rc=$?
+  if [ $rc != 0 ]; then
+    if echo "$out" | grep -Eq "no target 'cuda'|NVRTC|libnvrtc"; then echo "SKIP: $out"; exit 0; fi
+    fail "cuda pack: $out"
+  fi
+  "$wna16" pack build "$src/cuda.json" -o "$work/cuda2.w16pack" --quiet -j 1 || fail "rebuild"
+  cmp "$work/cuda.w16pack" "$work/cuda2.w16pack" || fail "two builds differ"
+  list=$("$wna16" pack list "$work/cuda.w16pack") || fail "list"
+  for a in sm_80 sm_90a compute_80; do
+    [ "$(echo "$list" | grep -c "  cuda   $a ")" = 6 ] || fail "6 entries for $a: $list"
+  done
+  # the blob: u64 CUBIN size, u64 PTX size, then the CUBIN (an ELF file)
+  # or the PTX text
+  "$wna16" pack extract "$work/cuda.w16pack" wna16_repack_gptq_to_marlin_w13_qzeros_b4_g128_zp0 --target cuda --arch sm_80 -o "$work/sm80.bin" 2>/dev/null || fail "extract sm_80"
+  [ "$(dd if="$work/sm80.bin" bs=1 skip=16 count=4 status=none | od -An -c | tr -d ' ')" = '177ELF' ] || fail "sm_80 entry is not a CUBIN"
+  "$wna16" pack extract "$work/cuda.w16pack" wna16_repack_gptq_to_marlin_w13_qzeros_b4_g128_zp0 --target cuda --arch compute_80 -o "$work/ptx.bin" 2>/dev/null || fail "extract compute_80"
+  [ "$(head -c 8 "$work/ptx.bin" | od -An -tu8 | tr -d ' ')" = 0 ] && grep -aq "^.target sm_80" "$work/ptx.bin" || fail "compute_80 entry is not PTX alone"
+  out=$("$wna16" pack verify "$work/cuda.w16pack") || fail "verify: $out"
+  echo "$out" | grep -q "18 entries: 18 intact" || fail "verify: $out"
+  echo "ok: 18 CUDA entries (sm_80, sm_90a CUBINs, compute_80 PTX), reproducible" ;;
 nollvm)
   [ -x "$nollvm" ] || fail "no command built without LLVM: $nollvm"
   if command -v ldd > /dev/null; then
