@@ -192,6 +192,7 @@ typedef struct run_figures {
     double first_ms, cached_ms, best_ms, cold_compile_ms;
     int calls;
     uint64_t compiled, from_disk;  /* kernels, during the first call */
+    uint64_t from_packs;           /* and those from kernel packs */
     bool cache_hit;                /* none compiled */
     char cache_dir[4096];          /* "" when memory only */
     int threads;                   /* CPU target's threads */

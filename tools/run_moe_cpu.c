@@ -66,8 +66,10 @@ int run_moe_cpu(wna16_context_t *ctx, const run_layer_t *L,
     if (rc == CLI_OK)
         run_log_more(log, "first call %.1f ms (%s); cached %.2f ms (median of "
                      "%d calls, best %.2f)", f->first_ms,
-                     f->cache_hit ? "kernels from the kernel cache: hit"
-                                  : "kernels compiled: cache miss",
+                     f->cache_hit && f->from_packs
+                         ? "kernels from kernel packs"
+                     : f->cache_hit ? "kernels from the kernel cache: hit"
+                                    : "kernels compiled: cache miss",
                      f->cached_ms, f->calls, f->best_ms);
     return rc;
 }

@@ -60,7 +60,12 @@ double run_log_elapsed(const run_log_t *log)
 
 static void cache_text(const run_figures_t *f, char *out, size_t n)
 {
-    if (f->cache_hit)
+    if (f->cache_hit && f->from_packs)
+        snprintf(out, n, "kernel pack hit: %llu kernels loaded from kernel "
+                 "packs, %llu from %s", (unsigned long long)f->from_packs,
+                 (unsigned long long)f->from_disk,
+                 f->cache_dir[0] ? f->cache_dir : "memory");
+    else if (f->cache_hit)
         snprintf(out, n, "kernel cache hit: %llu kernels loaded from %s",
                  (unsigned long long)f->from_disk,
                  f->cache_dir[0] ? f->cache_dir : "memory");
@@ -195,6 +200,7 @@ void run_report_json(const run_opts_t *o, const run_layer_t *L,
     jnum(&j, "first_call_ms", f->first_ms);
     jnum(&j, "cold_compile_ms", f->cache_hit ? NAN : f->cold_compile_ms);
     jbool(&j, "cache_hit", f->cache_hit);
+    jnum(&j, "kernels_from_packs", (double)f->from_packs);
     jint(&j, "kernels_compiled", (long long)f->compiled);
     jint(&j, "kernels_from_disk", (long long)f->from_disk);
     jstr(&j, "cache_dir", f->cache_dir[0] ? f->cache_dir : NULL);

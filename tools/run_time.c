@@ -10,6 +10,7 @@
  */
 #include "run.h"
 #include "runtime/cache/cache.h"
+#include "runtime/cache/pack.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,12 @@ int run_time_calls(wna16_context_t *ctx, run_call_fn call, void *user,
     if (w16_context_cache(ctx, &cache, &err) != WNA16_OK)
         return cli_fail(&err);
     w16_cache_get_stats(cache, &s0);
+    /* kernels taken from kernel packs (their own memory table) */
+    w16_cache_t *packs = NULL;
+    w16_cache_stats_t p0 = {0}, p1 = {0};
+    if (w16_packs_loaded(ctx, &packs, &err) != WNA16_OK)
+        return cli_fail(&err);
+    w16_cache_get_stats(packs, &p0);
     double ms, t = run_now();
     if (call(user, out, &ms, &err) != WNA16_OK)
         return cli_fail(&err);
@@ -40,6 +47,8 @@ int run_time_calls(wna16_context_t *ctx, run_call_fn call, void *user,
     w16_cache_get_stats(cache, &s1);
     f->compiled = s1.compiles - s0.compiles;
     f->from_disk = s1.disk_hits - s0.disk_hits;
+    w16_cache_get_stats(packs, &p1);
+    f->from_packs = p1.compiles - p0.compiles;
     f->cache_hit = f->compiled == 0;
     const char *dir = w16_cache_dir(cache);
     snprintf(f->cache_dir, sizeof f->cache_dir, "%s",

@@ -112,6 +112,7 @@ run_jit_off)
 import json, sys
 d = json.loads(sys.stdin.read().strip().splitlines()[-1])
 assert d["ok"] is True, d
+assert d["kernels_from_packs"] > 0, d
 ' || fail "run --json: $out"
   [ -z "$(find "$WNA16_CACHE_DIR" -name '*.wk' 2>/dev/null)" ] || fail "kernels were compiled into the cache"
   echo "ok: wna16 run from the pack with WNA16_JIT=0" ;;
