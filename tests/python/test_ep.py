@@ -3,7 +3,7 @@ CPU with the gloo backend (test python_ep): N = 1, 2, 3, 4 processes
 (this file run as 4 workers, init_method file://; groups of the first 1,
 2 and 3 of them through new_group, all 4 through the default group: four
 imports of torch, not ten), a synthetic GPTQ layer
-of 256 experts (H 128, I 128, int4 g128, top-8) placed by
+of 256 experts (H 256, I 256, int4 g128, top-8) placed by
 expert_partition (3 ranks: 86/85/85, an uneven split), each rank's
 output for its own tokens compared with the single-process layer
 (WNA16Experts over all 256 experts) on the same weights and routing.
@@ -15,7 +15,11 @@ only to rank 0's experts (the other ranks receive nothing); top-1 with
 the router weight on the input. The workers also check that a call is
 bit-for-bit repeatable, that a rank with a bad expert id makes every
 rank raise (no rank left in a collective) and the group still works
-after, and that a layer of the wrong size is refused."""
+after, and that a layer of the wrong size is refused.
+
+On a CUDA machine (test_ep_nccl, skipped here): every GPU with NCCL
+(world size 1 on one GPU: the same code), the layers in Marlin's layout,
+against the single-GPU layer; scripts/gpu_ep.sh runs it."""
 import datetime
 import os
 import subprocess
@@ -29,7 +33,7 @@ import wna16
 from wna16 import ep
 from wna16.torch import WNA16Experts
 
-E, H, I, GS, SEED = 256, 128, 128, 128, 2024
+E, H, I, GS, SEED = 256, 256, 256, 128, 2024
 PREFIX = "model.layers.0.mlp.experts"
 QUANT = {"bits": 4, "group_size": GS, "zeros_stored": True,
          "g_idx_stored": True}
@@ -87,24 +91,28 @@ def inputs(case, rank, world):
 # ---- the worker: one rank -------------------------------------------------
 
 def _bits(t):
+    t = t.cpu()
     return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
 
 
-WORLD = 4  # processes launched; groups of 1, 2 and 3 ranks are cut out
+WORLD = 4  # gloo processes launched; groups of 1, 2, 3 ranks cut out
 
 
-def worker(rank, init_file, out_dir):
-    """Rank `rank` of WORLD processes: the layer over groups of the first
-    1, 2, 3 ranks (new_group) and over all WORLD (the default group)."""
+def worker(rank, world_size, backend, init_file, out_dir):
+    """Rank `rank` of world_size processes: the layer over groups of the
+    first 1, 2... ranks (new_group) and over all (the default group). With
+    NCCL, rank r runs on cuda:r."""
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
     torch.distributed.init_process_group(
-        "gloo", init_method="file://" + init_file, rank=rank,
-        world_size=WORLD, timeout=datetime.timedelta(seconds=120))
+        backend, init_method="file://" + init_file, rank=rank,
+        world_size=world_size, timeout=datetime.timedelta(seconds=120))
     ctx = wna16.Context(cache_dir=os.environ.get("WNA16_TEST_CACHE"),
                         cpu_threads=1)
     tensors = gptq_layer()
-    for world in range(1, WORLD + 1):
+    for world in range(1, world_size + 1):
         # every process creates every group, in the same order
-        group = None if world == WORLD else \
+        group = None if world == world_size else \
             torch.distributed.new_group(list(range(world)))
         if rank < world:
             run_rank(ctx, tensors, rank, world, group, out_dir)
@@ -119,7 +127,7 @@ def run_rank(ctx, tensors, rank, world, group, out_dir):
     assert moe.count == ep.expert_partition(E, world)[rank][1]
     saved = {}
     for case in CASES:
-        x, w, ids = inputs(case, rank, world)
+        x, w, ids = (t.to(moe.device) for t in inputs(case, rank, world))
         for mode in MODES:
             out = moe(x, w, ids, apply_router_weight_on_input=case[4],
                       dispatch=mode)
@@ -130,7 +138,7 @@ def run_rank(ctx, tensors, rank, world, group, out_dir):
             saved[f"{case[0]}_{mode}"] = _bits(out)
     # repeatable to the bit
     case = CASES[1]
-    x, w, ids = inputs(case, rank, world)
+    x, w, ids = (t.to(moe.device) for t in inputs(case, rank, world))
     for mode in MODES:
         again = _bits(moe(x, w, ids, dispatch=mode))
         assert np.array_equal(again, saved[f"uniform_{mode}"]), mode
@@ -161,21 +169,37 @@ def run_rank(ctx, tensors, rank, world, group, out_dir):
 
 # ---- the tests ------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def single():
+def _single(backend, device):
     """The single-process layer on the same weights: every expert."""
     ctx = wna16.Context(cache_dir=os.environ.get("WNA16_TEST_CACHE"),
                         cpu_threads=2)
+    target = "cuda" if device == "cuda" else "cpu"
     try:
-        packed = ctx.repack_layer(None, "triton", format="gptq",
+        packed = ctx.repack_layer(None, backend, format="gptq",
                                   tensors=gptq_layer(), prefix=PREFIX, E=E,
-                                  H=H, I=I, quant=QUANT)
+                                  H=H, I=I, quant=QUANT, target=target)
     except wna16.Error as e:
         if e.name == "EUNAVAILABLE":
             pytest.skip(e.message)
         raise
     return WNA16Experts.from_packed(ctx, packed, PREFIX, E, H, I, QUANT,
-                                    "triton", "cpu")
+                                    backend, device)
+
+
+@pytest.fixture(scope="module")
+def single():
+    return _single("triton", "cpu")
+
+
+@pytest.fixture(scope="module")
+def single_cuda():
+    if not (torch.cuda.is_available() and
+            torch.distributed.is_nccl_available()):
+        pytest.skip("no CUDA device with NCCL in this torch")
+    if wna16.probe_device()["platform"] != "cuda":
+        pytest.skip("the library finds no CUDA GPU: "
+                    f"{wna16.probe_device()['notes']}")
+    return _single("marlin", "cuda")
 
 
 def _close(got, want, what):
@@ -190,15 +214,13 @@ def _close(got, want, what):
         f"{what}: max error {err:.3g} against max |out| {scale:.3g}"
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """The WORLD worker processes, run once: their outputs' directory."""
-    d = str(tmp_path_factory.mktemp("ep"))
+def _launch(d, backend, world):
+    """world worker processes (this file); their outputs go to d."""
     init = os.path.join(d, "init")
     procs = [subprocess.Popen(
-        [sys.executable, __file__, "--worker", str(r), init, d],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        for r in range(WORLD)]
+        [sys.executable, __file__, "--worker", str(r), str(world), backend,
+         init, d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for r in range(world)]
     logs = []
     for r, p in enumerate(procs):
         try:
@@ -213,20 +235,19 @@ def runs(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_ep_gloo(single, runs, world):
-    res = [dict(np.load(os.path.join(runs, f"n{world}_rank{r}.npz")))
+def _compare(d, world, single, device):
+    res = [dict(np.load(os.path.join(d, f"n{world}_rank{r}.npz")))
            for r in range(world)]
     for case in CASES:
         for r in range(world):
-            x, w, ids = inputs(case, r, world)
+            x, w, ids = (t.to(device) for t in inputs(case, r, world))
             want = single(x, w, ids,
-                          apply_router_weight_on_input=case[4])
+                          apply_router_weight_on_input=case[4]).cpu()
             for mode in MODES:
                 got = torch.from_numpy(res[r][f"{case[0]}_{mode}"])
                 if x.dtype == torch.bfloat16:
                     got = got.view(torch.bfloat16)
-                what = f"N={world} rank {r} {case[0]} {mode}"
+                what = f"N={world} rank {r} {case[0]} {mode} on {device}"
                 assert got.shape == want.shape, what
                 if world == 1 and mode == "expert_map":
                     # one rank, one row per token: the layer's own bits
@@ -234,6 +255,26 @@ def test_ep_gloo(single, runs, world):
                 _close(got, want, what)
                 if x.shape[0]:
                     assert float(want.abs().max()) > 0.05, what
+
+
+@pytest.fixture(scope="module")
+def runs(single, tmp_path_factory):
+    """The WORLD gloo workers, run once: their outputs' directory."""
+    return _launch(str(tmp_path_factory.mktemp("ep")), "gloo", WORLD)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_ep_gloo(single, runs, world):
+    _compare(runs, world, single, "cpu")
+
+
+def test_ep_nccl(single_cuda, tmp_path):
+    """Every GPU here (world size 1 on one GPU) with NCCL, each group of
+    the first n ranks against the single-GPU layer (Marlin kernels)."""
+    world = torch.cuda.device_count()
+    _launch(str(tmp_path), "nccl", world)
+    for n in range(1, world + 1):
+        _compare(str(tmp_path), n, single_cuda, "cuda")
 
 
 def test_partition():
@@ -268,4 +309,5 @@ def test_needs_init(single):
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
-    worker(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5],
+           sys.argv[6])
