@@ -6,6 +6,7 @@
  */
 #include "gen/request_key.h"
 
+#include <stdint.h>
 #include <string.h>
 
 /* Written at configure time by cmake/gen_fingerprint.cmake: a hash of the
@@ -30,6 +31,23 @@ const char *w16_generator_version(void)
     }
     return v;
 }
+
+/* Tripwires: every field a builder reads is hashed below, so a field
+ * added to one of these structs must be added here too, or two requests
+ * that differ only in it would share a pack entry (and a memo slot). The
+ * sizes are the structs' as hashed here (LP64); a change that fails one
+ * extends the put_* lines and the size together. */
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(sizeof(w16_problem_t) == 56, "w16_problem_t changed: hash "
+               "the new field in put_problem (gen/request_key.c)");
+_Static_assert(sizeof(w16_repack_request_t) == 128, "w16_repack_request_t "
+               "changed: hash the new field in w16_repack_request_key");
+_Static_assert(sizeof(w16_moe_request_t) == 200, "w16_moe_request_t "
+               "changed: hash the new field in w16_moe_request_key");
+_Static_assert(sizeof(wna16_moe_params_t) == 48, "wna16_moe_params_t "
+               "changed: hash the new field in w16_moe_request_key if the "
+               "builder reads it");
+#endif
 
 /* The fields go into one array of u64 hashed in one call (a keyer field
  * per value costs several times more): the array's layout is fixed here,
