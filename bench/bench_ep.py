@@ -181,21 +181,11 @@ def worker(a, rank, world_size, d):
     procs = sorted({int(n) for n in a.procs.split(",")})
     lines = []
     say = lines.append if rank == 0 else (lambda s: None)
-    if rank == 0:  # the single-rank layer on every global batch
-        single = experts_of(ctx, a, a.E, backend, device, seed=1)
-        for n in procs:
-            for M in a.tokens:
-                x, w, ids = routing(a, n * M, 99, device, dtype)
-                ts = timed(lambda: single(x, w, ids), a, device)
-                say(f"single {n} {M} {statistics.median(ts) * 1e3:.4f}")
-        del single
-        if gpu:
-            torch.cuda.empty_cache()
     for n in procs:
         group = None if n == world_size else dist.new_group(list(range(n)))
         if rank >= n:
             continue
-        first, count = ep.expert_partition(a.E, n)[rank]
+        _, count = ep.expert_partition(a.E, n)[rank]
         moe = ep.ExpertParallelMoE(
             experts_of(ctx, a, count, backend, device, seed=10 + rank),
             a.E, group=group, timing=True)
@@ -224,6 +214,30 @@ def worker(a, rank, world_size, d):
     if rank == 0:
         with open(os.path.join(d, "rank0.txt"), "w") as f:
             f.write("\n".join(lines) + "\n")
+
+
+def single_times(a, procs):
+    """{(N, M): ms} of WNA16Experts over every expert on one device (cuda:0
+    or the CPU) on the N * M tokens that N ranks of M tokens route."""
+    import torch
+    import wna16
+    gpu = a.backend == "nccl"
+    device = torch.device("cuda", 0) if gpu else torch.device("cpu")
+    dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float16
+    ctx = wna16.Context(cpu_threads=a.cpu_threads)
+    layer = experts_of(ctx, a, a.E, "marlin" if gpu else "triton", device,
+                       seed=1)
+    out = {}
+    for n in procs:
+        for M in a.tokens:
+            x, w, ids = routing(a, n * M, 99, device, dtype)
+            ts = timed(lambda: layer(x, w, ids), a, device)
+            out[(n, M)] = statistics.median(ts) * 1e3
+    del layer
+    ctx.close()
+    if gpu:
+        torch.cuda.empty_cache()
+    return out
 
 
 # ---- the launcher --------------------------------------------------------------
@@ -272,6 +286,9 @@ def main():
           f"{a.dtype}, {'marlin on CUDA' if gpu else 'triton on the CPU'}, "
           f"{a.backend}; medians of {a.repeat} after {a.warmup}, ms; "
           "each stage the slowest rank's")
+    # the single-rank layer first, alone on the machine (the workers would
+    # share the CPUs or the GPU with it)
+    single = single_times(a, procs)
     with tempfile.TemporaryDirectory(prefix="bench-ep-") as d:
         env = dict(os.environ, BENCH_EP_PROCS=",".join(map(str, procs)))
         args = [a for a in sys.argv[1:]]
@@ -283,8 +300,6 @@ def main():
             raise SystemExit(f"bench_ep: workers exited {rcs}")
         with open(os.path.join(d, "rank0.txt")) as f:
             rows = [l.split() for l in f if l.strip()]
-    single = {(int(r[1]), int(r[2])): float(r[3]) for r in rows
-              if r[0] == "single"}
     print(f"{'N':>2} {'dispatch':>10} {'M/rank':>6} {'tokens':>6} "
           f"{'dispatch':>9} {'compute':>9} {'combine':>9} {'total':>9} "
           f"{'single':>9} {'tot/sgl':>7}")
