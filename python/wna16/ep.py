@@ -45,14 +45,14 @@ import time
 import torch
 import torch.distributed as dist
 
-from .torch import WNA16Experts
+from . import _lib
+from .torch import WNA16Experts, _act_name
 
 __all__ = ["ExpertParallelMoE", "expert_partition",
            "local_checkpoint_tensors"]
 
 _DTYPES = {torch.float16: 1, torch.bfloat16: 2}
 _DISPATCH = {"batched": 1, "expert_map": 2}
-_HDR = 6  # count, status, dtype, topk, on_input, dispatch
 
 
 def expert_partition(num_experts, world_size):
@@ -303,7 +303,10 @@ class ExpertParallelMoE(torch.nn.Module):
         self._sync()
         t0 = time.perf_counter()
         x, w, ids = hidden_states, topk_weights, topk_ids
-        why = self._check(x, w, ids)
+        act = _lib.lib.wna16_activation_from_name(
+            _lib.cstr(_act_name(activation)))
+        why = self._check(x, w, ids) if act >= 0 else \
+            f"activation '{_act_name(activation)}': unknown"
         if why is None:
             x = x.contiguous()
             ids = ids.to(torch.long)
@@ -315,10 +318,10 @@ class ExpertParallelMoE(torch.nn.Module):
                 plan = self._plan_map(x, w, ids)
             send = plan["send"]
             hdr = [[send[d], 0, _DTYPES[x.dtype], k,
-                    int(bool(apply_router_weight_on_input)), _DISPATCH[mode]]
-                   for d in range(N)]
+                    int(bool(apply_router_weight_on_input)), _DISPATCH[mode],
+                    act] for d in range(N)]
         else:
-            hdr = [[0, 1, 0, 0, 0, 0] for _ in range(N)]
+            hdr = [[0, 1, 0, 0, 0, 0, 0] for _ in range(N)]
         h = torch.tensor(hdr, dtype=torch.long, device=self.comm_device)
         got = torch.empty_like(h)
         dist.all_to_all_single(got, h, group=self.group)
@@ -335,17 +338,40 @@ class ExpertParallelMoE(torch.nn.Module):
             if got[s][2:] != mine:
                 raise RuntimeError(
                     f"wna16.ep rank {self.rank}: rank {s} called with "
-                    f"(dtype, topk, on_input, dispatch) codes {got[s][2:]}, "
+                    f"(dtype, topk, on_input, dispatch, activation) codes "
+                    f"{got[s][2:]}, "
                     f"this rank {mine}: every rank passes the same")
         recv = [got[s][0] for s in range(N)]
         rows = self._a2a(plan["rows"], send, recv)
         on_input = bool(apply_router_weight_on_input)
-        if mode == "batched":
-            y = self._run_batched(rows, x.dtype, activation, on_input, times)
-        else:
-            y = self._run_map(rows, x.dtype, k, activation, on_input, times)
+        failed = None
+        try:
+            if mode == "batched":
+                y = self._run_batched(rows, x.dtype, activation, on_input,
+                                      times)
+            else:
+                y = self._run_map(rows, x.dtype, k, activation, on_input,
+                                  times)
+        except Exception as e:  # the others wait for these rows: send 0s
+            failed = e
+            y = torch.zeros((rows.shape[0], self.H), dtype=x.dtype,
+                            device=rows.device)
+            times["compute"] = 0.0
         t2 = time.perf_counter()
-        back = self._a2a(y.view(torch.uint8), recv, send).view(x.dtype)
+        # each returned row carries this rank's status (int32) after H
+        status = torch.full((y.shape[0], 1), int(failed is not None),
+                            dtype=torch.int32, device=y.device)
+        back = self._a2a(_pack(y, status), recv, send)
+        back, status = _unpack(back, x.dtype, self.H, (1,))
+        if failed is not None:
+            raise failed
+        if status.numel() and bool(status.any()):
+            ends = torch.cumsum(torch.tensor(send), 0).tolist()
+            bad = [s for s in range(N) if send[s] and
+                   bool(status[ends[s] - send[s]:ends[s]].any())]
+            raise RuntimeError(f"wna16.ep rank {self.rank}: rank(s) {bad} "
+                               "failed to run their experts (see their "
+                               "errors); this call's output is lost")
         if mode == "batched":
             out = self._combine_batched(back, plan, M, k)
         else:

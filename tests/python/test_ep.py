@@ -15,7 +15,9 @@ only to rank 0's experts (the other ranks receive nothing); top-1 with
 the router weight on the input. The workers also check that a call is
 bit-for-bit repeatable, that a rank with a bad expert id makes every
 rank raise (no rank left in a collective) and the group still works
-after, and that a layer of the wrong size is refused.
+after, that a layer of the wrong size is refused, and that a rank whose
+kernels fail after the rows moved makes the ranks that sent it rows
+raise.
 
 On a CUDA machine (test_ep_nccl, skipped here): every GPU with NCCL
 (world size 1 on one GPU: the same code), the layers in Marlin's layout,
@@ -156,6 +158,13 @@ def run_rank(ctx, tensors, rank, world, group, out_dir):
         except RuntimeError as e:
             assert rank != world - 1 and \
                 f"rank(s) [{world - 1}] refused" in str(e), str(e)
+        try:  # an activation only rank 0 asks for
+            moe(x, w, ids, activation="nope" if rank == 0 else "silu")
+            raise AssertionError("an unknown activation was not refused")
+        except ValueError as e:
+            assert rank == 0 and "activation 'nope'" in str(e), str(e)
+        except RuntimeError as e:
+            assert rank != 0 and "rank(s) [0] refused" in str(e), str(e)
         again = _bits(moe(x, w, ids))  # the group still works
         assert np.array_equal(again, saved["uniform_batched"])
     # a layer that is not this rank's share of the experts
@@ -164,6 +173,23 @@ def run_rank(ctx, tensors, rank, world, group, out_dir):
         raise AssertionError("a wrong-sized layer was accepted")
     except ValueError as e:
         assert "the partition gives this rank" in str(e), str(e)
+    # a rank whose kernels fail (its layer closed) after the rows moved:
+    # it raises its error, the ranks that sent it rows a RuntimeError, the
+    # others return; nobody is left in a collective
+    if world > 1:
+        last = world - 1
+        sent = bool((ids >= ep.expert_partition(E, world)[last][0]).any())
+        if rank == last:
+            moe.experts._moe.close()
+        for mode in MODES:
+            try:
+                moe(x, w, ids, dispatch=mode)
+                assert rank != last and not sent, "a failure went unseen"
+            except wna16.Error as e:
+                assert rank == last, str(e)
+            except RuntimeError as e:
+                assert rank != last and sent and \
+                    f"rank(s) [{last}] failed to run" in str(e), str(e)
     np.savez(os.path.join(out_dir, f"n{world}_rank{rank}.npz"), **saved)
 
 
