@@ -73,13 +73,18 @@ void w16_repack_kernel_name(char *out, size_t n, const w16_repack_request_t *r)
         src_f = float_tag(r->src_dtype[i]);
     const char *dst_f = float_tag(r->dst_dtype);
     static const char *const a8[] = {"", "_a8int8", "_a8fp8"};
-    snprintf(out, n, "wna16_repack_%s_to_%s_%s_%s_b%lld_%s_zp%d%s%s%s%s%s",
+    /* a float source cast to the model's dtype on the way (the loader) */
+    const char *m_f = float_tag(r->problem.model_dtype);
+    char cast[16] = "";
+    if (*src_f && *m_f && strcmp(src_f, m_f))
+        snprintf(cast, sizeof cast, "_m%s", m_f + 1);
+    snprintf(out, n, "wna16_repack_%s_to_%s_%s_%s_b%lld_%s_zp%d%s%s%s%s%s%s",
              r->src->name, r->dst->name, gemm_name(r->gemm),
              w16_role_key(r->role), (long long)r->problem.BITS, gs,
              r->problem.zp ? 1 : 0, r->problem.act_order ? "_ao" : "",
              r->problem.bias ? "_bias" : "",
              (unsigned)r->problem.a8 < 3 ? a8[r->problem.a8] : "_a8", src_f,
-             strcmp(src_f, dst_f) ? dst_f : "");
+             cast, strcmp(src_f, dst_f) ? dst_f : "");
 }
 
 int w16_repack_source_roles(w16_role_t dst, const w16_problem_t *p,

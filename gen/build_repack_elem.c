@@ -409,6 +409,16 @@ static const kir_expr_t *round_to(builder_t *B, wna16_dtype_t d,
     return d == WNA16_DTYPE_F32 ? f : bits_to_f32(B, d, f32_to_bits(B, d, f));
 }
 
+/* vLLM's weight loader: a float value read in dtype sd (f, as f32) cast to
+ * the model's dtype, as the parameter it is copied into holds it; f when
+ * the problem names no model dtype or the source is already in it. */
+static const kir_expr_t *loader_cast(builder_t *B, wna16_dtype_t sd,
+                                     const kir_expr_t *f)
+{
+    wna16_dtype_t m = B->req->problem.model_dtype;
+    return m && m != sd ? round_to(B, m, f) : f;
+}
+
 /* Nearest integer, ties to even, of an f32 below 2^23 in magnitude: the
  * truncation plus a correction from the exact remainder. i64. */
 static const kir_expr_t *rint_even(builder_t *B, const kir_expr_t *f)
@@ -446,7 +456,7 @@ static const kir_expr_t *scale_bits(builder_t *B, wna16_dtype_t sd,
 {
     kir_kernel_t *k = B->k;
     wna16_dtype_t dd = B->req->dst_dtype;
-    const kir_expr_t *f = bits_to_f32(B, sd, raw);
+    const kir_expr_t *f = loader_cast(B, sd, bits_to_f32(B, sd, raw));
     if (B->ssx.multiply != 1) /* a power of two: exact */
         f = kir_bin(k, KIR_OP_FDIV, f,
                     kir_fconst(k, KIR_F32, (double)B->ssx.multiply));
@@ -577,8 +587,10 @@ static const kir_expr_t *dequant_bits(builder_t *B, const lcoord_t *at)
     g.ext[1] = (at->ext[2] + gse - 1) / gse;
     g.c[2] = at->c[1];
     g.ext[2] = at->ext[1];
-    const kir_expr_t *s = bits_to_f32(B, r->src_dtype[W16_ROLE_SCALES],
-                                      src_value(B, W16_ROLE_SCALES, &g));
+    const kir_expr_t *s = loader_cast(
+        B, r->src_dtype[W16_ROLE_SCALES],
+        bits_to_f32(B, r->src_dtype[W16_ROLE_SCALES],
+                    src_value(B, W16_ROLE_SCALES, &g)));
     const kir_expr_t *z = r->problem.zp ? src_value(B, W16_ROLE_QZEROS, &g)
                                         : ik(B, INT64_C(1) << (r->problem.BITS - 1));
     if (B->dl.dequant_scale_dtype)
@@ -630,10 +642,14 @@ const kir_expr_t *w16_rp_slot_bits(builder_t *B, const kir_expr_t *valid, lcoord
         bool xform = B->dl.role == W16_ROLE_SCALES &&
                      (B->ssx.multiply != 1 || B->dsx.multiply != 1 ||
                       B->dsx.int16_range);
+        wna16_dtype_t m = r->problem.model_dtype;
         v = xform ? scale_bits(B, sd, raw)
             : sd == r->dst_dtype ? raw
-                                 : f32_to_bits(B, r->dst_dtype,
-                                               bits_to_f32(B, sd, raw));
+            /* to the model's dtype or through it (CPU: F32 of the cast) */
+            : f32_to_bits(B, r->dst_dtype,
+                          m == r->dst_dtype ? bits_to_f32(B, sd, raw)
+                                            : loader_cast(B, sd,
+                                                  bits_to_f32(B, sd, raw)));
         break;
     }
     case W16_ROLE_GSCALE: /* fp32(max) / range, vLLM's 1/range * max */

@@ -38,11 +38,11 @@ const char *w16_generator_version(void)
  * sizes are the structs' as hashed here (LP64); a change that fails one
  * extends the put_* lines and the size together. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(w16_problem_t) == 56, "w16_problem_t changed: hash "
+_Static_assert(sizeof(w16_problem_t) == 64, "w16_problem_t changed: hash "
                "the new field in put_problem (gen/request_key.c)");
-_Static_assert(sizeof(w16_repack_request_t) == 128, "w16_repack_request_t "
+_Static_assert(sizeof(w16_repack_request_t) == 136, "w16_repack_request_t "
                "changed: hash the new field in w16_repack_request_key");
-_Static_assert(sizeof(w16_moe_request_t) == 200, "w16_moe_request_t "
+_Static_assert(sizeof(w16_moe_request_t) == 208, "w16_moe_request_t "
                "changed: hash the new field in w16_moe_request_key");
 _Static_assert(sizeof(wna16_moe_params_t) == 48, "wna16_moe_params_t "
                "changed: hash the new field in w16_moe_request_key if the "
@@ -69,7 +69,8 @@ static void put_problem(fields_t *f, const w16_problem_t *p)
 {
     const int64_t dims[] = {p->E, p->H, p->I, p->BITS, p->GS, p->zp,
                             p->act_order, p->bias, p->zeros_stored,
-                            p->g_idx_stored, p->a8, p->ungated};
+                            p->g_idx_stored, p->a8, p->ungated,
+                            p->model_dtype};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         put(f, (uint64_t)dims[i]);
 }

@@ -496,6 +496,16 @@ typedef struct wna16_quant_desc {
      * (Marlin) hold it, and only formats whose vLLM integration sets it
      * (GPTQ, compressed-tensors). */
     wna16_input_dtype_t input_dtype;
+    /* The model's dtype (vLLM's params_dtype, wna16_model_dtype): F16 or
+     * BF16. vLLM creates the scale and bias parameters in it and its weight
+     * loader casts the checkpoint's values into them (round to nearest
+     * even; overflow to inf), so a repack rounds scales and biases to it
+     * first and writes the layouts marked "model_dtype" in it (Marlin,
+     * Triton, XPU, Humming; the CPU layout's F32 scales hold the rounded
+     * values). A fused MoE created with it refuses activations of another
+     * dtype. WNA16_DTYPE_INVALID (0): not given: scales and biases keep the
+     * checkpoint's dtype and activations are not checked against it. */
+    wna16_dtype_t model_dtype;
 } wna16_quant_desc_t;
 
 /* Reference decode of a layer stored in `spec`'s layout.
@@ -675,6 +685,27 @@ void wna16_checkpoint_close(wna16_checkpoint_t *ck);
 /* NULL when the checkpoint has no config.json. */
 const wna16_model_config_t *
 wna16_checkpoint_config(const wna16_checkpoint_t *ck);
+/* The model's dtype as vLLM's --dtype resolves it (vLLM's
+ * _get_and_verify_dtype): `requested` F16 or BF16 wins; WNA16_DTYPE_INVALID
+ * is "auto": config.json's torch_dtype (or dtype) float16 / half gives F16,
+ * bfloat16 gives BF16, float32 / float or none gives BF16 (vLLM downcasts a
+ * float32 model to the platform's first supported dtype: bfloat16 on GPUs
+ * from sm_80, CPUs and XPUs). With no config (cfg NULL) and auto, *out is
+ * WNA16_DTYPE_INVALID: the checkpoint's own scale dtype is kept. `why`
+ * (may be NULL) gets one line saying which rule decided. Errors
+ * (WNA16_EINVAL, naming the value): a requested dtype other than F16 and
+ * BF16, a torch_dtype wna16 cannot run (float64, int8, ...). */
+wna16_status_t wna16_model_dtype(const wna16_model_config_t *cfg,
+                                 wna16_dtype_t requested, wna16_dtype_t *out,
+                                 char *why, size_t why_len,
+                                 wna16_error_t *err);
+/* vLLM's --dtype spellings: "auto" (WNA16_DTYPE_INVALID), "float16" /
+ * "half" / "fp16" (F16), "bfloat16" / "bf16" (BF16); false for any
+ * other. */
+bool wna16_model_dtype_from_name(const char *name, wna16_dtype_t *out);
+/* "float16", "bfloat16", "auto" for WNA16_DTYPE_INVALID; NULL otherwise. */
+const char *wna16_model_dtype_name(wna16_dtype_t dtype);
+
 /* Parses a config.json file by itself. */
 wna16_status_t wna16_model_config_load(const char *path,
                                        wna16_model_config_t *out,
@@ -856,8 +887,10 @@ typedef struct wna16_checkpoint_layer {
     char prefix[WNA16_TENSOR_NAME_MAX]; /* "model.layers.3.mlp.experts" */
     int32_t E, H, I;  /* experts, hidden size, (unpadded) intermediate */
     int32_t topk;     /* num_experts_per_tok; 0 when the config lacks it */
-    /* The model's activation dtype: F16 when torch_dtype is float16, else
-     * BF16 (a float32 model runs BF16 activations). */
+    /* The model's activation dtype (wna16_model_dtype, auto): F16 when
+     * torch_dtype is float16, else BF16 (a float32 model runs BF16
+     * activations). quant.model_dtype is the same: the repack casts scales
+     * and biases to it and the fused MoE takes only it. */
     wna16_dtype_t act_dtype;
     /* The config's quantization (wna16_model_config_quant) completed from
      * the tensors as wna16_repack_checkpoint does: bias (the format's bias
@@ -943,7 +976,20 @@ typedef struct wna16_repack_options {
     const char *layer;      /* only this layer prefix; NULL: every MoE layer */
     void (*progress)(void *user, const wna16_repack_progress_t *p);
     void *progress_user;
+    /* The model's dtype (vLLM's --dtype): F16 or BF16; WNA16_DTYPE_INVALID
+     * (0): auto, config.json's as wna16_model_dtype resolves it. Scales and
+     * biases are cast to it and the backend's model-dtype layouts hold it
+     * (wna16_quant_desc_t.model_dtype). */
+    wna16_dtype_t dtype;
+    /* A directory output (out_path ending in '/' or naming a directory):
+     * the largest shard in bytes of tensor data (a tensor larger than this
+     * gets a shard of its own); 0: WNA16_DEFAULT_MAX_SHARD_SIZE. Ignored for
+     * a file output. */
+    uint64_t max_shard_size;
 } wna16_repack_options_t;
+
+/* Hugging Face's default max_shard_size, "5GB" (5 * 10^9 bytes). */
+#define WNA16_DEFAULT_MAX_SHARD_SIZE UINT64_C(5000000000)
 
 /* What a finished repack did (for reports). */
 typedef struct wna16_repack_summary {
@@ -953,18 +999,34 @@ typedef struct wna16_repack_summary {
     size_t n_layers, n_tensors, n_copied;
     uint64_t bytes;           /* tensor data written */
     wna16_target_t target;    /* where the repack ran */
+    /* The model's dtype the scales and biases were cast to (0: none known,
+     * the checkpoint's kept) and why (wna16_model_dtype's line). */
+    wna16_dtype_t model_dtype;
+    char model_dtype_reason[256];
+    /* A directory output: the shards written (1 for a file output). */
+    size_t n_shards;
 } wna16_repack_summary_t;
 
 /* Repacks a whole checkpoint (a Hugging Face directory, sharded or not, or
- * a .safetensors file) into one .safetensors file at `out_path` in the
- * layout of opts->backend: every MoE layer's expert tensors are stacked
+ * a .safetensors file) into one .safetensors file at `out_path`, or, when
+ * out_path ends in '/' or names a directory, into a checkpoint directory
+ * there (shards "model-0000K-of-0000N.safetensors" of at most
+ * opts->max_shard_size bytes of tensor data, the same tensors in the same
+ * order, each shard with the metadata below; model.safetensors.index.json;
+ * the checkpoint's config.json copied unchanged; every file written to a
+ * temporary and renamed only when all are complete, so a failure leaves
+ * none of them and removes a directory the call made; weight files of an
+ * earlier save there are replaced, any other .safetensors file is refused),
+ * in the layout of opts->backend: every MoE layer's expert tensors are stacked
  * into w13 (gate first, up second) and w2 through wna16_repack_layer and
  * written under the layer's prefix with the backend's names
  * ("{prefix}.w13_qweight", ...). Source tensors the backend does not use
  * are left out; non-expert tensors are copied unchanged (after the layers,
  * in the checkpoint's order) only with opts->all_tensors. __metadata__
  * records the backend, target, source format, bits, group size, sizes
- * (padded too), the input dtype, is_k_full (always "true": whole layers
+ * (padded too), the input dtype, the model dtype ("dtype": float16,
+ * bfloat16, or "checkpoint" when none was known), a note of the layout
+ * ("layout"), is_k_full (always "true": whole layers
  * are repacked, so w2's K is never a tensor-parallel shard; see
  * wna16_select_result_t) and wna16_version.
  *

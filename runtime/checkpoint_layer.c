@@ -80,9 +80,12 @@ static wna16_status_t collect(wna16_context_t *ctx,
     L->H = cfg->hidden_size;
     L->I = cfg->moe_intermediate_size;
     L->topk = cfg->num_experts_per_tok;
-    L->act_dtype = strcmp(cfg->torch_dtype, "float16") == 0 ||
-                           strcmp(cfg->torch_dtype, "half") == 0
-                       ? WNA16_DTYPE_F16 : WNA16_DTYPE_BF16;
+    /* vLLM's auto dtype (wna16_model_dtype): the activations, and the dtype
+     * the repack casts scales and biases to */
+    if ((st = wna16_model_dtype(cfg, WNA16_DTYPE_INVALID, &L->act_dtype,
+                                NULL, 0, err)) != WNA16_OK)
+        return st;
+    L->quant.model_dtype = L->act_dtype;
     if ((st = wna16_tensor_set_create(ctx, &L->tensors, err)) != WNA16_OK)
         return st;
     size_t pn = strlen(prefix);
@@ -102,7 +105,8 @@ static wna16_status_t collect(wna16_context_t *ctx,
     L->quant.bias = has_role(L, W16_ROLE_BIAS);
     L->quant.zeros_stored = !L->quant.zero_point &&
                             has_role(L, W16_ROLE_QZEROS);
-    L->quant.g_idx_stored = L->quant.act_order || has_role(L, W16_ROLE_G_IDX);
+    L->quant.g_idx_stored = L->quant.act_order || L->format->g_idx_params ||
+                            has_role(L, W16_ROLE_G_IDX);
     return WNA16_OK;
 }
 

@@ -65,6 +65,9 @@ struct wna16_moe_layer {
     w16_stream_t *stream;   /* their launches */
     const wna16_spec_t *backend;
     w16_problem_t problem; /* `ungated` from the w13 tensor's shape */
+    /* quant->model_dtype: every run's activations must be in it (0: any;
+     * said once per context) */
+    wna16_dtype_t model_dtype;
     wna16_dtype_t dtype[2][W16_ROLE_COUNT];
     const void *data[2][W16_ROLE_COUNT];
     pthread_mutex_t mu; /* one run at a time: the scratch and the memo */
@@ -194,7 +197,7 @@ static wna16_status_t bind_tensor(wna16_moe_layer_t *L,
     }
     L->dtype[g][r] = t->dtype;
     L->data[g][r] = t->data;
-    return WNA16_OK;
+    return w16_moe_check_tensor_dtype(l, L->model_dtype, name, t->dtype, err);
 }
 
 /* A request for the layer with default run parameters (for the checks). */
@@ -264,8 +267,11 @@ wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
     L->problem = (w16_problem_t){E, H, I, quant->bits, quant->group_size,
                                  quant->zero_point, quant->act_order,
                                  quant->bias};
+    L->model_dtype = quant->model_dtype;
     int64_t v13[W16_VAR_COUNT];
-    st = w16_spec_bind(backend, &L->problem, WNA16_GEMM_W13, v13, err);
+    st = w16_moe_check_model_dtype(quant->model_dtype, err);
+    if (st == WNA16_OK)
+        st = w16_spec_bind(backend, &L->problem, WNA16_GEMM_W13, v13, err);
     if (st == WNA16_OK)
         st = w16_check_holds(backend, &L->problem, (int32_t)v13[W16_VAR_IP], err);
     if (st == WNA16_OK && (!backend->layouts[W16_ROLE_QWEIGHT] ||
@@ -287,6 +293,12 @@ wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
         wna16_moe_layer_destroy(L);
         return st;
     }
+    if (!L->model_dtype)
+        w16_log_once(ctx, WNA16_LOG_INFO, "moe_no_model_dtype", "moe layer: "
+                     "created without a model dtype (quant->model_dtype 0): "
+                     "activations of either 16-bit dtype are taken against "
+                     "its scales; vLLM's kernels take the model's dtype for "
+                     "both");
     if (base_request(L).qweight_align < 4)
         w16_log_once(ctx, WNA16_LOG_INFO, "moe_qweight_unaligned", "moe "
                      "layer: a qweight tensor is not 4-byte aligned; the "
@@ -716,6 +728,8 @@ static wna16_status_t check_common(wna16_moe_layer_t *L,
     if (!L)
         return w16_err(err, WNA16_EINVAL, "moe: layer is NULL");
     wna16_status_t st = w16_moe_check_params(p, err);
+    if (st == WNA16_OK)
+        st = w16_moe_check_act_dtype(L->model_dtype, p, err);
     if (st == WNA16_OK)
         st = check_gating(L, p, err);
     return st;

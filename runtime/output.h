@@ -69,6 +69,17 @@ wna16_status_t w16_output_commit(w16_output_t *o, wna16_error_t *err);
 /* Closes `o` and removes its temporary; idempotent. */
 void w16_output_discard(w16_output_t *o);
 
+/* wna16_safetensors_writer_finish in two steps (runtime/safetensors_write.c),
+ * for files that must appear together (a sharded checkpoint directory):
+ * _complete writes the whole file into its temporary, which stays (still
+ * registered for w16_output_cleanup); _commit renames it into place and
+ * frees the writer, which wna16_safetensors_writer_abort frees instead
+ * (removing the temporary) when another file of the set failed. */
+wna16_status_t w16_safetensors_writer_complete(wna16_safetensors_writer_t *w,
+                                               wna16_error_t *err);
+wna16_status_t w16_safetensors_writer_commit(wna16_safetensors_writer_t *w,
+                                             wna16_error_t *err);
+
 /* Async-signal-safe: removes every registered temporary. */
 void w16_output_cleanup(void);
 /* A signal handler: w16_output_cleanup(), then the signal again with its

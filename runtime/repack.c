@@ -14,13 +14,27 @@
  * what the tensors contain is refused with the encoder's reason and nothing
  * is written; any later failure aborts the writer, whose temporary file
  * never survives.
+ *
+ * The output is one .safetensors file, or a checkpoint directory (a path
+ * ending in '/' or naming a directory): the same tensors in the same order
+ * cut into shards of at most max_shard_size bytes of tensor data
+ * (model-00001-of-0000N.safetensors, each with the same metadata), the
+ * index model.safetensors.index.json and the checkpoint's config.json. The
+ * shards' sizes are known from the declarations, so the names are fixed
+ * before anything is written. Every file is written through
+ * runtime/output.c to a temporary beside it and renamed only when all of
+ * them are complete (shards, config, then the index, which makes the
+ * directory a checkpoint): a failure before that leaves none of them, and a
+ * directory this run created is removed again.
  */
 #define _DEFAULT_SOURCE /* madvise */
 #include "base/base.h"
 #include "base/json_text.h"
 #include "spec/spec.h"
+#include "runtime/output.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -337,7 +351,11 @@ wna16_status_t wna16_repack_layer_shapes(
     w16_problem_t p = {E, H, I, quant->bits, quant->group_size,
                        quant->zero_point, quant->act_order, quant->bias,
                        quant->zeros_stored, quant->g_idx_stored,
-                       (int)quant->input_dtype};
+                       (int)quant->input_dtype,
+                       .model_dtype = quant->model_dtype};
+    /* the loader's cast: float values arrive in the model's dtype */
+    if (quant->model_dtype)
+        scale_dtype = bias_dtype = quant->model_dtype;
     for (int g = 0; g < 2; g++) {
         int64_t vars[W16_VAR_COUNT];
         wna16_status_t st = w16_spec_bind(dst_backend, &p, (wna16_gemm_t)g,
@@ -380,14 +398,30 @@ typedef struct rp_job {
     const wna16_spec_t *fmt, *backend;
     wna16_quant_desc_t quant; /* config + overrides; bias per layer */
     int32_t E, H, I, IP;
+    char dtype_why[256]; /* how quant.model_dtype was decided */
     wna16_moe_layers_t layers;
     rp_layer_t *plan;
     /* Per checkpoint tensor: the layer whose expert tensor it is, or -1. */
     int32_t *owner;
     size_t n_copy;
-    wna16_safetensors_writer_t *w;
+    wna16_safetensors_writer_t *w; /* the shard being written */
     uint64_t written, total;
     size_t n_tensors;
+    /* The output: one file (out_path), or a checkpoint directory. Entries
+     * are the output tensors in order (every layer's decls, then the
+     * copies); entry e goes to shard entry_shard[e], shard s holds entries
+     * [shard_first[s], shard_first[s + 1]). */
+    bool dir_mode, dir_created;
+    char dir[4096];
+    uint64_t max_shard;
+    size_t n_entries, next_entry, n_shards, cur_shard;
+    uint32_t *entry_shard;
+    size_t *shard_first;
+    uint64_t *shard_bytes;
+    /* dir mode: completed shards waiting for the commit (NULL once
+     * committed or aborted) */
+    wna16_safetensors_writer_t **done;
+    w16_arena_t arena; /* output paths */
 } rp_job_t;
 
 /* The quantization before the on/off overrides: config.json's, or, with
@@ -470,6 +504,12 @@ static wna16_status_t resolve_quant(rp_job_t *j, wna16_error_t *err)
                        "dtype %d is not a wna16_input_dtype_t",
                        (int)o->input_dtype);
     q.input_dtype = o->input_dtype;
+    st = wna16_model_dtype(cfg, o->dtype, &q.model_dtype, j->dtype_why,
+                           sizeof j->dtype_why, err);
+    if (st != WNA16_OK) {
+        w16_err_prefix(err, "%s", j->ck_path);
+        return st;
+    }
     j->E = o->experts ? o->experts : cfg ? cfg->num_experts : 0;
     j->H = o->hidden ? o->hidden : cfg ? cfg->hidden_size : 0;
     j->I = o->intermediate ? o->intermediate
@@ -685,7 +725,7 @@ static wna16_status_t plan_layers(rp_job_t *j, wna16_error_t *err)
         L->quant.zeros_stored = !L->quant.zero_point &&
             first_tensor(j->ck, j->fmt, L->prefix, WNA16_GEMM_W13,
                          W16_ROLE_QZEROS) != NULL;
-        L->quant.g_idx_stored = L->quant.act_order ||
+        L->quant.g_idx_stored = L->quant.act_order || j->fmt->g_idx_params ||
             first_tensor(j->ck, j->fmt, L->prefix, WNA16_GEMM_W13,
                          W16_ROLE_G_IDX) != NULL;
         wna16_dtype_t sd = dtype_of(first_tensor(j->ck, j->fmt, L->prefix,
@@ -813,25 +853,198 @@ static wna16_status_t repack_one(rp_job_t *j, size_t l,
     return st;
 }
 
-/* Writes layer l's tensors (in declaration order) and frees them. */
-static wna16_status_t write_layer(rp_job_t *j, size_t l,
-                                  wna16_tensor_set_t *set, wna16_error_t *err)
+/* ---- the output: shards ---------------------------------------------------- */
+
+/* Output entry e: its declaration (name, dtype, shape, size). */
+static void entry_decl(const rp_job_t *j, size_t e, const char **name,
+                       wna16_dtype_t *dtype, int *ndim, const int64_t **shape,
+                       uint64_t *nbytes)
 {
-    const rp_layer_t *L = &j->plan[l];
-    wna16_status_t st = WNA16_OK;
-    for (size_t d = 0; st == WNA16_OK && d < L->n_decls; d++) {
-        const wna16_tensor_t *t = wna16_tensor_set_find(set, L->decls[d].name);
-        st = wna16_safetensors_writer_write(j->w, t->data, t->nbytes, err);
-        j->written += t->nbytes;
+    for (size_t l = 0; l < j->layers.count; l++) {
+        if (e < j->plan[l].n_decls) {
+            const wna16_tensor_decl_t *D = &j->plan[l].decls[e];
+            *name = D->name;
+            *dtype = D->dtype;
+            *ndim = D->ndim;
+            *shape = D->shape;
+            *nbytes = D->nbytes;
+            return;
+        }
+        e -= j->plan[l].n_decls;
     }
-    wna16_tensor_set_destroy(set);
-    release_layer_pages(j, l);
-    if (st == WNA16_OK)
-        report(j, l + 1, L->prefix, true);
+    for (size_t i = 0; i < wna16_checkpoint_tensor_count(j->ck); i++)
+        if (j->owner[i] < 0 && e-- == 0) {
+            const wna16_tensor_t *t = wna16_checkpoint_tensor_at(j->ck, i);
+            *name = t->name;
+            *dtype = t->dtype;
+            *ndim = t->ndim;
+            *shape = t->shape;
+            *nbytes = t->nbytes;
+            return;
+        }
+}
+
+/* "model-00001-of-00003.safetensors" (Hugging Face's shard names). */
+static void shard_name(const rp_job_t *j, size_t s, char *out, size_t n)
+{
+    snprintf(out, n, "model-%05zu-of-%05zu.safetensors", s + 1, j->n_shards);
+}
+
+/* The path shard s is written to: out_path, or DIR/name. */
+static const char *shard_path(rp_job_t *j, size_t s, wna16_error_t *err)
+{
+    if (!j->dir_mode)
+        return j->out_path;
+    char name[64], path[4200];
+    shard_name(j, s, name, sizeof name);
+    snprintf(path, sizeof path, "%s/%s", j->dir, name);
+    const char *p = w16_arena_strdup(&j->arena, path);
+    if (!p)
+        w16_err_nomem(err, "naming a shard");
+    return p;
+}
+
+/* Cuts the entries into shards: in order, a new shard when the next
+ * tensor would take the current one past max_shard (a tensor larger than
+ * that is a shard of its own, as Hugging Face's save_pretrained does). A
+ * file output is one shard. */
+static wna16_status_t plan_shards(rp_job_t *j, wna16_error_t *err)
+{
+    j->n_entries = j->n_copy * (j->o->all_tensors ? 1 : 0);
+    for (size_t l = 0; l < j->layers.count; l++)
+        j->n_entries += j->plan[l].n_decls;
+    size_t n = j->n_entries ? j->n_entries : 1;
+    j->entry_shard = w16_calloc(j->ctx, n, sizeof *j->entry_shard);
+    j->shard_first = w16_calloc(j->ctx, n + 1, sizeof *j->shard_first);
+    j->shard_bytes = w16_calloc(j->ctx, n, sizeof *j->shard_bytes);
+    j->done = w16_calloc(j->ctx, n, sizeof *j->done);
+    if (!j->entry_shard || !j->shard_first || !j->shard_bytes || !j->done)
+        return w16_err_nomem(err, "planning the output's shards");
+    size_t s = 0;
+    for (size_t e = 0; e < j->n_entries; e++) {
+        const char *nm;
+        wna16_dtype_t dt;
+        int nd;
+        const int64_t *sh;
+        uint64_t b;
+        entry_decl(j, e, &nm, &dt, &nd, &sh, &b);
+        if (j->dir_mode && e > j->shard_first[s] &&
+            j->shard_bytes[s] + b > j->max_shard)
+            j->shard_first[++s] = e;
+        j->entry_shard[e] = (uint32_t)s;
+        j->shard_bytes[s] += b;
+    }
+    j->n_shards = s + 1;
+    j->shard_first[j->n_shards] = j->n_entries;
+    if (j->n_shards > 99999)
+        return w16_err(err, WNA16_ELIMIT, "%s: %zu shards of at most %llu "
+                       "bytes; choose a larger --max-shard-size",
+                       j->out_path, j->n_shards,
+                       (unsigned long long)j->max_shard);
+    return WNA16_OK;
+}
+
+/* ---- the output directory ---------------------------------------------------- */
+
+/* Is `name` one of the shards this run writes? */
+static bool is_our_shard(const rp_job_t *j, const char *name)
+{
+    char mine[64];
+    for (size_t s = 0; s < j->n_shards; s++) {
+        shard_name(j, s, mine, sizeof mine);
+        if (strcmp(name, mine) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Named like a checkpoint's weights: model.safetensors or
+ * model-NNNNN-of-NNNNN.safetensors. */
+static bool is_shard_like(const char *name)
+{
+    if (strcmp(name, "model.safetensors") == 0)
+        return true;
+    if (strlen(name) != 32 || strncmp(name, "model-", 6) != 0 ||
+        strncmp(name + 11, "-of-", 4) != 0 ||
+        strcmp(name + 20, ".safetensors") != 0)
+        return false;
+    for (int i = 0; i < 5; i++)
+        if (name[6 + i] < '0' || name[6 + i] > '9' || name[15 + i] < '0' ||
+            name[15 + i] > '9')
+            return false;
+    return true;
+}
+
+/* After the new set is in place: the weight files of an earlier save that
+ * this one does not write go, as Hugging Face's save_pretrained removes
+ * them (each said once); a loader would otherwise find two sets. */
+static void remove_stale_shards(rp_job_t *j)
+{
+    DIR *d = opendir(j->dir);
+    for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+        if (!is_shard_like(de->d_name) || is_our_shard(j, de->d_name))
+            continue;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", j->dir, de->d_name);
+        if (unlink(path) == 0)
+            w16_log_once(j->ctx, WNA16_LOG_WARN, path, "%s: removed, a weight "
+                         "file of an earlier output that this one replaces "
+                         "(%zu shard%s)", path, j->n_shards,
+                         j->n_shards == 1 ? "" : "s");
+    }
+    if (d)
+        closedir(d);
+}
+
+/* A directory output: not the checkpoint's own directory, and holding no
+ * other .safetensors file than weight files of an earlier save (replaced
+ * or removed once the new set is in place): a loader would read it beside
+ * the new shards. */
+static wna16_status_t check_out_dir(rp_job_t *j, wna16_error_t *err)
+{
+    struct stat ds, cs;
+    if (stat(j->dir, &ds) != 0)
+        return WNA16_OK; /* created at write time */
+    if (!S_ISDIR(ds.st_mode))
+        return w16_err(err, WNA16_EINVAL, "%s: is not a directory (an output "
+                       "ending in '/' is a checkpoint directory)", j->out_path);
+    if (stat(j->ck_path, &cs) == 0 && cs.st_dev == ds.st_dev &&
+        cs.st_ino == ds.st_ino)
+        return w16_err(err, WNA16_EINVAL, "%s: is the checkpoint's own "
+                       "directory; write the output elsewhere", j->out_path);
+    DIR *d = opendir(j->dir);
+    if (!d)
+        return w16_err(err, WNA16_EIO, "%s: cannot list the directory: %s",
+                       j->dir, strerror(errno));
+    wna16_status_t st = WNA16_OK;
+    for (struct dirent *de; st == WNA16_OK && (de = readdir(d)) != NULL;) {
+        size_t n = strlen(de->d_name);
+        bool st_file = n > 12 && strcmp(de->d_name + n - 12, ".safetensors") == 0;
+        if (st_file && !is_shard_like(de->d_name))
+            st = w16_err(err, WNA16_EINVAL, "%s: holds %s, which this output "
+                         "does not write and a loader would read beside its "
+                         "shards; remove it or choose another directory",
+                         j->dir, de->d_name);
+    }
+    closedir(d);
     return st;
 }
 
-/* ---- the output file ------------------------------------------------------- */
+/* The directory exists (made here if only it is missing). */
+static wna16_status_t make_out_dir(rp_job_t *j, wna16_error_t *err)
+{
+    if (mkdir(j->dir, 0777) == 0) {
+        j->dir_created = true;
+        return WNA16_OK;
+    }
+    struct stat st;
+    if (errno == EEXIST && stat(j->dir, &st) == 0 && S_ISDIR(st.st_mode))
+        return WNA16_OK;
+    return w16_err(err, WNA16_EIO, "%s: cannot create the output directory: "
+                   "%s", j->dir, strerror(errno));
+}
+
+/* ---- writing --------------------------------------------------------------- */
 
 static wna16_status_t put_meta(rp_job_t *j, const char *key, const char *v,
                                wna16_error_t *err)
@@ -847,7 +1060,8 @@ static wna16_status_t put_meta_int(rp_job_t *j, const char *key, long long v,
     return put_meta(j, key, s, err);
 }
 
-/* What a reader needs to know the tensors' meaning without the specs. */
+/* What a reader needs to know the tensors' meaning without the specs
+ * (every shard carries it). */
 static wna16_status_t write_metadata(rp_job_t *j, wna16_error_t *err)
 {
     bool bias = false;
@@ -855,17 +1069,26 @@ static wna16_status_t write_metadata(rp_job_t *j, wna16_error_t *err)
         bias = bias || j->plan[l].quant.bias;
     const wna16_quant_desc_t *q = &j->quant;
     const char *vllm = j->backend->bsel.vllm_name;
+    char layout[512];
+    snprintf(layout, sizeof layout, "vLLM's %s layout of the FusedMoE "
+             "parameters, as wna16's %s spec (%s) describes it",
+             vllm ? vllm : j->backend->name, j->backend->name,
+             j->backend->origin);
     const struct { const char *k, *v; } s[] = {
         {"format", "pt"}, /* what transformers expects of .safetensors */
         {"wna16_version", wna16_version()},
         {"backend", j->backend->name},
         {"vllm_backend", vllm ? vllm : ""},
+        {"layout", layout},
         {"target", wna16_target_name(j->o->target)},
         {"source_format", j->fmt->name},
         {"zero_point", q->zero_point ? "true" : "false"},
         {"act_order", q->act_order ? "true" : "false"},
         {"bias", bias ? "true" : "false"},
         {"input_dtype", wna16_input_dtype_name(q->input_dtype)},
+        /* the model's dtype the scales and biases were cast to */
+        {"dtype", q->model_dtype ? wna16_model_dtype_name(q->model_dtype)
+                                 : "checkpoint"},
         /* Marlin's is_k_full: whole layers, never a TP shard of w2's K */
         {"is_k_full", "true"},
     };
@@ -883,23 +1106,66 @@ static wna16_status_t write_metadata(rp_job_t *j, wna16_error_t *err)
     return st;
 }
 
-/* Declares every output tensor: the layers in order, then the copies. */
-static wna16_status_t declare_all(rp_job_t *j, wna16_error_t *err)
+/* Opens shard s: its writer, metadata and declarations. */
+static wna16_status_t open_shard(rp_job_t *j, size_t s, wna16_error_t *err)
 {
-    wna16_status_t st = WNA16_OK;
-    for (size_t l = 0; st == WNA16_OK && l < j->layers.count; l++)
-        for (size_t d = 0; st == WNA16_OK && d < j->plan[l].n_decls; d++) {
-            const wna16_tensor_decl_t *D = &j->plan[l].decls[d];
-            st = wna16_safetensors_writer_declare(j->w, D->name, D->dtype,
-                                                  D->ndim, D->shape, err);
-        }
-    for (size_t i = 0; st == WNA16_OK && j->o->all_tensors &&
-                       i < wna16_checkpoint_tensor_count(j->ck); i++) {
-        const wna16_tensor_t *t = wna16_checkpoint_tensor_at(j->ck, i);
-        if (j->owner[i] < 0)
-            st = wna16_safetensors_writer_declare(j->w, t->name, t->dtype,
-                                                  t->ndim, t->shape, err);
+    const char *path = shard_path(j, s, err);
+    if (!path)
+        return WNA16_ENOMEM;
+    wna16_status_t st = wna16_safetensors_writer_create(j->ctx, path, &j->w,
+                                                        err);
+    if (st != WNA16_OK)
+        return st;
+    j->cur_shard = s;
+    st = write_metadata(j, err);
+    for (size_t e = j->shard_first[s];
+         st == WNA16_OK && e < j->shard_first[s + 1]; e++) {
+        const char *nm;
+        wna16_dtype_t dt;
+        int nd;
+        const int64_t *sh;
+        uint64_t b;
+        entry_decl(j, e, &nm, &dt, &nd, &sh, &b);
+        st = wna16_safetensors_writer_declare(j->w, nm, dt, nd, sh, err);
     }
+    return st;
+}
+
+/* Writes the next entry's bytes into its shard, moving to the next shard
+ * when the entry belongs there (the finished one waits for the commit). */
+static wna16_status_t put(rp_job_t *j, const void *data, size_t n,
+                          wna16_error_t *err)
+{
+    size_t e = j->next_entry++;
+    size_t s = e < j->n_entries ? j->entry_shard[e] : 0;
+    wna16_status_t st = WNA16_OK;
+    if (j->w && s != j->cur_shard) {
+        st = w16_safetensors_writer_complete(j->w, err);
+        j->done[j->cur_shard] = j->w;
+        j->w = NULL;
+    }
+    if (st == WNA16_OK && !j->w)
+        st = open_shard(j, s, err);
+    if (st == WNA16_OK)
+        st = wna16_safetensors_writer_write(j->w, data, n, err);
+    j->written += n;
+    return st;
+}
+
+/* Writes layer l's tensors (in declaration order) and frees them. */
+static wna16_status_t write_layer(rp_job_t *j, size_t l,
+                                  wna16_tensor_set_t *set, wna16_error_t *err)
+{
+    const rp_layer_t *L = &j->plan[l];
+    wna16_status_t st = WNA16_OK;
+    for (size_t d = 0; st == WNA16_OK && d < L->n_decls; d++) {
+        const wna16_tensor_t *t = wna16_tensor_set_find(set, L->decls[d].name);
+        st = put(j, t->data, t->nbytes, err);
+    }
+    wna16_tensor_set_destroy(set);
+    release_layer_pages(j, l);
+    if (st == WNA16_OK)
+        report(j, l + 1, L->prefix, true);
     return st;
 }
 
@@ -912,14 +1178,95 @@ static wna16_status_t copy_tensors(rp_job_t *j, wna16_error_t *err)
         if (j->owner[i] >= 0)
             continue;
         const wna16_tensor_t *t = wna16_checkpoint_tensor_at(j->ck, i);
-        st = wna16_safetensors_writer_write(j->w, t->data, t->nbytes, err);
-        j->written += t->nbytes;
+        st = put(j, t->data, t->nbytes, err);
         release_pages(t->data, t->nbytes);
         if (st == WNA16_OK)
             report(j, 0, t->name, true);
     }
     return st;
 }
+
+/* ---- the directory's other files --------------------------------------------- */
+
+/* A small file of the directory, written to its temporary (kept open
+ * until the commit). */
+static wna16_status_t small_file(rp_job_t *j, const char *leaf,
+                                 const char *text, size_t n, w16_output_t *o,
+                                 wna16_error_t *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", j->dir, leaf);
+    wna16_status_t st = w16_output_open(j->ctx, &j->arena, path, o, err);
+    for (size_t at = 0; st == WNA16_OK && at < n;) {
+        ssize_t k = write(o->fd, text + at, n - at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            st = w16_err(err, WNA16_EIO, "%s: write failed: %s",
+                         w16_output_name(o), k < 0 ? strerror(errno)
+                                                   : "no progress");
+        else
+            at += (size_t)k;
+    }
+    return st;
+}
+
+typedef struct rp_name_shard {
+    const char *name;
+    size_t shard;
+} rp_name_shard_t;
+
+static int cmp_entry_name(const void *a, const void *b)
+{
+    return strcmp(((const rp_name_shard_t *)a)->name,
+                  ((const rp_name_shard_t *)b)->name);
+}
+
+/* model.safetensors.index.json: the total size and each tensor's shard,
+ * names sorted as save_pretrained writes them. Freed with cJSON_free. */
+static char *index_json(rp_job_t *j, wna16_error_t *err)
+{
+    size_t n = j->n_entries ? j->n_entries : 1;
+    rp_name_shard_t *ns = w16_calloc(j->ctx, n, sizeof *ns);
+    cJSON *root = cJSON_CreateObject(), *meta = cJSON_CreateObject();
+    cJSON *map = cJSON_CreateObject();
+    char *text = NULL;
+    uint64_t total = 0;
+    for (size_t s = 0; s < j->n_shards; s++)
+        total += j->shard_bytes[s];
+    if (ns && root && meta && map) {
+        for (size_t e = 0; e < j->n_entries; e++) {
+            wna16_dtype_t dt;
+            int nd;
+            const int64_t *sh;
+            uint64_t b;
+            entry_decl(j, e, &ns[e].name, &dt, &nd, &sh, &b);
+            ns[e].shard = j->entry_shard[e];
+        }
+        qsort(ns, j->n_entries, sizeof *ns, cmp_entry_name);
+        bool ok = cJSON_AddNumberToObject(meta, "total_size",
+                                          (double)total) != NULL;
+        cJSON_AddItemToObject(root, "metadata", meta);
+        meta = NULL;
+        for (size_t e = 0; ok && e < j->n_entries; e++) {
+            char leaf[64];
+            shard_name(j, ns[e].shard, leaf, sizeof leaf);
+            ok = cJSON_AddStringToObject(map, ns[e].name, leaf) != NULL;
+        }
+        cJSON_AddItemToObject(root, "weight_map", map);
+        map = NULL;
+        text = ok ? cJSON_Print(root) : NULL;
+    }
+    cJSON_Delete(root);
+    cJSON_Delete(meta);
+    cJSON_Delete(map);
+    w16_free(j->ctx, ns, n * sizeof *ns);
+    if (!text)
+        w16_err_nomem(err, "writing model.safetensors.index.json");
+    return text;
+}
+
+/* ---- the job, start to end ------------------------------------------------ */
 
 /* The padded intermediate size the backend stores (metadata). */
 static wna16_status_t padded_size(rp_job_t *j, wna16_error_t *err)
@@ -934,6 +1281,29 @@ static wna16_status_t padded_size(rp_job_t *j, wna16_error_t *err)
     return st;
 }
 
+/* Is the output a checkpoint directory: a path ending in '/', or one that
+ * names a directory (through links)? j->dir: the path without trailing
+ * slashes. */
+static wna16_status_t output_kind(rp_job_t *j, wna16_error_t *err)
+{
+    size_t n = strlen(j->out_path);
+    struct stat st;
+    j->dir_mode = (n && j->out_path[n - 1] == '/') ||
+                  (stat(j->out_path, &st) == 0 && S_ISDIR(st.st_mode));
+    if (!j->dir_mode)
+        return WNA16_OK;
+    while (n > 1 && j->out_path[n - 1] == '/')
+        n--;
+    if (n >= sizeof j->dir - 64)
+        return w16_err(err, WNA16_ELIMIT, "%s: the directory's path is too "
+                       "long", j->out_path);
+    memcpy(j->dir, j->out_path, n);
+    j->dir[n] = '\0';
+    j->max_shard = j->o->max_shard_size ? j->o->max_shard_size
+                                        : WNA16_DEFAULT_MAX_SHARD_SIZE;
+    return WNA16_OK;
+}
+
 /* Everything up to an open checkpoint with its layers planned. */
 static wna16_status_t prepare(rp_job_t *j, wna16_error_t *err)
 {
@@ -945,8 +1315,10 @@ static wna16_status_t prepare(rp_job_t *j, wna16_error_t *err)
     if (!j->backend)
         return w16_err(err, WNA16_ENOTFOUND, "no backend spec named '%s'",
                        o->backend);
-    wna16_status_t st = wna16_checkpoint_open(j->ctx, j->ck_path, &j->ck, err);
+    wna16_status_t st = output_kind(j, err);
     if (st == WNA16_OK)
+        st = wna16_checkpoint_open(j->ctx, j->ck_path, &j->ck, err);
+    if (st == WNA16_OK && !j->dir_mode)
         st = check_out_path(j, err);
     if (st == WNA16_OK)
         st = resolve_quant(j, err);
@@ -958,6 +1330,67 @@ static wna16_status_t prepare(rp_job_t *j, wna16_error_t *err)
         st = plan_layers(j, err);
     if (st == WNA16_OK)
         st = padded_size(j, err);
+    if (st == WNA16_OK)
+        st = plan_shards(j, err);
+    if (st == WNA16_OK && j->dir_mode)
+        st = check_out_dir(j, err);
+    return st;
+}
+
+/* Every shard is complete in its temporary: the config and the index are
+ * written to theirs, then all are renamed (shards, config, index last). A
+ * failure before the first rename leaves none of them; one among the
+ * renames removes the new files already renamed. */
+static wna16_status_t commit_dir(rp_job_t *j, wna16_error_t *err)
+{
+    w16_output_t cfg = {.fd = -1, .slot = -1}, idx = {.fd = -1, .slot = -1};
+    wna16_status_t st = w16_safetensors_writer_complete(j->w, err);
+    j->done[j->cur_shard] = j->w;
+    j->w = NULL;
+    char src[4200];
+    snprintf(src, sizeof src, "%s/config.json", j->ck_path);
+    size_t cap = 0;
+    struct stat cs;
+    char *config = st == WNA16_OK && stat(j->ck_path, &cs) == 0 &&
+                           S_ISDIR(cs.st_mode)
+                       ? slurp(j->ctx, src, &cap) : NULL;
+    if (st == WNA16_OK && config) /* carried over unchanged */
+        st = small_file(j, "config.json", config, strlen(config), &cfg, err);
+    char *index = st == WNA16_OK ? index_json(j, err) : NULL;
+    if (st == WNA16_OK && !index)
+        st = WNA16_ENOMEM;
+    if (st == WNA16_OK)
+        st = small_file(j, "model.safetensors.index.json", index,
+                        strlen(index), &idx, err);
+    size_t renamed = 0;
+    for (size_t s = 0; st == WNA16_OK && s < j->n_shards; s++) {
+        st = w16_safetensors_writer_commit(j->done[s], err);
+        j->done[s] = NULL;
+        renamed += st == WNA16_OK;
+    }
+    bool cfg_renamed = false;
+    if (st == WNA16_OK && config)
+        cfg_renamed = (st = w16_output_commit(&cfg, err)) == WNA16_OK;
+    if (st == WNA16_OK)
+        st = w16_output_commit(&idx, err);
+    if (st != WNA16_OK) { /* the new files already in place go too */
+        char path[4200], leaf[64];
+        for (size_t s = 0; s < renamed; s++) {
+            shard_name(j, s, leaf, sizeof leaf);
+            snprintf(path, sizeof path, "%s/%s", j->dir, leaf);
+            unlink(path);
+        }
+        snprintf(path, sizeof path, "%s/config.json", j->dir);
+        if (cfg_renamed)
+            unlink(path);
+        w16_output_discard(&cfg);
+        w16_output_discard(&idx);
+    }
+    if (st == WNA16_OK)
+        remove_stale_shards(j);
+    if (config)
+        w16_free(j->ctx, config, cap);
+    cJSON_free(index);
     return st;
 }
 
@@ -966,12 +1399,7 @@ static wna16_status_t prepare(rp_job_t *j, wna16_error_t *err)
 static wna16_status_t write_output(rp_job_t *j, wna16_tensor_set_t *first,
                                    wna16_error_t *err)
 {
-    wna16_status_t st = wna16_safetensors_writer_create(j->ctx, j->out_path,
-                                                        &j->w, err);
-    if (st == WNA16_OK)
-        st = write_metadata(j, err);
-    if (st == WNA16_OK)
-        st = declare_all(j, err);
+    wna16_status_t st = j->dir_mode ? make_out_dir(j, err) : WNA16_OK;
     if (st == WNA16_OK)
         st = write_layer(j, 0, first, err);
     else
@@ -985,7 +1413,9 @@ static wna16_status_t write_output(rp_job_t *j, wna16_tensor_set_t *first,
     }
     if (st == WNA16_OK)
         st = copy_tensors(j, err);
-    if (st == WNA16_OK) {
+    if (st == WNA16_OK && j->dir_mode)
+        st = commit_dir(j, err);
+    else if (st == WNA16_OK) {
         st = wna16_safetensors_writer_finish(j->w, err);
         j->w = NULL;
     }
@@ -1009,12 +1439,31 @@ static void fill_summary(const rp_job_t *j, wna16_repack_summary_t *s)
     s->n_copied = j->n_copy;
     s->bytes = j->written;
     s->target = j->o->target;
+    s->model_dtype = j->quant.model_dtype;
+    snprintf(s->model_dtype_reason, sizeof s->model_dtype_reason, "%s",
+             j->dtype_why);
+    s->n_shards = j->n_shards;
 }
 
-static void job_free(rp_job_t *j)
+/* Frees the job; after a failure, removes every temporary and a directory
+ * this run created (rmdir: only when nothing else is in it). */
+static void job_free(rp_job_t *j, bool failed)
 {
     if (j->w)
         wna16_safetensors_writer_abort(j->w);
+    size_t n = j->n_entries ? j->n_entries : 1;
+    for (size_t s = 0; j->done && s < j->n_shards; s++)
+        if (j->done[s])
+            wna16_safetensors_writer_abort(j->done[s]);
+    if (failed && j->dir_created)
+        rmdir(j->dir);
+    if (j->entry_shard) {
+        w16_free(j->ctx, j->entry_shard, n * sizeof *j->entry_shard);
+        w16_free(j->ctx, j->shard_first, (n + 1) * sizeof *j->shard_first);
+        w16_free(j->ctx, j->shard_bytes, n * sizeof *j->shard_bytes);
+        w16_free(j->ctx, j->done, n * sizeof *j->done);
+    }
+    w16_arena_free(&j->arena);
     w16_free(j->ctx, j->plan, j->layers.count * sizeof *j->plan);
     w16_free(j->ctx, j->owner, (wna16_checkpoint_tensor_count(j->ck)
                                     ? wna16_checkpoint_tensor_count(j->ck)
@@ -1036,6 +1485,7 @@ wna16_status_t wna16_repack_checkpoint(wna16_context_t *ctx,
     rp_job_t j = {.ctx = ctx, .o = opts, .ck_path = checkpoint,
                   .out_path = out_path};
     j.layers.ctx_ = ctx;
+    w16_arena_init(&j.arena, ctx);
     wna16_status_t st = prepare(&j, err);
     wna16_tensor_set_t *first = NULL;
     if (st == WNA16_OK) {
@@ -1046,6 +1496,6 @@ wna16_status_t wna16_repack_checkpoint(wna16_context_t *ctx,
         st = write_output(&j, first, err);
     if (st == WNA16_OK && summary)
         fill_summary(&j, summary);
-    job_free(&j);
+    job_free(&j, st != WNA16_OK);
     return st;
 }

@@ -277,8 +277,12 @@ static wna16_status_t repack_operand(job_t *J, wna16_gemm_t g,
                 return st;
             req.src_dtype[need[i]] = sr->dtype;
         }
-        req.dst_dtype = w16_repack_dst_dtype(l, nn ? req.src_dtype[need[0]]
-                                                   : WNA16_DTYPE_INVALID);
+        /* float values are the model's dtype after the loader's cast */
+        bool cast = J->p.model_dtype && (r == W16_ROLE_SCALES ||
+                                         r == W16_ROLE_BIAS);
+        req.dst_dtype = w16_repack_dst_dtype(
+            l, cast ? J->p.model_dtype
+               : nn ? req.src_dtype[need[0]] : WNA16_DTYPE_INVALID);
         int64_t shape[W16_MAX_STORE_DIMS];
         if ((st = w16_layout_shape(l, dv, shape, err)) != WNA16_OK)
             return st;
@@ -324,7 +328,7 @@ static void detect_stored(job_t *J)
                     W16_ROLE_QZEROS, &probe, &e) == WNA16_OK)
         J->p.zeros_stored = true;
     src_role_free(&probe);
-    if (J->p.act_order ||
+    if (J->p.act_order || J->src->g_idx_params ||
         (J->src->layouts[W16_ROLE_G_IDX] &&
          gather_role(J->src, J->set, J->prefix, &J->p, WNA16_GEMM_W13,
                      W16_ROLE_G_IDX, &probe, &e) == WNA16_OK))
@@ -430,7 +434,8 @@ wna16_status_t w16_repack_layer_generated(wna16_context_t *ctx,
                .set = src, .prefix = prefix, .out = out,
                .p = {E, H, I, quant->bits, quant->group_size, quant->zero_point,
                      quant->act_order, quant->bias,
-                     .a8 = (int)quant->input_dtype}};
+                     .a8 = (int)quant->input_dtype,
+                     .model_dtype = quant->model_dtype}};
     st = T->stream_open(inst, ctx, &J.stream, err);
     int64_t v13[W16_VAR_COUNT];
     if (st == WNA16_OK)

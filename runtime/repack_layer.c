@@ -7,6 +7,7 @@
  */
 #include "base/base.h"
 #include "spec/spec.h"
+#include "runtime/ref/ref.h"
 #include "runtime/repack_gen.h"
 
 #include <string.h>
@@ -27,6 +28,14 @@ wna16_status_t wna16_repack_layer(wna16_context_t *ctx,
     /* 8-bit activations are a deployment choice vLLM offers only through
      * some integrations: a checkpoint format's spec lists them (both targets
      * refuse alike; the destination's own refusal is w16_check_holds'). */
+    if (quant->model_dtype != WNA16_DTYPE_INVALID &&
+        quant->model_dtype != WNA16_DTYPE_F16 &&
+        quant->model_dtype != WNA16_DTYPE_BF16)
+        return w16_err(err, WNA16_EINVAL, "wna16_repack_layer: model dtype "
+                       "%s: expected F16, BF16 or none (0)",
+                       wna16_dtype_name(quant->model_dtype)
+                           ? wna16_dtype_name(quant->model_dtype)
+                           : "(invalid)");
     if ((unsigned)quant->input_dtype >= WNA16_INPUT_COUNT_)
         return w16_err(err, WNA16_EINVAL, "wna16_repack_layer: input dtype %d "
                        "is not a wna16_input_dtype_t", (int)quant->input_dtype);
@@ -43,7 +52,8 @@ wna16_status_t wna16_repack_layer(wna16_context_t *ctx,
     w16_problem_t p = {E, H, I, quant->bits, quant->group_size,
                        quant->zero_point, quant->act_order, quant->bias,
                        quant->zeros_stored, quant->g_idx_stored,
-                       (int)quant->input_dtype};
+                       (int)quant->input_dtype,
+                       .model_dtype = quant->model_dtype};
     wna16_status_t st = w16_spec_check_problem(src_format, &p, NULL, err);
     if (st == WNA16_OK)
         st = w16_spec_check_problem(dst_backend, &p, NULL, err);
@@ -58,6 +68,9 @@ wna16_status_t wna16_repack_layer(wna16_context_t *ctx,
                                          quant, &layer, err);
     if (st != WNA16_OK)
         return st;
+    /* vLLM's loader: the parameters hold the model's dtype */
+    w16_qweight_cast(&layer.w13, quant->model_dtype);
+    w16_qweight_cast(&layer.w2, quant->model_dtype);
     st = wna16_ref_encode_input(ctx, dst_backend, &layer, quant->input_dtype,
                                 prefix, out, err);
     wna16_qlayer_free(&layer);

@@ -50,6 +50,8 @@ static w16_key_t request_key(const w16_target_t *T,
                             p->g_idx_stored, p->a8, p->ungated};
     for (size_t i = 0; i < W16_ARRAY_LEN(dims); i++)
         w16_keyer_u64(&kr, (uint64_t)dims[i]);
+    if (p->model_dtype)
+        w16_keyer_u64(&kr, 0x6d6f64656c000000u | (uint64_t)p->model_dtype);
     w16_keyer_u64(&kr, (uint64_t)r->gemm);
     w16_keyer_u64(&kr, (uint64_t)r->role);
     for (int i = 0; i < W16_ROLE_COUNT; i++)

@@ -520,8 +520,9 @@ wna16_status_t wna16_safetensors_writer_write(wna16_safetensors_writer_t *w,
 
 /* ---- finish / abort ------------------------------------------------------ */
 
-static wna16_status_t complete(wna16_safetensors_writer_t *w,
-                               wna16_error_t *err)
+/* Everything but the commit: header, data, the last flush. */
+static wna16_status_t complete_data(wna16_safetensors_writer_t *w,
+                                    wna16_error_t *err)
 {
     wna16_status_t s = WNA16_OK;
     if (!w->started)
@@ -537,11 +538,43 @@ static wna16_status_t complete(wna16_safetensors_writer_t *w,
                                (unsigned long long)w->cur_written,
                                (unsigned long long)d->nbytes));
     }
-    if ((s = flush(w, err)) != WNA16_OK)
+    return flush(w, err);
+}
+
+static wna16_status_t complete(wna16_safetensors_writer_t *w,
+                               wna16_error_t *err)
+{
+    wna16_status_t s = complete_data(w, err);
+    if (s != WNA16_OK)
         return s;
     if ((s = w16_output_commit(&w->out, err)) != WNA16_OK)
         return fail(w, s);
     return WNA16_OK;
+}
+
+wna16_status_t w16_safetensors_writer_complete(wna16_safetensors_writer_t *w,
+                                               wna16_error_t *err)
+{
+    wna16_status_t s = check_usable(w, "w16_safetensors_writer_complete",
+                                    err);
+    if (s == WNA16_OK)
+        s = complete_data(w, err);
+    if (s == WNA16_OK) { /* written: the buffer is not needed any more */
+        w16_free(w->ctx, w->buf, SW_BUFFER_SIZE);
+        w->buf = NULL;
+    }
+    return s;
+}
+
+wna16_status_t w16_safetensors_writer_commit(wna16_safetensors_writer_t *w,
+                                             wna16_error_t *err)
+{
+    wna16_status_t s = check_usable(w, "w16_safetensors_writer_commit", err);
+    if (s == WNA16_OK)
+        s = w16_output_commit(&w->out, err);
+    if (w)
+        writer_free(w);
+    return s;
 }
 
 wna16_status_t wna16_safetensors_writer_finish(wna16_safetensors_writer_t *w,

@@ -83,6 +83,11 @@ typedef struct w16_layout {
      * bit-cast into its element, max being the operand's largest scale
      * (int8: 4096). See w16_scale_xform. */
     const w16_expr_t *scale_multiply, *scale_int16;
+    /* SCALES and BIAS roles: the tensor is held in the model's dtype (vLLM
+     * creates the parameter with params_dtype and its weight loader casts
+     * the checkpoint's values into it); `dtypes` lists F16 and BF16. false:
+     * the stored dtype does not depend on the model (CPU: F32). */
+    bool model_dtype;
 } w16_layout_t;
 
 /* A selection rule: refuse with `reason` when every condition holds. */
@@ -246,6 +251,11 @@ struct wna16_spec {
      * argsort of g_idx: codes read through the permutation, g_idx sorted,
      * the permutation in the g_idx_sort_indices layout (Marlin). */
     bool act_order_sort;
+    /* Formats: vLLM's integration creates g_idx parameters for every layer,
+     * whether or not the checkpoint holds g_idx tensors (compressed-tensors'
+     * MoE method), so layouts that keep them (Marlin's (E, 0) g_idx) see
+     * G_IDX_STORED = 1. */
+    bool g_idx_params;
     /* Dims: padded intermediate size (NULL = I). */
     const w16_expr_t *pad_intermediate;
     const char *pad_forbidden_with_act_order; /* reason, NULL = allowed */
@@ -351,6 +361,10 @@ typedef struct w16_problem {
     /* A non-gated MLP (the *_no_mul activations): a stacked w13 holds one
      * projection, N = IP, instead of [gate; up]. */
     bool ungated;
+    /* The model's dtype (F16/BF16) the loader casts scales and biases to
+     * before any layout sees them (wna16_quant_desc_t.model_dtype);
+     * WNA16_DTYPE_INVALID: no cast. Layouts never bind it. */
+    wna16_dtype_t model_dtype;
 } w16_problem_t;
 
 /* Fills vars[] (dims only) for the given operand; computes IP from the

@@ -617,7 +617,7 @@ static bool load_layout(loader_t *L, const cJSON *j, const char *path,
                                        "index", "bit", "coord_let", "coord",
                                        "encode", "decode", "code_bits", "sums",
                                        "dequant_scale_dtype", "multiply",
-                                       "int16_codes", NULL};
+                                       "int16_codes", "model_dtype", NULL};
     if (!check_keys(L, j, path, keys))
         return false;
     wna16_spec_t *s = L->spec;
@@ -812,6 +812,22 @@ static bool load_layout(loader_t *L, const cJSON *j, const char *path,
             wna16_dtype_from_name(d->valuestring, strlen(d->valuestring));
         if (!dtype_fits_role(W16_ROLE_SCALES, l->dequant_scale_dtype))
             return lfail(L, p, "expected F16, BF16 or F32");
+    }
+    if (get(j, "model_dtype")) {
+        path_key(p, path, "model_dtype");
+        if (!get_bool(L, get(j, "model_dtype"), p, &l->model_dtype))
+            return false;
+        if (role != W16_ROLE_SCALES && role != W16_ROLE_BIAS)
+            return lfail(L, p, "only scales and bias follow the model's "
+                         "dtype");
+        bool f16 = false, bf16 = false;
+        for (int i = 0; i < l->n_dtypes; i++) {
+            f16 = f16 || l->dtypes[i] == WNA16_DTYPE_F16;
+            bf16 = bf16 || l->dtypes[i] == WNA16_DTYPE_BF16;
+        }
+        if (l->model_dtype && !(f16 && bf16))
+            return lfail(L, p, "a tensor in the model's dtype must list F16 "
+                         "and BF16 in \"dtype\"");
     }
     struct { const char *key; const w16_expr_t **v; } sx[] = {
         {"multiply", &l->scale_multiply}, {"int16_codes", &l->scale_int16}};
@@ -1135,8 +1151,8 @@ static bool load_doc(loader_t *L, const cJSON *root)
     static const char *const keys[] = {
         "wna16_spec", "kind", "name", "title", "description", "config",
         "projections", "stacked", "tables", "capabilities", "zero_point",
-        "pad", "act_order_sort", "layouts", "rules", "selection", "samples",
-        "tiling", NULL};
+        "pad", "act_order_sort", "g_idx_parameters", "layouts", "rules",
+        "selection", "samples", "tiling", NULL};
     if (!check_keys(L, root, "$", keys))
         return false;
     wna16_spec_t *s = L->spec;
@@ -1175,7 +1191,8 @@ static bool load_doc(loader_t *L, const cJSON *root)
         return lfail(L, "$.stacked", "backend layouts are stacked per layer");
 
     /* Keys that belong to one kind only. */
-    static const char *const format_only[] = {"config", "projections", NULL};
+    static const char *const format_only[] = {"config", "projections",
+                                              "g_idx_parameters", NULL};
     static const char *const backend_only[] = {"pad", "tiling", NULL};
     for (const char *const *k = is_format ? backend_only : format_only; *k; k++)
         if (get(root, *k)) {
@@ -1219,6 +1236,10 @@ static bool load_doc(loader_t *L, const cJSON *root)
             return false;
     }
     if (get(root, "pad") && !load_pad(L, get(root, "pad"), "$.pad"))
+        return false;
+    if (get(root, "g_idx_parameters") &&
+        !get_bool(L, get(root, "g_idx_parameters"), "$.g_idx_parameters",
+                  &s->g_idx_params))
         return false;
     if (get(root, "act_order_sort") &&
         !get_bool(L, get(root, "act_order_sort"), "$.act_order_sort",

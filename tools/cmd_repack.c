@@ -13,9 +13,11 @@
 #include "cli.h"
 #include "runtime/output.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -25,6 +27,9 @@
 
 typedef struct repack_cli {
     const char *checkpoint, *out, *to, *target, *format, *layer, *input;
+    const char *dtype, *max_shard;
+    wna16_dtype_t model_dtype; /* --dtype; INVALID: auto */
+    uint64_t max_shard_size;   /* --max-shard-size; 0: the default */
     long bits, group_size, hidden, inter, experts;
     bool bits_set, group_size_set, hidden_set, inter_set, experts_set;
     bool zero_point, sym, desc_act, all_tensors, quiet, json;
@@ -34,6 +39,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
 "usage: wna16 repack CHECKPOINT --to BACKEND -o OUT.safetensors [options]\n"
+"       wna16 repack CHECKPOINT --to BACKEND -o DIR/ [options]\n"
 "\n"
 "Repacks every MoE layer of CHECKPOINT (a Hugging Face directory with\n"
 "config.json and model.safetensors or an indexed set of shards, or a single\n"
@@ -61,7 +67,18 @@ static void usage(FILE *f)
 "                         refused when the target's directory is missing);\n"
 "                         - is standard output; a FIFO or a character device\n"
 "                         (/dev/null) is written to directly, no temporary;\n"
-"                         a directory, block device or socket is refused\n"
+"                         a block device or socket is refused.\n"
+"                         DIR/ (ending in '/', or an existing directory):\n"
+"                         a checkpoint directory: the same tensors in\n"
+"                         shards model-0000K-of-0000N.safetensors of at\n"
+"                         most --max-shard-size, each with the metadata\n"
+"                         (backend, layout, dtype, sizes), the index\n"
+"                         model.safetensors.index.json and config.json\n"
+"                         copied; all written as temporaries and renamed\n"
+"                         only when complete (a failure leaves none, and\n"
+"                         removes a directory it made); an earlier save's\n"
+"                         shards there are replaced, another .safetensors\n"
+"                         file refuses the directory\n"
 "options:\n"
 "  --target T             where the repack runs: cpu (default: generated\n"
 "                         kernels, JIT-compiled with LLVM), cuda, xpu\n"
@@ -72,6 +89,17 @@ static void usage(FILE *f)
 "  --all-tensors          also copy every non-expert tensor unchanged\n"
 "  --layer PREFIX         only this layer (e.g. model.layers.3.mlp.experts)\n"
 "  -q, --quiet            no progress line on the terminal\n"
+"  --dtype auto|float16|bfloat16\n"
+"                         the model's dtype (vLLM's --dtype): scales and\n"
+"                         biases are cast to it (round to nearest even) as\n"
+"                         vLLM's weight loader does, and the layouts that\n"
+"                         hold the model's dtype (Marlin, Triton, XPU,\n"
+"                         Humming) store it; auto (default): config.json's\n"
+"                         torch_dtype, float32 or none meaning bfloat16;\n"
+"                         without config.json the checkpoint's dtype stays\n"
+"  --max-shard-size SIZE  a directory output's largest shard: bytes, or\n"
+"                         with KB MB GB (10^3...) or KiB MiB GiB (2^10...);\n"
+"                         default 5GB, as Hugging Face's save_pretrained\n"
 "  --input-dtype int8|fp8 the layout for 8-bit activations (vLLM's\n"
 "                         VLLM_MARLIN_INPUT_DTYPE): Marlin's W4A8 tiles,\n"
 "                         int16 scale codes and input_global_scale (int8)\n"
@@ -135,6 +163,8 @@ static int value_flag(repack_cli_t *o, int argc, char **argv, int *i,
         {"--format", &o->format, NULL, NULL, 0},
         {"--layer", &o->layer, NULL, NULL, 0},
         {"--input-dtype", &o->input, NULL, NULL, 0},
+        {"--dtype", &o->dtype, NULL, NULL, 0},
+        {"--max-shard-size", &o->max_shard, NULL, NULL, 0},
         {"--bits", NULL, &o->bits, &o->bits_set, 1},
         {"--group-size", NULL, &o->group_size, &o->group_size_set, -1},
         {"--hidden", NULL, &o->hidden, &o->hidden_set, 1},
@@ -162,6 +192,46 @@ static int value_flag(repack_cli_t *o, int argc, char **argv, int *i,
         return CLI_OK;
     }
     return CLI_OK;
+}
+
+/* "5GB", "500MiB", "123": Hugging Face's max_shard_size spellings
+ * (decimal KB/MB/GB, binary KiB/MiB/GiB, case-insensitive); > 0. */
+static bool parse_size(const char *s, uint64_t *out)
+{
+    static const struct { const char *unit; uint64_t mul; } units[] = {
+        {"", 1},
+        {"b", 1},
+        {"kb", UINT64_C(1000)},
+        {"mb", UINT64_C(1000000)},
+        {"gb", UINT64_C(1000000000)},
+        {"tb", UINT64_C(1000000000000)},
+        {"kib", UINT64_C(1) << 10},
+        {"mib", UINT64_C(1) << 20},
+        {"gib", UINT64_C(1) << 30},
+        {"tib", UINT64_C(1) << 40},
+    };
+    char *end;
+    errno = 0;
+    if (!s || *s < '0' || *s > '9')
+        return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || v == 0)
+        return false;
+    char unit[8];
+    size_t n = strlen(end);
+    if (n >= sizeof unit)
+        return false;
+    for (size_t i = 0; i <= n; i++)
+        unit[i] = (char)(end[i] >= 'A' && end[i] <= 'Z' ? end[i] + 32
+                                                        : end[i]);
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(unit, units[i].unit) == 0) {
+            if (v > UINT64_MAX / units[i].mul)
+                return false;
+            *out = (uint64_t)v * units[i].mul;
+            return true;
+        }
+    return false;
 }
 
 static int parse_args(int argc, char **argv, repack_cli_t *o)
@@ -196,6 +266,13 @@ static int parse_args(int argc, char **argv, repack_cli_t *o)
         wna16_input_dtype_from_name(o->input) != WNA16_INPUT_FP8)
         return cli_usage_error(CMD, "--input-dtype: '%s' is not int8 or fp8",
                                o->input);
+    if (o->dtype && !wna16_model_dtype_from_name(o->dtype, &o->model_dtype))
+        return cli_usage_error(CMD, "--dtype: '%s' is not auto, float16 or "
+                               "bfloat16", o->dtype);
+    if (o->max_shard && !parse_size(o->max_shard, &o->max_shard_size))
+        return cli_usage_error(CMD, "--max-shard-size: '%s' is not a size "
+                               "(bytes, or a number with KB, MB, GB, KiB, "
+                               "MiB, GiB)", o->max_shard);
     return CLI_OK;
 }
 
@@ -332,13 +409,17 @@ static bool out_is_stdout(const char *out)
 static void print_summary(const repack_cli_t *o, bool piped,
                           const wna16_repack_summary_t *s, double secs)
 {
-    char b[32];
+    char b[32], shards[48] = "";
     FILE *f = piped ? stderr : stdout;
-    fprintf(f, "wrote %s: %zu layer%s, %zu tensors, %s (%s, target %s) in "
+    struct stat st;
+    if (stat(o->out, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(shards, sizeof shards, " in %zu shard%s", s->n_shards,
+                 s->n_shards == 1 ? "" : "s");
+    fprintf(f, "wrote %s: %zu layer%s, %zu tensors, %s%s (%s, target %s) in "
             "%.2f s\n", strcmp(o->out, "-") ? o->out : "standard output",
             s->n_layers, s->n_layers == 1 ? "" : "s", s->n_tensors,
-            human_bytes(s->bytes, b, sizeof b), wna16_spec_name(s->backend),
-            wna16_target_name(s->target), secs);
+            human_bytes(s->bytes, b, sizeof b), shards,
+            wna16_spec_name(s->backend), wna16_target_name(s->target), secs);
     fprintf(f, "  from %s: %d experts, hidden %d, intermediate %d",
             wna16_spec_name(s->format), s->E, s->H, s->I);
     if (s->IP != s->I)
@@ -353,6 +434,10 @@ static void print_summary(const repack_cli_t *o, bool piped,
     if (s->n_copied)
         fprintf(f, "; %zu non-expert tensors copied", s->n_copied);
     fprintf(f, "\n");
+    fprintf(f, "  dtype: %s: %s\n",
+            s->model_dtype ? wna16_model_dtype_name(s->model_dtype)
+                           : "the checkpoint's",
+            s->model_dtype_reason);
 }
 
 /* The summary as one JSON object. */
@@ -378,7 +463,15 @@ static void print_summary_json(const repack_cli_t *o, bool piped,
             s->quant.act_order ? "true" : "false",
             s->quant.bias ? "true" : "false");
     cli_json_string(f, wna16_input_dtype_name(s->quant.input_dtype));
-    fprintf(f, ", \"seconds\": %.3f}\n", secs);
+    fputs(", \"dtype\": ", f);
+    if (s->model_dtype)
+        cli_json_string(f, wna16_model_dtype_name(s->model_dtype));
+    else
+        fputs("null", f);
+    fputs(", \"dtype_reason\": ", f);
+    cli_json_string(f, s->model_dtype_reason);
+    fprintf(f, ", \"shards\": %zu, \"seconds\": %.3f}\n", s->n_shards,
+            secs);
 }
 
 /* SIGINT, SIGTERM and SIGHUP remove the output's temporary, then end the
@@ -416,6 +509,8 @@ static void fill_options(const repack_cli_t *o, wna16_target_t target,
     ro->layer = o->layer;
     ro->input_dtype = o->input ? wna16_input_dtype_from_name(o->input)
                                : WNA16_INPUT_16BIT;
+    ro->dtype = o->model_dtype;
+    ro->max_shard_size = o->max_shard_size;
 }
 
 int cmd_repack(int argc, char **argv)

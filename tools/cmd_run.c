@@ -45,6 +45,11 @@ static void usage(FILE *f)
 "\n"
 "Options:\n"
 "  --layer PREFIX         the MoE layer of CHECKPOINT (default: the first)\n"
+"  --dtype D              the model's dtype (vLLM's --dtype): auto (config's\n"
+"                         torch_dtype; the default job: bfloat16), float16\n"
+"                         or bfloat16. The repack casts scales and biases to\n"
+"                         it and the fused MoE takes activations in it only:\n"
+"                         --input hidden states of another dtype are refused\n"
 "  --input X.safetensors  the activations: hidden_states [M, H] (F16 or\n"
 "                         BF16), topk_ids [M, topk] (I32 or I64) and\n"
 "                         topk_weights [M, topk] (F32, F16 or BF16);\n"
@@ -129,6 +134,10 @@ static int parse(int argc, char **argv, run_opts_t *o)
         } else if (cli_opt_value(argc, argv, &i, "--backend", &v)) {
             if (!(o->backend = v))
                 return cli_usage_error("run", "--backend needs a name");
+        } else if (cli_opt_value(argc, argv, &i, "--dtype", &v)) {
+            if (!v || !wna16_model_dtype_from_name(v, &o->dtype))
+                return cli_usage_error("run", "--dtype: '%s' is not auto, "
+                                       "float16 or bfloat16", v ? v : "");
         } else if (cli_opt_value(argc, argv, &i, "--tokens", &v)) {
             if (!number("--tokens", v, 1, 1 << 20, &o->tokens))
                 return CLI_USAGE;

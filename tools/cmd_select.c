@@ -30,7 +30,7 @@ typedef struct sel_opts {
     const char *path;
     bool json, batched, sym, zero_point, desc_act, bias;
     const char *platform, *cc, *backend, *activation, *format, *actorder;
-    const char *kernel_platforms, *input_dtype;
+    const char *kernel_platforms, *input_dtype, *dtype;
     opt_int_t bits, group_size, hidden, inter, experts, topk, inter_full;
 } sel_opts_t;
 
@@ -62,6 +62,13 @@ static void usage(FILE *f)
 "  --backend NAME         request a backend by name (default: auto)\n"
 "  --batched              batched activation format (default: standard)\n"
 "  --activation NAME      activation function (default: silu)\n"
+"  --dtype D              the model's dtype (vLLM's --dtype): auto\n"
+"                         (default: config.json's torch_dtype, float32 or\n"
+"                         none meaning bfloat16; float16 on a GPU below\n"
+"                         sm_80, which has no bfloat16), float16, bfloat16;\n"
+"                         said (with a checkpoint or --dtype) with the rule\n"
+"                         that decided it, and which of the backend's\n"
+"                         tensors hold it\n"
 "  --input-dtype D        int8 or fp8: 8-bit activations (vLLM's\n"
 "                         VLLM_MARLIN_INPUT_DTYPE); backends and formats\n"
 "                         without them are refused (default: 16-bit)\n"
@@ -130,6 +137,7 @@ static int value_flag(sel_opts_t *o, int argc, char **argv, int *i,
         {"--format", &o->format, NULL, 0},
         {"--actorder", &o->actorder, NULL, 0},
         {"--input-dtype", &o->input_dtype, NULL, 0},
+        {"--dtype", &o->dtype, NULL, 0},
         {"--bits", NULL, &o->bits, 1},
         {"--group-size", NULL, &o->group_size, INT32_MIN},
         {"--hidden", NULL, &o->hidden, 1},
@@ -380,9 +388,59 @@ static int build_query(const sel_opts_t *o, const deploy_t *d,
     return CLI_OK;
 }
 
+/* ---- the model's dtype ------------------------------------------------------------ */
+
+typedef struct sel_dtype {
+    wna16_dtype_t dtype; /* INVALID: unknown (no config, auto) */
+    char why[320];
+    bool said; /* a config or --dtype named it: the report says it */
+} sel_dtype_t;
+
+/* vLLM's --dtype for this deployment: wna16_model_dtype, then the device
+ * rule of _resolve_auto_dtype: a GPU below sm_80 supports float16 and
+ * float32 only, so auto casts a bfloat16 (or float32) model to float16. */
+static int resolve_dtype(const sel_opts_t *o, const wna16_model_config_t *mc,
+                         const wna16_select_query_t *q, sel_dtype_t *out)
+{
+    wna16_dtype_t req = WNA16_DTYPE_INVALID;
+    if (o->dtype && !wna16_model_dtype_from_name(o->dtype, &req))
+        return cli_usage_error(CMD, "--dtype: '%s' is not auto, float16 or "
+                               "bfloat16", o->dtype);
+    wna16_error_t err;
+    if (wna16_model_dtype(o->path ? mc : NULL, req, &out->dtype, out->why,
+                          sizeof out->why, &err) != WNA16_OK)
+        return cli_fail(&err);
+    out->said = o->path || req;
+    bool gpu = q->platform == WNA16_PLATFORM_CUDA ||
+               q->platform == WNA16_PLATFORM_ROCM;
+    if (!req && gpu && out->dtype == WNA16_DTYPE_BF16 &&
+        q->cc_major * 10 + q->cc_minor < 80) {
+        char was[320];
+        snprintf(was, sizeof was, "%s", out->why);
+        snprintf(out->why, sizeof out->why, "%s; but compute capability "
+                 "%d.%d has no bfloat16, so vLLM's auto dtype takes float16",
+                 was, q->cc_major, q->cc_minor);
+        out->dtype = WNA16_DTYPE_F16;
+    }
+    return CLI_OK;
+}
+
+/* "scales, bias": the roles of `b` held in the model's dtype. */
+static void model_dtype_roles(const wna16_spec_t *b, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int r = 0; b && r < W16_ROLE_COUNT; r++) {
+        const w16_layout_t *l = b->layouts[r];
+        if (l && l->model_dtype && len < n)
+            len += (size_t)snprintf(buf + len, n - len, "%s%s",
+                                    len ? ", " : "", l->name);
+    }
+}
+
 /* ---- output --------------------------------------------------------------------- */
 
-static void print_json(const wna16_select_result_t *r)
+static void print_json(const wna16_select_result_t *r, const sel_dtype_t *dt)
 {
     fputs("{\"backend\": ", stdout);
     if (r->backend)
@@ -404,6 +462,29 @@ static void print_json(const wna16_select_result_t *r)
     }
     if (r->backend)
         printf(", \"is_k_full\": %s", r->is_k_full ? "true" : "false");
+    if (!dt->said) {
+        fputs("}\n", stdout);
+        return;
+    }
+    fputs(", \"dtype\": ", stdout);
+    if (dt->dtype)
+        cli_json_string(stdout, wna16_model_dtype_name(dt->dtype));
+    else
+        fputs("null", stdout);
+    fputs(", \"dtype_reason\": ", stdout);
+    cli_json_string(stdout, dt->why);
+    if (r->backend) {
+        fputs(", \"model_dtype_tensors\": [", stdout);
+        for (int k = 0, first = 1; k < W16_ROLE_COUNT; k++) {
+            const w16_layout_t *l = r->backend->layouts[k];
+            if (!l || !l->model_dtype)
+                continue;
+            fputs(first ? "" : ", ", stdout);
+            cli_json_string(stdout, l->name);
+            first = 0;
+        }
+        fputc(']', stdout);
+    }
     fputs("}\n", stdout);
 }
 
@@ -427,7 +508,8 @@ static void print_xpu_route(void)
         printf("kernels: this build has no target for xpu\n");
 }
 
-static void print_human(const wna16_select_result_t *r, bool xpu)
+static void print_human(const wna16_select_result_t *r, bool xpu,
+                        const sel_dtype_t *dt)
 {
     if (r->backend)
         printf("backend: %s (%s)\n", wna16_spec_name(r->backend),
@@ -447,11 +529,23 @@ static void print_human(const wna16_select_result_t *r, bool xpu)
                "w2's input)\n");
     if (r->backend && xpu)
         print_xpu_route();
+    if (!dt->said)
+        return;
+    char roles[128] = "";
+    model_dtype_roles(r->backend, roles, sizeof roles);
+    printf("dtype: %s: %s", dt->dtype ? wna16_model_dtype_name(dt->dtype)
+                                      : "the checkpoint's", dt->why);
+    if (r->backend && dt->dtype)
+        printf(" (%s holds %s in it; the kernels take %s activations)",
+               wna16_spec_name(r->backend), roles[0] ? roles : "no tensor",
+               wna16_model_dtype_name(dt->dtype));
+    printf("\n");
 }
 
 /* ---- the command ---------------------------------------------------------------- */
 
-static int run_select(const sel_opts_t *o, const wna16_select_query_t *q)
+static int run_select(const sel_opts_t *o, const wna16_select_query_t *q,
+                      const sel_dtype_t *dt)
 {
     wna16_context_t *ctx = cli_context();
     if (!ctx)
@@ -460,9 +554,9 @@ static int run_select(const sel_opts_t *o, const wna16_select_query_t *q)
     wna16_error_t err;
     wna16_status_t st = wna16_select(ctx, q, &res, &err);
     if (o->json)
-        print_json(&res);
+        print_json(&res, dt);
     else if (st == WNA16_OK || st == WNA16_EUNSUPPORTED)
-        print_human(&res, q->platform == WNA16_PLATFORM_XPU);
+        print_human(&res, q->platform == WNA16_PLATFORM_XPU, dt);
     fflush(stdout);
     int rc = st == WNA16_OK ? CLI_OK : cli_fail(&err);
     wna16_context_destroy(ctx);
@@ -502,5 +596,8 @@ int cmd_select(int argc, char **argv)
     wna16_select_query_t q;
     if ((rc = build_query(&o, &d, &q)) != CLI_OK)
         return rc;
-    return run_select(&o, &q);
+    sel_dtype_t dt = {0};
+    if ((rc = resolve_dtype(&o, &mc, &q, &dt)) != CLI_OK)
+        return rc;
+    return run_select(&o, &q, &dt);
 }

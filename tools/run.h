@@ -38,6 +38,7 @@ typedef struct run_opts {
     bool tokens_set;
     bool target_set;        /* --target given */
     wna16_target_t target;  /* --target: a target of runtime/targets.c */
+    wna16_dtype_t dtype;    /* --dtype: the model's; INVALID: auto */
     bool json;
 } run_opts_t;
 

@@ -185,11 +185,13 @@ int run_checkpoint_open(wna16_context_t *ctx, const run_opts_t *o,
     L->H = cfg->hidden_size;
     L->I = cfg->moe_intermediate_size;
     L->topk = cfg->num_experts_per_tok;
-    /* the model's activation dtype for random activations; BF16 unless
-     * the model is fp16 (fp32 models run BF16 activations) */
-    L->act_dtype = strcmp(cfg->torch_dtype, "float16") == 0 ||
-                           strcmp(cfg->torch_dtype, "half") == 0
-                       ? WNA16_DTYPE_F16 : WNA16_DTYPE_BF16;
+    /* the model's dtype (vLLM's --dtype): the activations', and the one
+     * the repack casts scales and biases to and the fused MoE holds to */
+    char why[256];
+    if (wna16_model_dtype(cfg, o->dtype, &L->act_dtype, why, sizeof why,
+                          &err) != WNA16_OK)
+        return cli_fail(&err);
+    L->quant.model_dtype = L->act_dtype;
     run_layer_finish(L);
     snprintf(L->source, sizeof L->source, "%s", path);
     run_log_more(log, "%s through the %s format spec: %d experts, hidden %d, "
@@ -201,5 +203,7 @@ int run_checkpoint_open(wna16_context_t *ctx, const run_opts_t *o,
                  L->quant.act_order ? ", act-order" : "",
                  L->quant.bias ? ", bias" : "", L->n_tensors,
                  (double)L->bytes / 1e6, run_log_elapsed(log));
+    run_log_more(log, "dtype: %s: %s", wna16_model_dtype_name(L->act_dtype),
+                 why);
     return CLI_OK;
 }

@@ -147,9 +147,11 @@ int run_default_shape(wna16_context_t *ctx, const run_opts_t *o,
     L->H = DEFAULT_H;
     L->I = DEFAULT_I;
     L->topk = L->E < DEFAULT_TOPK ? L->E : DEFAULT_TOPK;
-    L->act_dtype = WNA16_DTYPE_BF16; /* Qwen3's torch_dtype */
+    /* Qwen3's torch_dtype, or --dtype */
+    L->act_dtype = o->dtype ? o->dtype : WNA16_DTYPE_BF16;
     L->quant = (wna16_quant_desc_t){.bits = DEFAULT_BITS,
-                                    .group_size = DEFAULT_GROUP};
+                                    .group_size = DEFAULT_GROUP,
+                                    .model_dtype = L->act_dtype};
     snprintf(L->source, sizeof L->source, "Qwen3-30B-A3B's MoE layer shape (hidden %d, intermediate %d, "
              "%d%s experts, top-%d), random int4 group-%d GPTQ weights "
              "(seed %ld)", L->H, L->I, L->E, L->E == DEFAULT_E ? "" : " of 128",

@@ -92,7 +92,8 @@ class QuantDesc(ctypes.Structure):
                 ("bias", ctypes.c_bool),
                 ("zeros_stored", ctypes.c_bool),
                 ("g_idx_stored", ctypes.c_bool),
-                ("input_dtype", ctypes.c_int)]
+                ("input_dtype", ctypes.c_int),
+                ("model_dtype", ctypes.c_int)]
 
 
 class ModelConfig(ctypes.Structure):
@@ -198,7 +199,9 @@ class RepackOptions(ctypes.Structure):
                 ("input_dtype", ctypes.c_int),
                 ("layer", ctypes.c_char_p),
                 ("progress", PROGRESS_FN),
-                ("progress_user", ctypes.c_void_p)]
+                ("progress_user", ctypes.c_void_p),
+                ("dtype", ctypes.c_int),
+                ("max_shard_size", ctypes.c_uint64)]
 
 
 class RepackSummary(ctypes.Structure):
@@ -211,7 +214,10 @@ class RepackSummary(ctypes.Structure):
                 ("n_tensors", ctypes.c_size_t),
                 ("n_copied", ctypes.c_size_t),
                 ("bytes", ctypes.c_uint64),
-                ("target", ctypes.c_int)]
+                ("target", ctypes.c_int),
+                ("model_dtype", ctypes.c_int),
+                ("model_dtype_reason", ctypes.c_char * 256),
+                ("n_shards", ctypes.c_size_t)]
 
 
 class DeviceInfo(ctypes.Structure):

@@ -234,6 +234,11 @@ static wna16_status_t find_tensor(wna16_cuda_moe_t *m,
                        "layout does not allow", m->spec->name, name,
                        wna16_dtype_name(t->dtype) ? wna16_dtype_name(t->dtype)
                                                   : "INVALID");
+    /* scales and biases in the model's dtype when the layer names one */
+    wna16_status_t mst = w16_moe_check_tensor_dtype(l, m->quant.model_dtype,
+                                                    name, t->dtype, err);
+    if (mst != WNA16_OK)
+        return mst;
     const w16_moe_operand_t *o = &m->op[g];
     bool same = t->ndim == o->ndim[r];
     for (int d = 0; same && d < t->ndim; d++)
@@ -377,7 +382,9 @@ static wna16_status_t cm_create(wna16_context_t *ctx,
     /* what the layout cannot hold first (the reference's reasons), then
      * whether the kernels can read the layout */
     int64_t v[W16_VAR_COUNT];
-    wna16_status_t st = w16_spec_bind(backend, &p, WNA16_GEMM_W13, v, err);
+    wna16_status_t st = w16_moe_check_model_dtype(quant->model_dtype, err);
+    if (st == WNA16_OK)
+        st = w16_spec_bind(backend, &p, WNA16_GEMM_W13, v, err);
     if (st == WNA16_OK) {
         m->IP = (int32_t)v[W16_VAR_IP];
         st = w16_check_holds(backend, &p, m->IP, err);
@@ -453,6 +460,8 @@ static wna16_status_t check_params(const wna16_cuda_moe_t *m,
                                    wna16_error_t *err)
 {
     wna16_status_t st = w16_moe_check_params(p, err);
+    if (st == WNA16_OK) /* bf16 activations with bf16 scales, as vLLM's */
+        st = w16_moe_check_act_dtype(m->quant.model_dtype, p, err);
     if (st != WNA16_OK)
         return st;
     if (!wna16_activation_is_gated(p->activation))

@@ -316,7 +316,7 @@ static wna16_status_t decode_operand(const wna16_spec_t *spec,
     if (!q->act_order &&
         role_stored(spec, ts, prefix, p, g, W16_ROLE_G_IDX, vars))
         qw->g_idx_stored = true;
-    if (q->act_order)
+    if (q->act_order || spec->g_idx_params)
         qw->g_idx_stored = true;
     if (spec->act_order_sort && q->act_order)
         return undo_sort(spec, ts, prefix, p, g, vars, qw, err);
@@ -681,8 +681,10 @@ wna16_status_t w16_scale_prepare_source(const wna16_spec_t *src,
         int64_t col = (int64_t)(i % (size_t)q.N);
         int64_t row = (int64_t)(i / (size_t)q.N) % q.G;
         if (w13 ? col % IPs < I : row < G)
-            q.scales[n++] = q.scales[i];
+            q.scales[n++] = w16_model_round(p->model_dtype, q.scales[i]);
     }
+    if (p->model_dtype) /* the loader's cast, as the repack applies it */
+        q.scale_dtype = p->model_dtype;
     /* the destination's padding holds zeros, which vLLM's max sees */
     if (st == WNA16_OK)
         st = w16_scale_prepare(

@@ -14,6 +14,7 @@
  * work, so a bad input gets an error and never an out-of-bounds access.
  */
 #include "runtime/ref/moe.h"
+#include "spec/spec.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -113,6 +114,59 @@ static void store_act(wna16_dtype_t dt, uint16_t *dst, size_t i, float v)
 }
 
 /* ---- validation --------------------------------------------------------- */
+
+static const char *dt_name(wna16_dtype_t d)
+{
+    const char *n = wna16_dtype_name(d);
+    return n ? n : "INVALID";
+}
+
+/* vLLM's --dtype spelling (runtime/model_dtype.c is a layer above). */
+static const char *torch_name(wna16_dtype_t d)
+{
+    return d == WNA16_DTYPE_F16 ? "float16" : d == WNA16_DTYPE_BF16
+                                                  ? "bfloat16" : "16-bit";
+}
+
+wna16_status_t w16_moe_check_model_dtype(wna16_dtype_t model,
+                                         wna16_error_t *err)
+{
+    if (model == WNA16_DTYPE_INVALID || model == WNA16_DTYPE_F16 ||
+        model == WNA16_DTYPE_BF16)
+        return WNA16_OK;
+    return w16_err(err, WNA16_EINVAL, "moe: quant->model_dtype %s: expected "
+                   "F16, BF16 or none (0)", dt_name(model));
+}
+
+wna16_status_t w16_moe_check_tensor_dtype(const struct w16_layout *layout,
+                                          wna16_dtype_t model,
+                                          const char *name, wna16_dtype_t dt,
+                                          wna16_error_t *err)
+{
+    if (!model || !layout || !layout->model_dtype || dt == model)
+        return WNA16_OK;
+    return w16_err(err, WNA16_EINVAL, "moe: tensor '%s' is %s, but the "
+                   "layer's model dtype is %s: vLLM holds scales and biases "
+                   "in the model's dtype (repack with --dtype %s, or create "
+                   "the layer with quant->model_dtype %s)", name,
+                   dt_name(dt), dt_name(model),
+                   torch_name(model), dt_name(dt));
+}
+
+wna16_status_t w16_moe_check_act_dtype(wna16_dtype_t model,
+                                       const wna16_moe_params_t *p,
+                                       wna16_error_t *err)
+{
+    if (!model || !p || p->act_dtype == model)
+        return WNA16_OK;
+    return w16_err(err, WNA16_EINVAL, "moe: activation dtype %s, but the "
+                   "layer's model dtype is %s: vLLM's kernels take "
+                   "activations in the model's dtype, with its scales (%s "
+                   "with %s); convert the activations, or repack and create "
+                   "the layer for a %s model", dt_name(p->act_dtype),
+                   dt_name(model), dt_name(model), dt_name(model),
+                   torch_name(p->act_dtype));
+}
 
 wna16_status_t w16_moe_check_params(const wna16_moe_params_t *p,
                                     wna16_error_t *err)

@@ -296,3 +296,25 @@ wna16_status_t w16_qweight_unsort(wna16_qweight_t *qw, const int32_t *perm,
     free(g);
     return WNA16_OK;
 }
+
+float w16_model_round(wna16_dtype_t model, float v)
+{
+    return model == WNA16_DTYPE_F16    ? wna16_f16_to_f32(wna16_f32_to_f16(v))
+           : model == WNA16_DTYPE_BF16 ? wna16_bf16_to_f32(wna16_f32_to_bf16(v))
+                                       : v;
+}
+
+void w16_qweight_cast(wna16_qweight_t *qw, wna16_dtype_t model)
+{
+    if (model != WNA16_DTYPE_F16 && model != WNA16_DTYPE_BF16)
+        return;
+    size_t ns = (size_t)qw->E * (size_t)qw->G * (size_t)qw->N;
+    for (size_t i = 0; qw->scales && i < ns; i++)
+        qw->scales[i] = w16_model_round(model, qw->scales[i]);
+    size_t nb = (size_t)qw->E * (size_t)qw->N;
+    for (size_t i = 0; qw->bias && i < nb; i++)
+        qw->bias[i] = w16_model_round(model, qw->bias[i]);
+    qw->scale_dtype = model;
+    if (qw->bias)
+        qw->bias_dtype = model;
+}

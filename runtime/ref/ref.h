@@ -38,6 +38,14 @@ wna16_status_t w16_qweight_sorted(const wna16_qweight_t *src,
 wna16_status_t w16_qweight_unsort(wna16_qweight_t *qw, const int32_t *perm,
                                   wna16_error_t *err);
 
+/* vLLM's weight loader: the scales and biases of qw rounded (nearest
+ * even; overflow to inf) to `model` (F16 or BF16), as the parameters of
+ * the model's dtype it copies them into hold them; scale_dtype and
+ * bias_dtype become `model`. WNA16_DTYPE_INVALID: nothing changes. */
+void w16_qweight_cast(wna16_qweight_t *qw, wna16_dtype_t model);
+/* One value so cast. */
+float w16_model_round(wna16_dtype_t model, float v);
+
 /* Decodes tensor t (in layout l, vars bound to the operand) into qw. */
 wna16_status_t w16_layout_decode(const wna16_spec_t *spec,
                                  const w16_layout_t *l, int64_t *vars,

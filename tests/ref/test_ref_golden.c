@@ -4,7 +4,14 @@
  * spec and encoded through the backend specs; the result must equal, byte
  * for byte, what vLLM's conversion produced (expected_triton,
  * expected_emulation, and every tensor of expected_marlin: codes, scales,
- * zero words, sorted g_idx and sort indices, act-order included).
+ * zero words, sorted g_idx and sort indices, act-order included;
+ * expected_xpu with its empty (0,) g_idx placeholders).
+ *
+ * bf16 models (config.json torch_dtype bfloat16): vLLM's weight loader
+ * copies the checkpoint's float16 scales into bfloat16 parameters. The
+ * test restates that cast on the decoded layer (float16 -> bfloat16, round
+ * to nearest even, as torch's copy_ does) before encoding, and re-encoding
+ * into the checkpoint's own format is then skipped for those cases.
  */
 #include "ref_util.h"
 
@@ -122,12 +129,26 @@ static wna16_tensor_set_t *encode(golden_t *g, const char *backend)
     return out;
 }
 
+/* torch's copy_ of a float tensor into a bfloat16 parameter. */
+static void to_bf16(wna16_qweight_t *w)
+{
+    size_t n = (size_t)w->E * (size_t)w->G * (size_t)w->N;
+    for (size_t i = 0; i < n; i++)
+        w->scales[i] = wna16_bf16_to_f32(wna16_f32_to_bf16(w->scales[i]));
+    w->scale_dtype = WNA16_DTYPE_BF16;
+}
+
 static void check_case(const char *name)
 {
     golden_t g;
     if (!open_case(&g, name)) {
         close_case(&g);
         return;
+    }
+    bool bf16 = strcmp(g.cfg->torch_dtype, "bfloat16") == 0;
+    if (bf16) { /* the loader's cast (the layer decoded, kept to compare) */
+        to_bf16(&g.layer.w13);
+        to_bf16(&g.layer.w2);
     }
     char file[1200];
     int n = 0;
@@ -136,7 +157,17 @@ static void check_case(const char *name)
         wna16_tensor_set_t *t = encode(&g, "triton");
         n += compare_file(name, file, t, NULL);
         /* The XPU conversion of 4-bit weights is byte-identical. */
-        if (g.quant.bits == 4) {
+        char xfile[1200];
+        snprintf(xfile, sizeof xfile, "%s/expected_xpu.safetensors", g.dir);
+        if (tu_exists(xfile)) { /* vLLM's own: every tensor */
+            wna16_tensor_set_t *x = encode(&g, "xpu");
+            int m = compare_file(name, xfile, x, NULL);
+            TU_CHECK_MSG((size_t)m == wna16_tensor_set_count(x), "%s: xpu: "
+                         "%d of %zu tensors compared", name, m,
+                         wna16_tensor_set_count(x));
+            n += m;
+            wna16_tensor_set_destroy(x);
+        } else if (g.quant.bits == 4) {
             wna16_tensor_set_t *x = encode(&g, "xpu");
             static const char *const xpu_names[] = {"w13_qweight", "w2_qweight",
                                                     "w13_scales", "w2_scales",
@@ -187,9 +218,10 @@ static void check_case(const char *name)
         wna16_qlayer_free(&back);
         wna16_tensor_set_destroy(t);
     }
-    /* Encoding back into the checkpoint's own format gives the file back. */
+    /* Encoding back into the checkpoint's own format gives the file back
+     * (not after the bf16 cast: the checkpoint holds float16 scales). */
     snprintf(file, sizeof file, "%s/model.safetensors", g.dir);
-    {
+    if (!bf16) {
         wna16_error_t err;
         wna16_tensor_set_t *t = NULL;
         TU_OK(wna16_tensor_set_create(ctx, &t, &err), &err);
@@ -219,7 +251,9 @@ int main(void)
     static const char *const cases[] = {
         "gptq_b4_g128", "gptq_b4_gm1",     "gptq_b8_g128",
         "awq_b4_g128",  "gptq_b4_g32_pad", "gptq_b4_gm1_pad",
-        "awq_b4_g32_pad", "gptq_b4_g128_actorder"};
+        "awq_b4_g32_pad", "gptq_b4_g128_actorder",
+        "gptq_b4_g128_bf16", "awq_b4_g128_bf16", "gptq_b4_g32_xpu",
+        "ct_b4_g32"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_case(cases[i]);
     wna16_context_destroy(ctx);

@@ -10,6 +10,16 @@
  * expert tensor, an expert beyond E, an unwritable directory, the output
  * being an input); and the spec-only output shapes against real encodes.
  * Every repacked layer must equal wna16_ref_encode of that layer.
+ *
+ * Checkpoint directories (-o DIR/): the sharded model into shards of at
+ * most a few kB, index and config.json: opened again as a checkpoint it
+ * holds the single-file output's tensors byte for byte, every shard says
+ * the layout and dtype, each shard's data stays under the maximum unless
+ * it is one tensor; a second save with another shard size replaces the
+ * first's shards; a foreign .safetensors file, a regular file and the
+ * checkpoint's own directory are refused; a layer failing after the first
+ * was written leaves no directory (made by the run) and nothing new in an
+ * existing one, no temporaries.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "repack_test.h"
@@ -331,8 +341,203 @@ static void test_output_is_input(const model_t *m)
     TU_CHECK(!tu_exists(shadow));
     free(shadow);
     TU_CHECK(rt_count_tmp(m->dir) == 0);
+    /* a directory is a checkpoint-directory output: root holds other
+     * .safetensors files, and the checkpoint's own directory is refused */
     RT_EXPECT_ERR(wna16_repack_checkpoint(ctx, m->dir, root, &o, NULL, &err),
-                  &err, WNA16_EINVAL, "is a directory");
+                  &err, WNA16_EINVAL, "which this output does not write");
+    RT_EXPECT_ERR(wna16_repack_checkpoint(ctx, m->dir, m->dir, &o, NULL, &err),
+                  &err, WNA16_EINVAL, "is the checkpoint's own directory");
+    TU_CHECK(rt_count_tmp(m->dir) == 0);
+}
+
+/* ---- checkpoint directories ------------------------------------------------- */
+
+/* The names in `dir`, sorted, joined by '\n' (malloc'd). */
+static char *listing(const char *dir)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' 2>/dev/null", dir);
+    FILE *p = popen(cmd, "r");
+    char *buf = calloc(1, 65536);
+    if (p && buf)
+        buf[fread(buf, 1, 65535, p)] = '\0';
+    if (p)
+        pclose(p);
+    return buf;
+}
+
+/* Every tensor of the single-file output `file` is in the checkpoint
+ * directory `dir`, byte for byte, and nothing else; each shard carries the
+ * metadata; shards hold at most max bytes of data unless one tensor. */
+static void expect_same_as_file(const char *what, const char *dir,
+                                const char *file, uint64_t max)
+{
+    wna16_error_t err;
+    wna16_checkpoint_t *ck = NULL;
+    wna16_safetensors_t *st = open_out(file);
+    TU_OK(wna16_checkpoint_open(ctx, dir, &ck, &err), &err);
+    if (!ck || !st) {
+        wna16_checkpoint_close(ck);
+        wna16_safetensors_close(st);
+        return;
+    }
+    TU_CHECK_MSG(wna16_checkpoint_tensor_count(ck) ==
+                     wna16_safetensors_count(st), "%s: %zu tensors, the file "
+                 "has %zu", what, wna16_checkpoint_tensor_count(ck),
+                 wna16_safetensors_count(st));
+    for (size_t i = 0; i < wna16_safetensors_count(st); i++) {
+        const wna16_tensor_t *w = wna16_safetensors_at(st, i);
+        rt_same_tensor(what, w, wna16_checkpoint_find(ck, w->name));
+    }
+    const wna16_model_config_t *cfg = wna16_checkpoint_config(ck);
+    TU_CHECK_MSG(cfg && cfg->num_experts == E && cfg->hidden_size == H,
+                 "%s: config.json carried over", what);
+    wna16_checkpoint_close(ck);
+    wna16_safetensors_close(st);
+    /* every shard: the metadata, and its size */
+    char *names = listing(dir);
+    int shards = 0;
+    for (char *nm = names ? strtok(names, "\n") : NULL; nm;
+         nm = strtok(NULL, "\n")) {
+        if (strncmp(nm, "model-", 6) != 0)
+            continue;
+        shards++;
+        char *path = rt_path(dir, nm);
+        wna16_safetensors_t *sh = open_out(path);
+        uint64_t data = 0;
+        for (size_t i = 0; sh && i < wna16_safetensors_count(sh); i++)
+            data += wna16_safetensors_at(sh, i)->nbytes;
+        TU_CHECK_MSG(sh && (data <= max || wna16_safetensors_count(sh) == 1),
+                     "%s: %s holds %llu bytes (max %llu)", what, nm,
+                     (unsigned long long)data, (unsigned long long)max);
+        TU_CHECK_MSG(sh && strcmp(meta(sh, "backend"), "marlin") == 0 &&
+                         strstr(meta(sh, "layout"), "MARLIN") &&
+                         strcmp(meta(sh, "dtype"), "float16") == 0,
+                     "%s: %s: metadata", what, nm);
+        wna16_safetensors_close(sh);
+        free(path);
+    }
+    TU_CHECK_MSG(shards > 0, "%s: no shard", what);
+    free(names);
+}
+
+static void test_directory(const model_t *m)
+{
+    wna16_error_t err;
+    char *file = rt_path(root, "sharded.marlin.safetensors"); /* written */
+    char *dir = rt_path(root, "dirout");
+    char *slash = rt_path(root, "dirout/");
+    wna16_repack_options_t o = {.backend = "marlin", .all_tensors = true,
+                                .max_shard_size = 20000};
+    wna16_repack_summary_t sum;
+    TU_OK(wna16_repack_checkpoint(ctx, m->dir, slash, &o, &sum, &err), &err);
+    TU_CHECK_MSG(sum.n_shards > 3, "%zu shards", sum.n_shards);
+    expect_same_as_file("dir, 20 kB shards", dir, file, 20000);
+    char *cfg_in = rt_path(m->dir, "config.json");
+    char *cfg_out = rt_path(dir, "config.json");
+    size_t n0 = 0, n1 = 0;
+    void *a = tu_read_file(cfg_in, &n0), *b = tu_read_file(cfg_out, &n1);
+    TU_CHECK_MSG(a && b && n0 == n1 && !memcmp(a, b, n0), "config.json "
+                 "carried over unchanged");
+    free(a);
+    free(b);
+    char sh[64];
+    snprintf(sh, sizeof sh, "model-%05zu-of-%05zu.safetensors", sum.n_shards,
+             sum.n_shards);
+    char *last = rt_path(dir, sh);
+    TU_CHECK(tu_exists(last));
+    /* again, default shards, into the existing directory (no slash): the
+     * first save's shards are replaced */
+    o.max_shard_size = 0;
+    TU_OK(wna16_repack_checkpoint(ctx, m->dir, dir, &o, &sum, &err), &err);
+    TU_CHECK(sum.n_shards == 1);
+    expect_same_as_file("dir, one shard", dir, file, UINT64_MAX);
+    TU_CHECK_MSG(!tu_exists(last), "%s left from the first save", sh);
+    char *want = listing(dir);
+    TU_CHECK(want && strcmp(want, "config.json\nmodel-00001-of-00001."
+                            "safetensors\nmodel.safetensors.index.json\n") == 0);
+    /* a foreign weight file: refused, nothing changes */
+    char *foreign = rt_path(dir, "extra.safetensors");
+    FILE *f = fopen(foreign, "w");
+    if (f)
+        fclose(f);
+    char *before = listing(dir);
+    RT_EXPECT_ERR(wna16_repack_checkpoint(ctx, m->dir, dir, &o, NULL, &err),
+                  &err, WNA16_EINVAL, "extra.safetensors, which this output "
+                  "does not write");
+    char *after = listing(dir);
+    TU_CHECK(before && after && strcmp(before, after) == 0);
+    unlink(foreign);
+    /* a regular file named with a slash */
+    char *reg = rt_path(root, "sharded.marlin.safetensors/");
+    RT_EXPECT_ERR(wna16_repack_checkpoint(ctx, m->dir, reg, &o, NULL, &err),
+                  &err, WNA16_EINVAL, "is not a directory");
+    TU_CHECK(rt_count_tmp(dir) == 0 && rt_count_tmp(root) == 0);
+    free(reg);
+    free(before);
+    free(after);
+    free(foreign);
+    free(want);
+    free(last);
+    free(cfg_in);
+    free(cfg_out);
+    free(file);
+    free(dir);
+    free(slash);
+}
+
+/* A layer that fails after the first layer's shards were written: the
+ * directory the run made is gone, an existing one holds nothing new. */
+static void test_directory_failure(void)
+{
+    wna16_error_t err;
+    const char *p0 = "model.layers.0.mlp.experts";
+    const char *p1 = "model.layers.1.mlp.experts";
+    wna16_qlayer_t L0, L1;
+    rt_make_layer(&L0, E, H, I, 4, GS, false, false, false, 51);
+    rt_make_layer(&L1, E, H, I, 4, GS, false, false, false, 52);
+    char *ck = rt_tempdir("repack-dir-fail");
+    rt_ckpt_t c;
+    rt_ckpt_init(&c, ctx, 1);
+    wna16_tensor_set_t *s0 = rt_encode(ctx, "gptq", &L0, p0);
+    wna16_tensor_set_t *s1 = rt_encode(ctx, "gptq", &L1, p1);
+    if (s0 && s1) {
+        rt_ckpt_add_set(&c, 0, s0, NULL, NULL, 0, NULL);
+        rt_ckpt_add_set(&c, 0, s1, NULL, NULL, 0,
+                        "model.layers.1.mlp.experts.2.down_proj.scales");
+    }
+    rt_ckpt_write(&c, ck);
+    rt_write_config(ck, E, H, I, 2, GPTQ_SYM);
+    wna16_repack_options_t o = {.backend = "triton", .max_shard_size = 4096};
+    char *made = rt_path(root, "failed-dir/");
+    char *made_dir = rt_path(root, "failed-dir");
+    RT_EXPECT_ERR(wna16_repack_checkpoint(ctx, ck, made, &o, NULL, &err), &err,
+                  WNA16_ENOTFOUND, "2.down_proj.scales");
+    TU_CHECK_MSG(!tu_exists(made_dir), "the directory the run made is left");
+    char *kept = rt_tempdir("repack-dir-kept");
+    char *readme = rt_path(kept, "README");
+    FILE *f = fopen(readme, "w");
+    if (f)
+        fclose(f);
+    RT_EXPECT_ERR(wna16_repack_checkpoint(ctx, ck, kept, &o, NULL, &err), &err,
+                  WNA16_ENOTFOUND, "2.down_proj.scales");
+    char *names = listing(kept);
+    TU_CHECK_MSG(names && strcmp(names, "README\n") == 0, "left in the "
+                 "directory: %s", names ? names : "?");
+    TU_CHECK(rt_count_tmp(kept) == 0 && rt_count_tmp(root) == 0);
+    free(names);
+    free(readme);
+    rt_rmtree(kept);
+    free(kept);
+    free(made);
+    free(made_dir);
+    rt_ckpt_free(&c);
+    wna16_tensor_set_destroy(s0);
+    wna16_tensor_set_destroy(s1);
+    wna16_qlayer_free(&L0);
+    wna16_qlayer_free(&L1);
+    rt_rmtree(ck);
+    free(ck);
 }
 
 /* An output directory that cannot exist: a path under a regular file, so
@@ -809,6 +1014,7 @@ int main(void)
     test_sharded_marlin_all(&m);
     test_one_layer_and_targets(&m);
     test_output_is_input(&m);
+    test_directory(&m);
     test_unwritable(&m);
     free_model(&m);
     test_mixtral();
@@ -816,6 +1022,7 @@ int main(void)
     test_configless_awq();
     test_refusals();
     test_errors();
+    test_directory_failure();
     test_shapes();
     test_every_dtype();
     TU_CHECK(rt_count_tmp(root) == 0);

@@ -15,11 +15,22 @@
  * compressed-tensors: each GPTQ case is rewritten as the compressed-tensors
  * checkpoint of the same layer (no zero-point tensors, g_idx only under
  * actorder "group"), repacked to Marlin and batched Marlin, and must give
- * vLLM's codes, scales and act-order tensors (padded shapes included).
+ * vLLM's codes, scales and act-order tensors (padded shapes included), and
+ * the empty (E, 0) g_idx vLLM's compressed-tensors method keeps without
+ * act-order (its spec's g_idx_parameters; ct_b4_g32 is vLLM's own).
  *
  * 8-bit activations: the fp8 Marlin output of a GPTQ case decodes (codes
  * through their zero points, scales / 512) to the layer vLLM's 16-bit
  * Marlin file decodes to; int8 is refused for AWQ checkpoints.
+ *
+ * The model's dtype: the bf16 models' cases (config.json torch_dtype
+ * bfloat16, float16 checkpoint scales) hold vLLM's tensors with every
+ * scale cast to bfloat16 by its weight loader; the repack must give them
+ * byte for byte (marlin, batched marlin, triton, xpu from vLLM's own xpu
+ * file, emulation; reference and CPU target), and say so in the metadata
+ * ("dtype": "bfloat16"). --dtype float16 on a bf16 model gives the float16
+ * model's bytes (the same checkpoint: the scales are the checkpoint's),
+ * and the CPU layout's F32 scales hold the bf16-rounded values.
  */
 #include "repack_test.h"
 
@@ -33,6 +44,7 @@ static char *outdir;
 
 static const char *const xpu_names[] = {"w13_qweight", "w2_qweight",
                                         "w13_scales", "w2_scales", NULL};
+/* (the XPU conversion of 4-bit Triton files: codes and scales) */
 
 static bool name_in(const char *name, const char *const *only)
 {
@@ -115,13 +127,17 @@ static void check_metadata(const char *what, const char *file,
     wna16_safetensors_close(st);
 }
 
+/* --dtype for the repacks of a rewritten checkpoint whose config.json
+ * (rt_write_config: float16) is not the case's; 0: auto. */
+static wna16_dtype_t force_dtype;
+
 static wna16_status_t repack_input(const char *dir, const char *backend,
                                    wna16_target_t target,
                                    wna16_input_dtype_t input, const char *out,
                                    wna16_error_t *err)
 {
     wna16_repack_options_t o = {.backend = backend, .target = target,
-                                .input_dtype = input};
+                                .input_dtype = input, .dtype = force_dtype};
     unlink(out);
     return wna16_repack_checkpoint(ctx, dir, out, &o, NULL, err);
 }
@@ -272,13 +288,17 @@ static void check_compressed_tensors(const char *name, const char *dir,
     wna16_qlayer_free(&L);
     static const char *const plain[] = {
         "w13_qweight", "w2_qweight", "w13_scales", "w2_scales",
-        "w13_g_idx_sort_indices", "w2_g_idx_sort_indices", NULL};
+        "w13_g_idx_sort_indices", "w2_g_idx_sort_indices", "w13_g_idx",
+        "w2_g_idx", NULL};
     static const char *const actorder[] = {
         "w13_qweight", "w2_qweight", "w13_scales", "w2_scales",
         "w13_g_idx_sort_indices", "w2_g_idx_sort_indices", "w13_g_idx",
         "w2_g_idx", NULL};
     const char *const *only = q->act_order ? actorder : plain;
-    size_t want = q->act_order ? 8 : 6;
+    /* the case's model dtype (the rewritten config says float16) */
+    force_dtype = strcmp(cfg->torch_dtype, "bfloat16") == 0 ? WNA16_DTYPE_BF16
+                                                            : WNA16_DTYPE_F16;
+    size_t want = 8;
     snprintf(expected, sizeof expected, "%s/expected_marlin.safetensors", dir);
     static const char *const backends[] = {"marlin", "batched_marlin"};
     for (int b = 0; b < 2; b++)
@@ -300,12 +320,13 @@ static void check_compressed_tensors(const char *name, const char *dir,
             compare(what, expected, out, only, false);
             wna16_safetensors_t *have = NULL;
             TU_OK(wna16_safetensors_open(ctx, out, &have, &err), &err);
-            if (have) /* and nothing else: no zero points, no g_idx */
+            if (have) /* and nothing else: no zero points */
                 TU_CHECK_MSG(wna16_safetensors_count(have) == want,
                              "%s: %zu tensors, want %zu", what,
                              wna16_safetensors_count(have), want);
             wna16_safetensors_close(have);
         }
+    force_dtype = WNA16_DTYPE_INVALID;
 }
 
 /* fp8 activations: the output decodes to what vLLM's 16-bit Marlin file
@@ -365,6 +386,116 @@ static void check_fp8(const char *name, const char *dir,
     wna16_safetensors_close(est);
 }
 
+/* The value of metadata key `key` of `file` is `want`. */
+static void expect_meta(const char *file, const char *key, const char *want)
+{
+    wna16_error_t err;
+    wna16_safetensors_t *st = NULL;
+    TU_OK(wna16_safetensors_open(ctx, file, &st, &err), &err);
+    const char *v = st ? wna16_safetensors_metadata_get(st, key) : NULL;
+    TU_CHECK_MSG(v && strcmp(v, want) == 0, "%s: %s = %s, want %s", file, key,
+                 v ? v : "(none)", want);
+    wna16_safetensors_close(st);
+}
+
+/* Every scale of `file`'s tensor `name` (F32, the CPU layout) is a bf16
+ * value, and some would differ in f16: the loader's cast happened. */
+static void expect_bf16_values(const char *file, const char *name)
+{
+    wna16_error_t err;
+    wna16_safetensors_t *st = NULL;
+    TU_OK(wna16_safetensors_open(ctx, file, &st, &err), &err);
+    const wna16_tensor_t *t = st ? wna16_safetensors_find(st, name) : NULL;
+    TU_CHECK_MSG(t && t->dtype == WNA16_DTYPE_F32, "%s: %s F32", file, name);
+    size_t bad = 0, nonzero = 0;
+    for (size_t i = 0; t && i < t->nbytes / 4; i++) {
+        uint32_t u;
+        memcpy(&u, (const char *)t->data + 4 * i, 4);
+        bad += (u & 0xffffu) != 0;
+        nonzero += u != 0;
+    }
+    TU_CHECK_MSG(t && bad == 0 && nonzero > 0, "%s: %s: %zu of %zu scales "
+                 "are not bf16 values", file, name, bad, nonzero);
+    wna16_safetensors_close(st);
+}
+
+/* A bf16 model's case: the output says its dtype; --dtype float16 gives
+ * the float16 model's scales (those of the checkpoint, which are F16); the
+ * CPU layout holds the bf16 values in F32. */
+static void check_model_dtype(const char *name, const char *dir)
+{
+    char out[1300], f16[1300];
+    wna16_error_t err;
+    snprintf(out, sizeof out, "%s/%s.marlin.reference.safetensors", outdir,
+             name);
+    expect_meta(out, "dtype", "bfloat16");
+    snprintf(f16, sizeof f16, "%s/%s.marlin-f16.safetensors", outdir, name);
+    wna16_repack_options_t o = {.backend = "marlin",
+                                .target = WNA16_TARGET_REFERENCE,
+                                .dtype = WNA16_DTYPE_F16};
+    wna16_repack_summary_t sum;
+    TU_OK(wna16_repack_checkpoint(ctx, dir, f16, &o, &sum, &err), &err);
+    TU_CHECK(sum.model_dtype == WNA16_DTYPE_F16);
+    TU_CHECK_MSG(strstr(sum.model_dtype_reason, "requested") != NULL, "%s",
+                 sum.model_dtype_reason);
+    expect_meta(f16, "dtype", "float16");
+    wna16_safetensors_t *a = NULL, *b = NULL, *ck = NULL;
+    char model[1200];
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    TU_OK(wna16_safetensors_open(ctx, f16, &a, &err), &err);
+    TU_OK(wna16_safetensors_open(ctx, out, &b, &err), &err);
+    TU_OK(wna16_safetensors_open(ctx, model, &ck, &err), &err);
+    for (size_t i = 0; a && b && i < wna16_safetensors_count(a); i++) {
+        const wna16_tensor_t *x = wna16_safetensors_at(a, i);
+        const wna16_tensor_t *y = wna16_safetensors_find(b, x->name);
+        size_t len = strlen(x->name);
+        bool scales = len > 7 && strcmp(x->name + len - 7, "_scales") == 0 &&
+                      x->nbytes > 0;
+        if (scales) /* F16 here, BF16 there: vLLM's two models */
+            TU_CHECK_MSG(x->dtype == WNA16_DTYPE_F16 &&
+                             y->dtype == WNA16_DTYPE_BF16,
+                         "%s: %s: %s / %s", name, x->name,
+                         wna16_dtype_name(x->dtype), wna16_dtype_name(y->dtype));
+        else /* everything else is what a float16 model gets */
+            TU_CHECK_MSG(y && y->nbytes == x->nbytes &&
+                             !memcmp(x->data, y->data, x->nbytes),
+                         "%s: %s differs between the two dtypes", name,
+                         x->name);
+        if (scales) { /* the bf16 scales are the f16 ones rounded (RNE) */
+            size_t bad = 0;
+            for (size_t k = 0; k < x->nbytes / 2; k++) {
+                uint16_t h, bb;
+                memcpy(&h, (const char *)x->data + 2 * k, 2);
+                memcpy(&bb, (const char *)y->data + 2 * k, 2);
+                bad += wna16_f32_to_bf16(wna16_f16_to_f32(h)) != bb;
+            }
+            TU_CHECK_MSG(bad == 0, "%s: %s: %zu scales are not the rounded "
+                         "f16 ones", name, x->name, bad);
+        }
+    }
+    wna16_safetensors_close(a);
+    wna16_safetensors_close(b);
+    wna16_safetensors_close(ck);
+    /* the CPU layout: F32 scales of the bf16 values, on both targets */
+    for (int t = WNA16_TARGET_REFERENCE; t <= WNA16_TARGET_CPU; t++) {
+        snprintf(out, sizeof out, "%s/%s.cpu.%d.safetensors", outdir, name, t);
+        wna16_repack_options_t c = {.backend = "cpu",
+                                    .target = (wna16_target_t)t};
+        wna16_status_t st = wna16_repack_checkpoint(ctx, dir, out, &c, NULL,
+                                                    &err);
+        if (t == WNA16_TARGET_CPU && st == WNA16_EUNAVAILABLE)
+            continue;
+        TU_CHECK_MSG(st == WNA16_OK, "%s -> cpu: %s", name, err.message);
+        if (st == WNA16_OK)
+            expect_bf16_values(out, "model.layers.0.mlp.experts.w13_scales");
+    }
+    char ref[1300];
+    snprintf(ref, sizeof ref, "%s/%s.cpu.0.safetensors", outdir, name);
+    snprintf(out, sizeof out, "%s/%s.cpu.1.safetensors", outdir, name);
+    if (tu_exists(out))
+        compare("cpu layout, cpu target vs reference", ref, out, NULL, true);
+}
+
 static void check_case(const char *name)
 {
     char dir[1024], file[1200];
@@ -380,10 +511,14 @@ static void check_case(const char *name)
     }
     wna16_checkpoint_close(ck);
     int n = 0;
+    snprintf(file, sizeof file, "%s/expected_xpu.safetensors", dir);
+    bool own_xpu = tu_exists(file);
+    if (own_xpu) /* every tensor: the (0,) g_idx placeholders too */
+        n += check_backend(name, dir, "xpu", file, NULL, true);
     snprintf(file, sizeof file, "%s/expected_triton.safetensors", dir);
     if (tu_exists(file)) {
         n += check_backend(name, dir, "triton", file, NULL, true);
-        if (q.bits == 4)
+        if (q.bits == 4 && !own_xpu)
             n += check_backend(name, dir, "xpu", file, xpu_names, false);
         if (strcmp(name, "gptq_b4_g128") == 0)
             check_cpu_target(name, dir);
@@ -396,6 +531,8 @@ static void check_case(const char *name)
         n += check_backend(name, dir, "marlin", file, NULL, true);
         n += check_backend(name, dir, "batched_marlin", file, NULL, true);
     }
+    if (cfg.torch_dtype[0] && strcmp(cfg.torch_dtype, "bfloat16") == 0)
+        check_model_dtype(name, dir);
     if (q.act_order)
         check_refused(name, dir, "triton", "act-order");
     bool gptq = strncmp(name, "gptq", 4) == 0;
@@ -403,7 +540,7 @@ static void check_case(const char *name)
         check_compressed_tensors(name, dir, &cfg, &q);
     if (gptq && q.bits == 4 && !q.act_order)
         check_fp8(name, dir, &cfg, q);
-    if (!gptq) {
+    if (strncmp(name, "awq", 3) == 0) {
         char out[1300];
         snprintf(out, sizeof out, "%s/%s.int8.safetensors", outdir, name);
         wna16_status_t st = repack_input(dir, "marlin", WNA16_TARGET_REFERENCE,
@@ -428,7 +565,10 @@ int main(void)
     static const char *const cases[] = {
         "gptq_b4_g128",   "gptq_b4_gm1",     "gptq_b8_g128",
         "awq_b4_g128",    "gptq_b4_g32_pad", "gptq_b4_gm1_pad",
-        "awq_b4_g32_pad", "gptq_b4_g128_actorder"};
+        "awq_b4_g32_pad", "gptq_b4_g128_actorder",
+        /* the second set: bf16 models, XPU, compressed-tensors */
+        "gptq_b4_g128_bf16", "awq_b4_g128_bf16", "gptq_b4_g32_xpu",
+        "ct_b4_g32"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_case(cases[i]);
     TU_CHECK(rt_count_tmp(outdir) == 0);
