@@ -17,7 +17,8 @@ the library's message.
 The library: $WNA16_LIBRARY, else next to the package (an install tree's
 lib/, a source checkout's build/), else the loader's search path
 (docs/api.md, "Python"). wna16.torch.WNA16Experts is the drop-in experts
-class for PyTorch engines.
+class for PyTorch engines; wna16.ep.ExpertParallelMoE runs a layer's
+experts spread over the ranks of a torch.distributed group.
 """
 from ._lib import Error, library_path
 from .core import (Checkpoint,
