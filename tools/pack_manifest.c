@@ -351,8 +351,16 @@ static bool expand_repack(ml_t *L, pack_manifest_t *m, const char *family,
 {
     /* what a checkpoint in the format carries besides what the math
      * reads (runtime/repack_gen.c: detect_stored) */
-    p.zeros_stored = !p.zp && src->layouts[W16_ROLE_QZEROS] != NULL;
-    p.g_idx_stored = p.act_order || src->layouts[W16_ROLE_G_IDX] != NULL;
+    int64_t sv[W16_VAR_COUNT];
+    wna16_error_t be;
+    if (w16_spec_bind(src, &p, WNA16_GEMM_W13, sv, &be) == WNA16_OK) {
+        /* a layout with a "when" the problem does not meet is absent from
+         * the checkpoint (compressed-tensors' zero points without ZP) */
+        p.zeros_stored = !p.zp &&
+                         w16_layout_present(src->layouts[W16_ROLE_QZEROS], sv);
+        p.g_idx_stored = p.act_order ||
+                         w16_layout_present(src->layouts[W16_ROLE_G_IDX], sv);
+    }
     char what[200];
     snprintf(what, sizeof what, "%s to %s, %lld bits, group %lld%s%s, %s",
              src->name, dst->name, (long long)p.BITS, (long long)p.GS,

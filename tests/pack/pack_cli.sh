@@ -15,6 +15,7 @@
 #   repack_jit_off_nopack
 #   damaged      an entry damaged: said once, compiled instead; verify fails
 #   not_a_pack   WNA16_PACK_PATH naming a file that is not a pack
+#   golden       every golden checkpoint repacked from a pack, JIT off
 #   cuda         CUDA entries by NVRTC, no GPU needed (skipped without NVRTC)
 #   nollvm       the command built without LLVM and CUDA (WNA16_NOLLVM):
 #                no libLLVM loaded; runs and repacks from the pack; without
@@ -187,6 +188,24 @@ cuda)
   out=$("$wna16" pack verify "$work/cuda.w16pack") || fail "verify: $out"
   echo "$out" | grep -q "18 entries: 18 intact" || fail "verify: $out"
   echo "ok: 18 CUDA entries (sm_80, sm_90a CUBINs, compute_80 PTX), reproducible" ;;
+golden)
+  # every golden checkpoint of these shapes (../shared/golden) repacked on
+  # the CPU into Triton's and Marlin's layouts from a pack, JIT off: the
+  # manifest's expansion makes the requests the runtime makes for real
+  # checkpoints (formats, dtypes, act order, zero points, what is stored)
+  g=${WNA16_GOLDEN_DIR:-}
+  [ -d "$g/gptq_b4_g128" ] || { echo "SKIP: no golden checkpoints ($g)"; exit 0; }
+  "$wna16" pack build "$src/golden.json" -o "$work/golden.w16pack" --quiet || fail "golden pack"
+  n=0
+  for c in gptq_b4_g128 gptq_b4_g128_actorder gptq_b4_g128_bf16 gptq_b8_g128 awq_b4_g128 awq_b4_g128_bf16 ct_b4_g32; do
+    for to in triton marlin; do
+      [ "$c/$to" = gptq_b4_g128_actorder/triton ] && continue # triton holds no act order
+      fresh_cache
+      out=$(WNA16_JIT=0 WNA16_PACK_PATH=$work/golden.w16pack "$wna16" repack "$g/$c" --to "$to" --target cpu -o "$work/golden.safetensors" 2>&1) || fail "$c to $to: $out"
+      n=$((n + 1))
+    done
+  done
+  echo "ok: $n golden repacks from the pack with JIT disabled" ;;
 nollvm)
   [ -x "$nollvm" ] || fail "no command built without LLVM: $nollvm"
   if command -v ldd > /dev/null; then
