@@ -457,6 +457,12 @@ static w16_moe_request_t variant_request(const wna16_moe_layer_t *L,
     req.batched_weights = key->batched_weights;
     req.topk = key->batched ? 1 : key->topk;
     req.block_m = block_m;
+    /* the spec's workgroup for this block size (its tiling table holds
+     * one per value of rows), else the builder's default */
+    const w16_ptiling_t *t = L->backend->portable_tiling;
+    for (int i = 0; t && i < t->n_row; i++)
+        if (t->row[i].rows == block_m)
+            req.lanes = t->row[i].workgroup;
     return req;
 }
 
@@ -595,15 +601,23 @@ static wna16_status_t reserve_scratch(wna16_moe_layer_t *L, int64_t x_rows,
 }
 
 /* The block size (index into block_sizes) for an expert's run of n
- * slots: the least GEMM work, counted as the K passes the run needs,
+ * slots: the spec's portable tiling table where it has one (the xpu
+ * layout), else the least GEMM work, counted as the K passes the run needs,
  * ceil(n / BM), times the cost of a pass relative to a pass of one slot.
  * The run's weights are read from memory once whatever BM is, so the
  * choice trades computed padding slots against the dequantization that a
  * bigger block shares: a pass of 2 slots costs about 1.4 passes of 1, a
  * pass of 4 about 2.4 (gemm1 and gemm2 on znver4). */
-static int pick_block(int64_t n)
+static int pick_block(const wna16_moe_layer_t *L, int64_t n)
 {
     static const double cost[N_BLOCK_SIZES] = {1.0, 1.4, 2.4};
+    const w16_ptiling_t *t = L->backend->portable_tiling;
+    if (t) { /* the spec's table: its rows are 1, 2 or 4 (spec_tiling.c) */
+        int rows = w16_ptiling_pick(t, n)->rows;
+        for (int b = 0; b < N_BLOCK_SIZES; b++)
+            if (block_sizes[b] == rows)
+                return b;
+    }
     int best = 0;
     for (int b = 1; b < N_BLOCK_SIZES; b++) {
         int64_t bm = block_sizes[b], bb = block_sizes[best];
@@ -636,7 +650,7 @@ static wna16_status_t run_call(wna16_moe_layer_t *L, const wna16_moe_params_t *p
         int32_t e = c->al.expert_ids[p0];
         for (p1 = p0 + 1; p1 < n_pos && c->al.expert_ids[p1] == e; p1++)
             ;
-        int b = pick_block(p1 - p0);
+        int b = pick_block(L, p1 - p0);
         int32_t *r = L->runs[b] + 3 * n_runs[b]++;
         r[0] = (int32_t)p0;
         r[1] = (int32_t)p1;

@@ -235,6 +235,27 @@ const w16_tile_rule_t *w16_tiling_gemm(const w16_tiling_t *t, bool wgmma,
                                        wna16_gemm_t gemm, int64_t N,
                                        int64_t K);
 
+/* Workgroup shapes of the generated (portable) fused MoE (gen/build_moe.c)
+ * over this layout, chosen per expert run from a backend spec's
+ * "tiling.portable" list (docs/specs.md, section 14): a first-match table
+ * whose last row has no condition. */
+typedef struct w16_ptile {
+    int64_t tpe_lo, tpe_hi; /* the run's routed slots, inclusive */
+    int rows;               /* token rows a GEMM lane carries through one
+                               pass over K (the request's block_m): 1, 2
+                               or 4 */
+    int workgroup;          /* GEMM lanes a workgroup (the request's lanes):
+                               a power of two, 16 .. 256 */
+    const char *json_path;
+} w16_ptile_t;
+
+typedef struct w16_ptiling {
+    w16_ptile_t *row; int n_row;
+} w16_ptiling_t;
+
+/* The row for an expert run of `slots` routed slots. */
+const w16_ptile_t *w16_ptiling_pick(const w16_ptiling_t *t, int64_t slots);
+
 struct wna16_spec {
     wna16_context_t *ctx;
     w16_arena_t arena; /* owns everything below */
@@ -268,6 +289,9 @@ struct wna16_spec {
      * per expert and projection ("{prefix}.{e}.{proj}.{name}"). */
     bool stacked;
     w16_spec_proj_t proj_gate, proj_up, proj_down;
+    /* The generated fused MoE's workgroup shapes ("tiling.portable");
+     * NULL: its defaults. */
+    const w16_ptiling_t *portable_tiling;
 
     /* Zero-point convention, in words, for explain: "stored z-1" etc. */
     const char *zero_convention;
@@ -343,7 +367,8 @@ wna16_status_t w16_spec_check_layouts_stats(const wna16_spec_t *spec,
 wna16_status_t w16_spec_memo_new(wna16_spec_t *spec, wna16_error_t *err);
 void w16_spec_memo_free(wna16_spec_t *spec);
 
-/* Loads "tiling" (backend specs) into spec->tiling; errors name `origin`
+/* Loads "tiling" (backend specs) into spec->tiling (the CUDA tables,
+ * "block_m" and "gemm") and spec->portable_tiling ("portable"); errors name `origin`
  * and the JSON path. `j` is a cJSON node (spec loaders only). */
 struct cJSON;
 wna16_status_t w16_spec_load_tiling(wna16_spec_t *spec, const struct cJSON *j,

@@ -24,6 +24,14 @@
  * marked "mma": "wgmma" form a table of their own for Hopper's warpgroup
  * MMA (templates/moe_wgmma_gemm.cu): a wgmma block_m row counts only where
  * wgmma can run, and its problems choose among the wgmma GEMM rows only.
+ * "portable" (alone, or beside the CUDA tables) gives the workgroup shape
+ * of the generated fused MoE per expert run: token rows a GEMM lane
+ * carries (1, 2, 4) and lanes a workgroup, first match on the run's
+ * routed slots:
+ *
+ *     "portable": [ {"tokens_per_expert": [1, 1], "rows": 1,
+ *                    "workgroup": 64}, ..., {"rows": 4, "workgroup": 64} ]
+ *
  * The language is documented in docs/specs.md, section 14.
  */
 #include "spec/spec.h"
@@ -480,11 +488,84 @@ static bool wgmma_complete(tload_t *L, const w16_tiling_t *t)
                  "GEMM row without conditions catches their problems");
 }
 
+/* "portable": the generated fused MoE's rows. Every row's tokens_per_expert
+ * is a condition but the last's; one workgroup size per value of rows (the
+ * runtime keeps one kernel per block size). */
+static bool load_portable(tload_t *L, const cJSON *arr, const char *base,
+                          w16_ptiling_t *t)
+{
+    static const char *const keys[] = {"tokens_per_expert", "rows",
+                                       "workgroup", NULL};
+    int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : 0;
+    if (n < 1 || n > 16)
+        return tfail(L, base, "expected an array of 1 to 16 rows");
+    t->row = w16_arena_alloc(&L->spec->arena, sizeof *t->row * (size_t)n);
+    if (!t->row) {
+        L->st = w16_err_nomem(L->err, "loading a spec's tiling");
+        return false;
+    }
+    int i = 0;
+    for (const cJSON *r = arr->child; r; r = r->next, i++) {
+        char path[TPATH], p[TPATH];
+        snprintf(path, sizeof path, "%s[%d]", base, i);
+        w16_ptile_t *row = &t->row[i];
+        bool cond = false;
+        int64_t v = 0;
+        if (!keys_ok(L, r, path, keys) ||
+            !range_at(L, r, "tokens_per_expert", path, 1, &row->tpe_lo,
+                      &row->tpe_hi, &cond))
+            return false;
+        if (cond == (i == n - 1))
+            return tfail(L, path, i == n - 1
+                             ? "the last row must have no condition"
+                             : "only the last row may lack tokens_per_expert");
+        snprintf(p, sizeof p, "%s.rows", path);
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(r, "rows");
+        if (!j)
+            return tfail(L, path, "\"rows\" is required");
+        if (!int_at(L, j, p, 1, 4, &v))
+            return false;
+        if (!is_pow2(v))
+            return tfail(L, p, "expected 1, 2 or 4 (the generated GEMM's "
+                         "block sizes)");
+        row->rows = (int)v;
+        snprintf(p, sizeof p, "%s.workgroup", path);
+        j = cJSON_GetObjectItemCaseSensitive(r, "workgroup");
+        if (!j)
+            return tfail(L, path, "\"workgroup\" is required");
+        if (!int_at(L, j, p, 16, 256, &v))
+            return false;
+        if (!is_pow2(v))
+            return tfail(L, p, "expected a power of two");
+        row->workgroup = (int)v;
+        for (int k = 0; k < i; k++)
+            if (t->row[k].rows == row->rows &&
+                t->row[k].workgroup != row->workgroup)
+                return tfail(L, p, "rows %d has workgroup %d at %s[%d]: one "
+                             "workgroup size per value of rows", row->rows,
+                             t->row[k].workgroup, base, k);
+        if (!(row->json_path = w16_arena_strdup(&L->spec->arena, path))) {
+            L->st = w16_err_nomem(L->err, "loading a spec's tiling");
+            return false;
+        }
+    }
+    t->n_row = n;
+    return true;
+}
+
+const w16_ptile_t *w16_ptiling_pick(const w16_ptiling_t *t, int64_t slots)
+{
+    for (int i = 0; i < t->n_row; i++)
+        if (slots >= t->row[i].tpe_lo && slots <= t->row[i].tpe_hi)
+            return &t->row[i];
+    return &t->row[t->n_row - 1]; /* unreachable: the last row catches all */
+}
+
 wna16_status_t w16_spec_load_tiling(wna16_spec_t *spec, const cJSON *j,
                                     const char *origin, wna16_error_t *err)
 {
     static const char *const keys[] = {"description", "block_m", "gemm",
-                                       NULL};
+                                       "portable", NULL};
     tload_t L = {.spec = spec, .origin = origin, .err = err,
                  .st = WNA16_OK};
     const char *base = "$.tiling";
@@ -504,9 +585,20 @@ wna16_status_t w16_spec_load_tiling(wna16_spec_t *spec, const cJSON *j,
     }
     const cJSON *bm = cJSON_GetObjectItemCaseSensitive(j, "block_m");
     const cJSON *gm = cJSON_GetObjectItemCaseSensitive(j, "gemm");
-    if (!bm || !gm)
-        return tfail(&L, base, "\"block_m\" and \"gemm\" are required"), L.st;
-    if (load_bm(&L, bm, "$.tiling.block_m", t) &&
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(j, "portable");
+    if (!bm != !gm || (!bm && !pt))
+        return tfail(&L, base, "\"block_m\" and \"gemm\" are required%s",
+                     bm || gm ? "" : " (the CUDA tables), or \"portable\" "
+                     "(the generated fused MoE's)"), L.st;
+    if (pt) {
+        w16_ptiling_t *p = w16_arena_alloc(&spec->arena, sizeof *p);
+        if (!p)
+            return w16_err_nomem(err, "loading a spec's tiling");
+        if (!load_portable(&L, pt, "$.tiling.portable", p))
+            return L.st;
+        spec->portable_tiling = p;
+    }
+    if (bm && load_bm(&L, bm, "$.tiling.block_m", t) &&
         load_gemm(&L, gm, "$.tiling.gemm", t) && wgmma_complete(&L, t))
         spec->tiling = t;
     return L.st;
