@@ -15,6 +15,7 @@
  */
 #include "run.h"
 #include "spec/spec.h"
+#include "runtime/ref/ref.h" /* the loader's cast to the model dtype */
 
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +194,10 @@ int run_default_make(wna16_context_t *ctx, const run_opts_t *o,
         st = gather_expert(L, e, &err);
     if (st != WNA16_OK)
         return cli_fail(&err);
+    /* the truth the kernels run: f16 GPTQ scales as vLLM loads them into
+     * parameters of the model's dtype (the repack casts them alike) */
+    w16_qweight_cast(&L->logical.w13, L->quant.model_dtype);
+    w16_qweight_cast(&L->logical.w2, L->quant.model_dtype);
     run_layer_finish(L);
     run_log_more(log, "%zu tensors, %.1f MB (%.2f s)", L->n_tensors,
                  (double)L->bytes / 1e6, run_log_elapsed(log));

@@ -21,6 +21,7 @@
  */
 #include "run.h"
 #include "spec/spec.h"
+#include "runtime/ref/ref.h" /* the loader's cast to the model dtype */
 
 #include <math.h>
 #include <stdio.h>
@@ -40,8 +41,14 @@ typedef struct decode_job {
 static wna16_status_t decode_one(void *user, size_t i, wna16_error_t *err)
 {
     decode_job_t *j = user;
-    return wna16_ref_decode(j->ctx, j->L->format, j->views[i], j->L->prefix, 1,
-                            j->L->H, j->L->I, &j->L->quant, &j->one[i], err);
+    wna16_status_t st = wna16_ref_decode(j->ctx, j->L->format, j->views[i],
+                                         j->L->prefix, 1, j->L->H, j->L->I,
+                                         &j->L->quant, &j->one[i], err);
+    if (st == WNA16_OK) { /* as the repack: the model's dtype (vLLM's) */
+        w16_qweight_cast(&j->one[i].w13, j->L->quant.model_dtype);
+        w16_qweight_cast(&j->one[i].w2, j->L->quant.model_dtype);
+    }
+    return st;
 }
 
 /* Expert e of "{prefix}.{e}.{rest}", or -1. */
@@ -120,9 +127,16 @@ static wna16_status_t decode_routed(wna16_context_t *ctx, const run_layer_t *L,
                                     wna16_qlayer_t *out, wna16_error_t *err)
 {
     memset(out, 0, sizeof *out);
-    if (L->format->stacked) /* experts share tensors: decode them all */
-        return wna16_ref_decode(ctx, L->format, L->tensors, L->prefix, L->E,
-                                L->H, L->I, &L->quant, out, err);
+    if (L->format->stacked) { /* experts share tensors: decode them all */
+        wna16_status_t st = wna16_ref_decode(ctx, L->format, L->tensors,
+                                             L->prefix, L->E, L->H, L->I,
+                                             &L->quant, out, err);
+        if (st == WNA16_OK) {
+            w16_qweight_cast(&out->w13, L->quant.model_dtype);
+            w16_qweight_cast(&out->w2, L->quant.model_dtype);
+        }
+        return st;
+    }
     decode_job_t j = {ctx, L, calloc((size_t)T, sizeof *j.views),
                       calloc((size_t)T, sizeof *j.one)};
     wna16_status_t st = j.views && j.one

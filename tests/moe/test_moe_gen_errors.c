@@ -8,7 +8,12 @@
  *    reference refuses, with the same status and message (they share the
  *    rules), leave `out` untouched when they do, and refuse an activation
  *    whose gating does not match the layer's w13;
- *  - M = 0 and max_tokens = 0 do nothing.
+ *  - M = 0 and max_tokens = 0 do nothing;
+ *  - the model's dtype (quant->model_dtype): a layer created for a bf16
+ *    model refuses f16 scales in a model-dtype layout (triton) and f16
+ *    activations, naming both, and runs bf16 ones; the CPU layout's F32
+ *    scales are not the model's dtype and are taken; a dtype other than
+ *    F16/BF16 is refused; without one, either activation dtype runs.
  * Skips (77) without LLVM.
  */
 #include "moe_util.h"
@@ -285,6 +290,69 @@ static void ungated(void)
     wna16_qlayer_free(&L);
 }
 
+static void model_dtype(void)
+{
+    wna16_qlayer_t L;
+    wna16_tensor_set_t *set = encode("triton", true, true, &L); /* F16 */
+    const wna16_spec_t *triton = wna16_spec_find(ctx, WNA16_SPEC_BACKEND,
+                                                 "triton");
+    wna16_quant_desc_t q = {.bits = 4, .group_size = 32, .zero_point = true,
+                            .model_dtype = WNA16_DTYPE_BF16};
+    wna16_moe_layer_t *layer = NULL;
+    wna16_error_t err;
+    expect(wna16_moe_layer_create(ctx, triton, set, "m", E, H, I, &q,
+                                  WNA16_TARGET_CPU, &layer, &err),
+           WNA16_EINVAL, &err, "tensor 'm.w13_scales' is F16, but the layer's "
+           "model dtype is BF16", "f16 scales, bf16 model");
+    TU_CHECK(layer == NULL);
+    wna16_quant_desc_t bad = q;
+    bad.model_dtype = WNA16_DTYPE_F32;
+    expect(wna16_moe_layer_create(ctx, triton, set, "m", E, H, I, &bad,
+                                  WNA16_TARGET_CPU, &layer, &err),
+           WNA16_EINVAL, &err, "model_dtype F32", "F32 model dtype");
+    /* an f16 model's layer: bf16 activations are refused, f16 ones run */
+    q.model_dtype = WNA16_DTYPE_F16;
+    TU_OK(wna16_moe_layer_create(ctx, triton, set, "m", E, H, I, &q,
+                                 WNA16_TARGET_CPU, &layer, &err), &err);
+    uint16_t x[M * H], out[M * H];
+    for (int i = 0; i < M * H; i++)
+        x[i] = wna16_f32_to_f16(0.25f);
+    int32_t ids[M * TOPK] = {0, 1, 1, 2, 3, 0};
+    float w[M * TOPK] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+    wna16_moe_params_t p;
+    wna16_moe_params_init(&p); /* BF16 */
+    memset(out, 0xab, sizeof out);
+    expect(wna16_moe_layer_run(layer, &p, x, M, ids, w, TOPK, out, &err),
+           WNA16_EINVAL, &err, "activation dtype BF16, but the layer's model "
+           "dtype is F16", "bf16 activations, f16 model");
+    TU_CHECK(out[0] == 0xabab);
+    p.act_dtype = WNA16_DTYPE_F16;
+    TU_OK(wna16_moe_layer_run(layer, &p, x, M, ids, w, TOPK, out, &err), &err);
+    TU_CHECK(out[0] != 0xabab);
+    wna16_moe_layer_destroy(layer);
+    /* no model dtype: either runs */
+    q.model_dtype = WNA16_DTYPE_INVALID;
+    TU_OK(wna16_moe_layer_create(ctx, triton, set, "m", E, H, I, &q,
+                                 WNA16_TARGET_CPU, &layer, &err), &err);
+    p.act_dtype = WNA16_DTYPE_BF16;
+    TU_OK(wna16_moe_layer_run(layer, &p, x, M, ids, w, TOPK, out, &err), &err);
+    wna16_moe_layer_destroy(layer);
+    wna16_tensor_set_destroy(set);
+    /* the CPU layout's F32 scales do not follow the model: a bf16 layer */
+    set = NULL;
+    TU_OK(wna16_tensor_set_create(ctx, &set, &err), &err);
+    TU_OK(wna16_ref_encode(ctx, wna16_spec_find(ctx, WNA16_SPEC_BACKEND, "cpu"),
+                           &L, "m", set, &err), &err);
+    q.model_dtype = WNA16_DTYPE_BF16;
+    TU_OK(wna16_moe_layer_create(ctx, wna16_spec_find(ctx, WNA16_SPEC_BACKEND,
+                                                      "cpu"),
+                                 set, "m", E, H, I, &q, WNA16_TARGET_CPU,
+                                 &layer, &err), &err);
+    wna16_moe_layer_destroy(layer);
+    wna16_tensor_set_destroy(set);
+    wna16_qlayer_free(&L);
+}
+
 int main(void)
 {
 #ifndef WNA16_HAVE_LLVM
@@ -295,6 +363,7 @@ int main(void)
     create_errors();
     run_errors();
     ungated();
+    model_dtype();
     wna16_context_destroy(ctx);
     return tu_finish("test_moe_gen_errors");
 }
