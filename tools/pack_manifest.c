@@ -259,6 +259,7 @@ static bool load_targets(ml_t *L, const cJSON *v, pack_manifest_t *m)
 typedef struct model {
     const char *name;
     long E, H, I, topk;
+    wna16_dtype_t dtype; /* the model's (torch_dtype); 0: none named */
 } model_t;
 
 static bool load_models(ml_t *L, const cJSON *v, model_t *out, int *n)
@@ -268,7 +269,7 @@ static bool load_models(ml_t *L, const cJSON *v, model_t *out, int *n)
     if (cJSON_GetArraySize(v) > MAXV)
         return fail(L, "$.models", "more than %d models", MAXV);
     static const char *const keys[] = {"name", "experts", "hidden",
-                                       "intermediate", "topk", NULL};
+                                       "intermediate", "topk", "dtype", NULL};
     *n = 0;
     for (int i = 0; i < cJSON_GetArraySize(v); i++) {
         char path[64];
@@ -285,6 +286,19 @@ static bool load_models(ml_t *L, const cJSON *v, model_t *out, int *n)
         if (k != 1)
             return fail(L, path, "\"name\" is one string");
         md->name = name[0];
+        /* the model's dtype: scales and biases are held in it (vLLM's
+         * params_dtype), as the runtime's repack does from torch_dtype */
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype");
+        md->dtype = WNA16_DTYPE_INVALID;
+        if (dt) {
+            char p[128];
+            sub(p, sizeof p, path, "dtype");
+            if (cJSON_IsString(dt))
+                md->dtype = wna16_dtype_from_name(dt->valuestring,
+                                                  strlen(dt->valuestring));
+            if (md->dtype != WNA16_DTYPE_F16 && md->dtype != WNA16_DTYPE_BF16)
+                return fail(L, p, "expected \"F16\" or \"BF16\"");
+        }
         for (int j = 0; j < i; j++)
             if (strcmp(out[j].name, md->name) == 0)
                 return fail(L, path, "model '%s' is defined twice", md->name);
@@ -350,7 +364,8 @@ static bool expand_repack(ml_t *L, pack_manifest_t *m, const char *family,
                           wna16_dtype_t scale_dtype)
 {
     /* what a checkpoint in the format carries besides what the math
-     * reads (runtime/repack_gen.c: detect_stored) */
+     * reads (runtime/repack_gen.c: detect_stored); the model's dtype came
+     * in p (model_dtype) */
     int64_t sv[W16_VAR_COUNT];
     wna16_error_t be;
     if (w16_spec_bind(src, &p, WNA16_GEMM_W13, sv, &be) == WNA16_OK) {
@@ -358,7 +373,7 @@ static bool expand_repack(ml_t *L, pack_manifest_t *m, const char *family,
          * the checkpoint (compressed-tensors' zero points without ZP) */
         p.zeros_stored = !p.zp &&
                          w16_layout_present(src->layouts[W16_ROLE_QZEROS], sv);
-        p.g_idx_stored = p.act_order ||
+        p.g_idx_stored = p.act_order || src->g_idx_params ||
                          w16_layout_present(src->layouts[W16_ROLE_G_IDX], sv);
     }
     char what[200];
@@ -424,8 +439,12 @@ static bool expand_repack(ml_t *L, pack_manifest_t *m, const char *family,
             }
             if (!ok)
                 continue; /* the runtime fails alike: no such tensors */
+            /* float values are the model's dtype after the loader's cast */
+            bool cast = p.model_dtype && (r == W16_ROLE_SCALES ||
+                                          r == W16_ROLE_BIAS);
             q->dst_dtype = w16_repack_dst_dtype(
-                l, nn ? q->src_dtype[need[0]] : WNA16_DTYPE_INVALID);
+                l, cast ? p.model_dtype
+                   : nn ? q->src_dtype[need[0]] : WNA16_DTYPE_INVALID);
             if (!push(L, m, &j))
                 return false;
         }
@@ -654,7 +673,8 @@ static bool load_family(ml_t *L, const cJSON *f, const char *path,
         for (int j = 0; j < n_in; j++) for (int k = 0; k < n_m; k++)
         for (int t = 0; t < n_t; t++) {
             w16_problem_t pr = {fm[k]->E, fm[k]->H, fm[k]->I, bits[c], gs[d],
-                                zp[e], ao[g], bias[h], .a8 = a8[j]};
+                                zp[e], ao[g], bias[h], .a8 = a8[j],
+                                .model_dtype = fm[k]->dtype};
             if (!expand_repack(L, m, name[0], ft[t], sf[a], st[b], pr, sd[i]))
                 return false;
         }
