@@ -66,26 +66,31 @@ done
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,compute_cap \
     --format=csv; git log -1 --format='%H %s' 2>/dev/null
   ${py:-python3} -c 'import sys, torch, torch.distributed as d
+nccl = d.is_nccl_available()
+if nccl:
+    try:
+        nccl = torch.cuda.nccl.version()
+    except Exception:
+        pass
 print(sys.version.split()[0], "torch", torch.__version__, "cuda:",
       torch.cuda.is_available(), "GPUs:", torch.cuda.device_count(),
-      "nccl:", d.is_nccl_available(),
-      "nccl version:", getattr(torch.cuda, "nccl", None) and
-      torch.cuda.nccl.version())'
+      "nccl:", nccl)'
 } > "$out/machine.txt" 2>&1
 
 step build "$out/build.log" sh -c "cmake -S . -B '$build' \
   -DCMAKE_BUILD_TYPE=Release -DWNA16_BUILD_TESTS=OFF \
   -DWNA16_GOLDEN_DIR='$golden' ${WNA16_CMAKE_ARGS:-} \
   && cmake --build '$build' -j\$(nproc) --target wna16_shared"
-lib=$PWD/$build/libwna16.so.0
-export WNA16_CACHE_DIR=$PWD/$build/kernel-cache
+case $build in /*) bdir=$build ;; *) bdir=$PWD/$build ;; esac
+lib=$bdir/libwna16.so.0
+export WNA16_CACHE_DIR=$bdir/kernel-cache
 mkdir -p "$WNA16_CACHE_DIR" && chmod 700 "$WNA16_CACHE_DIR"
 
 if [ -n "$py" ]; then
   export WNA16_PYTHON=$py
   step python_ep "$out/python_ep.log" timeout 270 sh tests/python/run_pytest.sh \
-    "$lib" "$PWD/include" "$golden" "$PWD/$build/python-cache" numpy,torch \
-    -v -rs test_ep.py
+    "$lib" "$PWD/include" "$golden" "$bdir/python-cache" numpy,torch \
+    -vv -rs test_ep.py
   step bench_ep "$out/bench_ep.txt" timeout 240 env WNA16_LIBRARY="$lib" \
     "$py" bench/bench_ep.py --backend nccl
 else
