@@ -12,6 +12,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "pack.h"
 #include "gen/request_key.h"
+#include "runtime/cache/pack.h"
 #include "runtime/output.h"
 #include "runtime/pack.h"
 
@@ -68,6 +69,7 @@ typedef struct built {
 
 typedef struct build {
     const pack_manifest_t *m;
+    const bool *dup;        /* jobs that repeat an earlier one */
     built_t *out;           /* one per job */
     atomic_size_t next;     /* the next job to take */
     atomic_size_t done_kernels, total_kernels;
@@ -185,6 +187,50 @@ static void run_job(build_t *B, wna16_context_t *ctx, size_t i)
     w16_repack_kernel_free(&rk);
 }
 
+/* Jobs whose request repeats an earlier job's on the same target (a
+ * qweight kernel reads no scales, so families that differ only in the
+ * scale dtype share it): compiled once, under the first family. */
+typedef struct job_key {
+    w16_key_t key;
+    size_t job;
+} job_key_t;
+
+static int job_key_cmp(const void *a, const void *b)
+{
+    const job_key_t *x = a, *y = b;
+    if (x->key.hi != y->key.hi)
+        return x->key.hi < y->key.hi ? -1 : 1;
+    if (x->key.lo != y->key.lo)
+        return x->key.lo < y->key.lo ? -1 : 1;
+    return x->job < y->job ? -1 : x->job > y->job;
+}
+
+/* Marks dup[i] for each repeated job; returns how many, or -1 when out of
+ * memory. */
+static long mark_duplicates(const pack_manifest_t *m, bool *dup)
+{
+    job_key_t *k = calloc(m->n_jobs ? m->n_jobs : 1, sizeof *k);
+    if (!k)
+        return -1;
+    for (size_t i = 0; i < m->n_jobs; i++) {
+        const pack_job_t *j = &m->jobs[i];
+        w16_key_t r = j->kind == PACK_MOE
+                          ? w16_moe_request_key(&j->moe, j->stage)
+                          : w16_repack_request_key(&j->repack, false);
+        w16_key_t t = w16_pack_arch_key(j->target->T->name, "");
+        k[i] = (job_key_t){{.lo = r.lo ^ t.lo, .hi = r.hi ^ t.hi}, i};
+    }
+    qsort(k, m->n_jobs, sizeof *k, job_key_cmp);
+    long n = 0;
+    for (size_t i = 1; i < m->n_jobs; i++)
+        if (k[i].key.hi == k[i - 1].key.hi && k[i].key.lo == k[i - 1].key.lo) {
+            dup[k[i].job] = true;
+            n++;
+        }
+    free(k);
+    return n;
+}
+
 static void *worker(void *arg)
 {
     build_t *B = arg;
@@ -204,7 +250,8 @@ static void *worker(void *arg)
         size_t i = atomic_fetch_add(&B->next, 1);
         if (i >= B->m->n_jobs || atomic_load(&B->failed))
             break;
-        run_job(B, ctx, i);
+        if (!B->dup[i])
+            run_job(B, ctx, i);
     }
     /* the blobs are malloc'd (a context without an allocator option
      * allocates with malloc): they outlive this context, and pack_build
@@ -261,21 +308,25 @@ static int pack_build(int argc, char **argv)
     build_t B = {.m = &m, .progress = !quiet, .tty = isatty(2),
                  .last_pct = -10, .t0 = now_s()};
     pthread_mutex_init(&B.mu, NULL);
+    bool *dup = calloc(m.n_jobs ? m.n_jobs : 1, sizeof *dup);
+    long n_dup = dup ? mark_duplicates(&m, dup) : -1;
+    B.dup = dup;
     size_t total = 0;
-    for (size_t i = 0; i < m.n_jobs; i++)
-        total += (size_t)m.jobs[i].target->n_arches;
+    for (size_t i = 0; dup && i < m.n_jobs; i++)
+        total += dup[i] ? 0 : (size_t)m.jobs[i].target->n_arches;
     atomic_store(&B.total_kernels, total);
     B.out = calloc(m.n_jobs ? m.n_jobs : 1, sizeof *B.out);
     int rc = CLI_OK;
-    if (!B.out) {
+    if (!B.out || n_dup < 0) {
         rc = cli_fail(&(wna16_error_t){.status = WNA16_ENOMEM,
                                        .message = "out of memory"});
         goto done;
     }
     if (!quiet)
         fprintf(stderr, "wna16 pack: %s: %zu kernel requests over %d "
-                "targets, %zu compilations, %ld threads\n", manifest,
-                m.n_jobs, m.n_targets, total, jobs);
+                "targets (%ld repeated across families), %zu compilations, "
+                "%ld threads\n", manifest, m.n_jobs, m.n_targets, n_dup,
+                total, jobs);
     pthread_t *th = calloc((size_t)jobs, sizeof *th);
     long started = 0;
     for (; th && started < jobs; started++)
@@ -345,6 +396,7 @@ done:
         for (int a = 0; a < B.out[i].n; a++)
             free((void *)B.out[i].items[a].data);
     free(B.out);
+    free(dup);
     pthread_mutex_destroy(&B.mu);
     pack_manifest_free(&m);
     wna16_context_destroy(ctx);
