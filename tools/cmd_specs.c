@@ -290,6 +290,9 @@ static void print_layout(const wna16_spec_t *s, const w16_layout_t *l,
     int slots = w16_layout_slots(l, dt, vars);
     if (slots > 1)
         printf(", %d per element", slots);
+    if (l->model_dtype) /* spec key "model_dtype" */
+        printf("; held in the model's dtype (F16 or BF16, vLLM's "
+               "params_dtype)");
     printf("\n");
     for (int d = 0; d < l->ndim; d++) {
         char label[16];
