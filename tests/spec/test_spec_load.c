@@ -887,6 +887,24 @@ static const bad_case_t bad_cases[] = {
     {"format_error_rule_layout_var", F, "\"if\": \"BITS != 4\"",
      "\"if\": \"PF != 8\"", "$.selection.errors[0].if",
      "'PF' cannot be used here"},
+    /* the model's dtype (issue 28): scales and bias only, both 16-bit
+     * dtypes listed, a boolean; g_idx_parameters: formats, a boolean */
+    {"model_dtype_on_qweight", B, "\"dtype\": \"I32\",",
+     "\"dtype\": \"I32\", \"model_dtype\": true,",
+     "$.layouts.qweight.model_dtype",
+     "only scales and bias follow the model's dtype"},
+    {"model_dtype_not_bool", B, "\"dtype\": [\"F16\", \"BF16\"],",
+     "\"dtype\": [\"F16\", \"BF16\"], \"model_dtype\": 1,",
+     "$.layouts.scales.model_dtype", "expected true or false"},
+    {"model_dtype_one_dtype", B, "\"dtype\": [\"F16\", \"BF16\"],",
+     "\"dtype\": [\"F16\", \"F32\"], \"model_dtype\": true,",
+     "$.layouts.scales.model_dtype", "must list F16 and BF16"},
+    {"g_idx_parameters_on_backend", B, "\"kind\": \"backend\",",
+     "\"kind\": \"backend\", \"g_idx_parameters\": true,",
+     "$.g_idx_parameters", "not allowed in a backend spec"},
+    {"g_idx_parameters_not_bool", F, "\"kind\": \"format\",",
+     "\"kind\": \"format\", \"g_idx_parameters\": \"yes\",",
+     "$.g_idx_parameters", "expected true or false"},
 };
 
 /* Applies one edit; returns malloc'd text or NULL when `find` does not
