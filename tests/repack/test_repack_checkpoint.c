@@ -20,6 +20,10 @@
  * checkpoint's own directory are refused; a layer failing after the first
  * was written leaves no directory (made by the run) and nothing new in an
  * existing one, no temporaries.
+ *
+ * The model's dtype: bfloat16 compressed-tensors scales in a float16 model
+ * become float16 as torch's copy_ makes them (inf beyond 65504, zero below
+ * the subnormals), on the reference and the CPU target.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "repack_test.h"
@@ -638,6 +642,87 @@ static void test_mixtral(void)
     free(dir);
 }
 
+/* bfloat16 checkpoint scales in a float16 model (config.json torch_dtype
+ * float16): the repack casts them as torch's copy_ does, nearest even,
+ * overflowing to inf and through the subnormals; the reference and the
+ * CPU target alike. */
+static void test_bf16_to_f16(void)
+{
+    static const char *const sym =
+        "{\"quant_method\": \"compressed-tensors\", \"format\": "
+        "\"pack-quantized\", \"config_groups\": {\"group_0\": {\"targets\": "
+        "[\"Linear\"], \"weights\": {\"num_bits\": 4, \"type\": \"int\", "
+        "\"strategy\": \"group\", \"group_size\": 32, \"symmetric\": true}}}}";
+    const char *prefix = "model.layers.0.mlp.experts";
+    /* bf16 values: beyond f16's range, its largest finite neighbourhood, a
+     * tie, subnormal and underflowing ones, negative */
+    static const float special[] = {1e5f, 65280.0f, 65536.0f, 1.00390625f,
+                                    3e-6f, 1e-8f, -2.5e-5f, 0.1f};
+    wna16_qlayer_t L;
+    rt_make_layer(&L, E, H, I, 4, GS, false, false, false, 61);
+    wna16_qweight_t *q[2] = {&L.w13, &L.w2};
+    for (int o = 0; o < 2; o++) {
+        size_t n = (size_t)q[o]->E * q[o]->G * q[o]->N;
+        for (size_t i = 0; i < n; i++)
+            q[o]->scales[i] = wna16_bf16_to_f32(wna16_f32_to_bf16(
+                i < 8 ? special[i] : q[o]->scales[i]));
+        q[o]->scale_dtype = WNA16_DTYPE_BF16;
+    }
+    char *dir = one_layer_ckpt("repack-bf16-f16", "compressed_tensors", &L,
+                               prefix, sym, NULL, NULL, 0, NULL);
+    for (int t = WNA16_TARGET_REFERENCE; t <= WNA16_TARGET_CPU; t++) {
+        wna16_error_t err;
+        char name[64];
+        snprintf(name, sizeof name, "bf16-to-f16.%d.safetensors", t);
+        char *out = rt_path(root, name);
+        wna16_repack_options_t o = {.backend = "triton",
+                                    .target = (wna16_target_t)t};
+        wna16_repack_summary_t sum;
+        wna16_status_t st = repack(dir, out, &o, &sum, &err);
+        if (t == WNA16_TARGET_CPU && st == WNA16_EUNAVAILABLE) {
+            free(out);
+            continue;
+        }
+        TU_OK(st, &err);
+        TU_CHECK(sum.model_dtype == WNA16_DTYPE_F16);
+        wna16_safetensors_t *f = st == WNA16_OK ? open_out(out) : NULL;
+        const wna16_tensor_t *s =
+            f ? wna16_safetensors_find(f, "model.layers.0.mlp.experts."
+                                          "w13_scales") : NULL;
+        TU_CHECK(s && s->dtype == WNA16_DTYPE_F16);
+        /* triton's scales are (E, N, G): w13 scale (e, g, n) at [e][n][g] */
+        size_t bad = 0, n = 0;
+        for (int32_t e = 0; s && e < L.E; e++)
+            for (int32_t g = 0; g < L.w13.G; g++)
+                for (int32_t c = 0; c < L.w13.N; c++) {
+                    float v = L.w13.scales[((size_t)e * L.w13.G + g) *
+                                               L.w13.N + c];
+                    uint16_t got;
+                    memcpy(&got, (const char *)s->data +
+                                     2 * (((size_t)e * L.w13.N + c) *
+                                              L.w13.G + g), 2);
+                    bad += got != wna16_f32_to_f16(v);
+                    n++;
+                }
+        TU_CHECK_MSG(bad == 0 && n > 0, "target %d: %zu of %zu scales not "
+                     "float16(bfloat16 value)", t, bad, n);
+        /* the ones that matter: inf, the largest f16, 0 */
+        uint16_t first[8];
+        if (s)
+            for (int i = 0; i < 8; i++)
+                memcpy(&first[i], (const char *)s->data +
+                                      2 * ((size_t)i * L.w13.G), 2);
+        TU_CHECK(s && first[0] == 0x7c00 && first[1] == 0x7bf8 &&
+                 first[2] == 0x7c00 && first[5] == 0x0000);
+        wna16_safetensors_close(f);
+        unlink(out);
+        free(out);
+    }
+    wna16_qlayer_free(&L);
+    rt_rmtree(dir);
+    free(dir);
+}
+
 static void test_compressed_tensors(void)
 {
     static const char *const asym =
@@ -1019,6 +1104,7 @@ int main(void)
     free_model(&m);
     test_mixtral();
     test_compressed_tensors();
+    test_bf16_to_f16();
     test_configless_awq();
     test_refusals();
     test_errors();
