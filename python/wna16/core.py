@@ -290,10 +290,15 @@ class Context:
                           format=None, bits=0, group_size=0, zero_point=None,
                           act_order=None, hidden=0, intermediate=0,
                           experts=0, all_tensors=False, input_dtype="16bit",
-                          layer=None, progress=None):
-        """Repacks a whole checkpoint into one .safetensors file (streaming,
-        layer by layer); returns the summary as a dict. `progress`: a
-        callable(layer, n_layers, name, done, bytes_written, bytes_total)."""
+                          layer=None, progress=None, dtype="auto",
+                          max_shard_size=0):
+        """Repacks a whole checkpoint into one .safetensors file, or a
+        checkpoint directory when out_path ends in '/' or names one (shards
+        of at most max_shard_size bytes, 0: 5GB; the index; config.json),
+        streaming layer by layer; returns the summary as a dict. `dtype`:
+        the model's (vLLM's --dtype: "auto", "float16", "bfloat16"), which
+        scales and biases are cast to. `progress`: a callable(layer,
+        n_layers, name, done, bytes_written, bytes_total)."""
         o = _lib.RepackOptions()
         o.backend = cstr(backend)
         o.target = _target(target)
@@ -307,6 +312,13 @@ class Context:
         o.all_tensors = all_tensors
         o.input_dtype = _lib.INPUT_DTYPE[input_dtype]
         o.layer = cstr(layer)
+        model_dtypes = {"auto": 0, None: 0, "float16": _lib.DTYPE["F16"],
+                        "bfloat16": _lib.DTYPE["BF16"],
+                        "F16": _lib.DTYPE["F16"], "BF16": _lib.DTYPE["BF16"]}
+        if dtype not in model_dtypes:
+            raise ValueError("dtype %r: auto, float16 or bfloat16" % (dtype,))
+        o.dtype = model_dtypes[dtype]
+        o.max_shard_size = max_shard_size
         if progress is not None:
             class Progress(ctypes.Structure):
                 _fields_ = [("layer", ctypes.c_size_t),
@@ -333,7 +345,11 @@ class Context:
                 "E": s.E, "H": s.H, "I": s.I, "IP": s.IP,
                 "layers": s.n_layers, "tensors": s.n_tensors,
                 "copied": s.n_copied, "bytes": s.bytes,
-                "target": {v: k for k, v in _lib.TARGET.items()}[s.target]}
+                "target": {v: k for k, v in _lib.TARGET.items()}[s.target],
+                "dtype": _lib.DTYPES[s.model_dtype - 1]
+                if s.model_dtype else None,
+                "dtype_reason": pystr(s.model_dtype_reason),
+                "shards": s.n_shards}
 
     # ---- the fused MoE ----
     def moe_layer(self, backend, tensors, prefix, E, H, I, quant,

@@ -147,6 +147,18 @@ def test_repack_layer_and_checkpoint(ctx, ck, layer, tmp_path, cpu_ok):
     whole = ctx.open_checkpoint(out)
     for n in cpu.names():
         assert np.array_equal(whole.tensor(n), cpu[n]), n
+    # the model's dtype (config.json: float16), and a checkpoint directory
+    # of small shards that reads back as the same tensors
+    assert s["dtype"] == "F16" and "torch_dtype float16" in s["dtype_reason"]
+    d = ctx.repack_checkpoint(ck.path, str(tmp_path / "dir") + "/", "marlin",
+                              target="cpu", max_shard_size=65536)
+    assert d["shards"] > 1
+    shards = ctx.open_checkpoint(tmp_path / "dir")
+    for n in cpu.names():
+        assert np.array_equal(shards.tensor(n), cpu[n]), n
+    b = ctx.repack_checkpoint(ck.path, tmp_path / "bf16.safetensors",
+                              "marlin", target="cpu", dtype="bfloat16")
+    assert b["dtype"] == "BF16" and "requested" in b["dtype_reason"]
     # from arrays in memory (a dict of the checkpoint's tensors)
     arrays = {n: ck.tensor(n) for n in layer.names()}
     mem = ctx.repack_layer(None, "marlin", format="gptq", tensors=arrays,
