@@ -829,7 +829,8 @@ const char *wna16_target_name(wna16_target_t t);
  * stacked w13_/w2_ tensors of `dst_backend`, added to `out` under the same
  * prefix. Refuses, with the reason, what the destination layout cannot hold
  * (bits, group size, zero points, act order, bias, shapes). Every target
- * produces the same bytes. */
+ * produces the same bytes. quant->model_dtype (F16/BF16) casts scales and
+ * biases to the model's dtype first, as vLLM's weight loader does. */
 wna16_status_t wna16_repack_layer(wna16_context_t *ctx,
                                   const wna16_spec_t *src_format,
                                   const wna16_tensor_set_t *src,
@@ -1308,7 +1309,12 @@ typedef struct wna16_moe_layer wna16_moe_layer_t;
  * dtype listed by the layout, shape) but not copied: they must outlive the
  * layer. `target`: WNA16_TARGET_CPU (EUNAVAILABLE in builds without LLVM);
  * other targets are EUNAVAILABLE. Refuses act-order, per-expert layouts and
- * what the layouts cannot hold, naming the spec. */
+ * what the layouts cannot hold, naming the spec. With quant->model_dtype
+ * (F16/BF16) the layer is that model's: scales and biases of the layouts
+ * held in the model's dtype must be in it (EINVAL naming the tensor), and
+ * every run refuses activations (p->act_dtype) of the other dtype (EINVAL),
+ * as vLLM's kernels take bf16 activations with bf16 scales; 0 checks
+ * neither. wna16_cuda_moe_create does the same. */
 wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
                                       const wna16_spec_t *backend,
                                       const wna16_tensor_set_t *tensors,
