@@ -21,11 +21,13 @@ raise.
 
 On a CUDA machine (test_ep_nccl, skipped here): every GPU with NCCL
 (world size 1 on one GPU: the same code), the layers in Marlin's layout,
-against the single-GPU layer; scripts/gpu_ep.sh runs it."""
+the same cases plus 4096 tokens a rank, against the single-GPU layer;
+scripts/gpu_ep.sh runs it."""
 import datetime
 import os
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -47,7 +49,13 @@ CASES = [
     ("rank0only", [16, 24, 0, 1], "rank0", torch.float16, False, 8),
     ("on_input", [9, 4, 11, 2], "uniform", torch.float16, True, 1),
 ]
+# on a GPU also (the CPU takes too long): 4096 tokens a rank
+LARGE = [("m4096", [4096] * 8, "uniform", torch.bfloat16, False, 8)]
 MODES = ("batched", "expert_map")
+
+
+def cases_for(device):
+    return CASES + (LARGE if torch.device(device).type == "cuda" else [])
 
 
 def gptq_layer(seed=SEED):
@@ -73,8 +81,8 @@ def inputs(case, rank, world):
     """Rank `rank`'s tokens and routing for a case (the same in the
     worker and the parent)."""
     name, ms, routing, dtype, on_input, k = case
-    g = torch.Generator().manual_seed(SEED * 100 + 10 * CASES.index(case) +
-                                      rank)
+    g = torch.Generator().manual_seed(SEED * 100 + zlib.crc32(name.encode())
+                                      + rank)
     M = ms[rank]
     x = (torch.randn(M, H, generator=g) * 0.5).to(dtype)
     logits = torch.randn(M, E, generator=g)
@@ -128,7 +136,7 @@ def run_rank(ctx, tensors, rank, world, group, out_dir):
     assert moe.world_size == world and moe.rank == rank
     assert moe.count == ep.expert_partition(E, world)[rank][1]
     saved = {}
-    for case in CASES:
+    for case in cases_for(moe.device):
         x, w, ids = (t.to(moe.device) for t in inputs(case, rank, world))
         for mode in MODES:
             out = moe(x, w, ids, apply_router_weight_on_input=case[4],
@@ -264,7 +272,7 @@ def _launch(d, backend, world):
 def _compare(d, world, single, device):
     res = [dict(np.load(os.path.join(d, f"n{world}_rank{r}.npz")))
            for r in range(world)]
-    for case in CASES:
+    for case in cases_for(device):
         for r in range(world):
             x, w, ids = (t.to(device) for t in inputs(case, r, world))
             want = single(x, w, ids,
