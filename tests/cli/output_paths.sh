@@ -2,8 +2,10 @@
 # output_paths.sh - what `wna16 repack -o PATH` does with each kind of PATH
 # and with signals (runtime/output.h states the rules): a FIFO, a character
 # device and - are streamed to and stay what they are; a symbolic link's
-# target is written and the link kept; a directory, a socket, a block device
-# and a dangling link into a missing directory are refused; SIGINT and
+# target is written and the link kept; a directory (or a link to one)
+# becomes a checkpoint directory of shards, index and config.json, and the
+# link stays; a socket, a block device and a dangling link into a missing
+# directory are refused; SIGINT and
 # SIGTERM leave no temporary; SIGKILL leaves one, which the next run removes
 # and names, as it does any stale temporary whose process is gone. Each CASE
 # runs in WORKDIR (emptied first) on a checkpoint make_checkpoint.py writes,
@@ -168,17 +170,23 @@ symlink_missing_dir)
     echo "ok: refused"
     ;;
 directory)
+    # a checkpoint directory (issue 28): the shards, the index and the
+    # config, written through the link too, which stays a link
     small
     mkdir outdir
     ln -s outdir dlink
     repack ck outdir
-    expect_refused $? "outdir: is a directory"
+    expect_ok $?
+    [ "$(ls outdir | tr '\n' ' ')" = "config.json model-00001-of-00001.safetensors model.safetensors.index.json " ] ||
+        fail "outdir holds: $(ls outdir)"
+    cmp -s ck/config.json outdir/config.json || fail "config.json differs"
+    rm outdir/*
     repack ck dlink
-    expect_refused $? "dlink: is a directory"
-    [ -d outdir ] && [ -z "$(ls -A outdir)" ] && [ -L dlink ] ||
-        fail "the directory changed"
-    [ "$(ls -a | grep -c tmp)" = 0 ] || fail "temporaries left"
-    echo "ok: refused, nothing created"
+    expect_ok $?
+    [ -L dlink ] && [ -f outdir/model.safetensors.index.json ] ||
+        fail "the link was not followed or not kept"
+    [ "$(ls -a . outdir | grep -c tmp)" = 0 ] || fail "temporaries left"
+    echo "ok: checkpoint directories, the link kept"
     ;;
 socket)
     small
