@@ -723,6 +723,46 @@ static void test_bf16_to_f16(void)
     free(dir);
 }
 
+/* --dtype bfloat16 on a float16 GPTQ checkpoint with biases: Marlin's
+ * scales and biases are the bf16-rounded values, permuted as vLLM does,
+ * byte for byte what encoding the rounded layer gives; reference and CPU
+ * target. */
+static void test_bias_bf16(void)
+{
+    const char *prefix = "model.layers.0.mlp.experts";
+    wna16_qlayer_t L;
+    rt_make_layer(&L, E, H, I, 4, GS, false, false, true, 71);
+    char *dir = one_layer_ckpt("repack-bias-bf16", "gptq", &L, prefix,
+                               GPTQ_SYM, NULL, NULL, 0, NULL);
+    wna16_qweight_t *q[2] = {&L.w13, &L.w2};
+    for (int o = 0; o < 2; o++) { /* vLLM's loader, restated */
+        for (size_t i = 0; i < (size_t)q[o]->E * q[o]->G * q[o]->N; i++)
+            q[o]->scales[i] = wna16_bf16_to_f32(wna16_f32_to_bf16(
+                q[o]->scales[i]));
+        for (size_t i = 0; i < (size_t)q[o]->E * q[o]->N; i++)
+            q[o]->bias[i] = wna16_bf16_to_f32(wna16_f32_to_bf16(q[o]->bias[i]));
+        q[o]->scale_dtype = q[o]->bias_dtype = WNA16_DTYPE_BF16;
+    }
+    for (int t = WNA16_TARGET_REFERENCE; t <= WNA16_TARGET_CPU; t++) {
+        wna16_repack_options_t o = {.backend = "marlin",
+                                    .target = (wna16_target_t)t,
+                                    .dtype = WNA16_DTYPE_BF16};
+        wna16_error_t err;
+        char *probe = rt_path(root, "probe.safetensors");
+        wna16_status_t st = repack(dir, probe, &o, NULL, &err);
+        unlink(probe);
+        free(probe);
+        if (t == WNA16_TARGET_CPU && st == WNA16_EUNAVAILABLE)
+            continue;
+        expect_repack(t ? "gptq + bias -> marlin, bf16 (cpu)"
+                        : "gptq + bias -> marlin, bf16 (reference)",
+                      dir, "gptq", &o, &L, prefix);
+    }
+    wna16_qlayer_free(&L);
+    rt_rmtree(dir);
+    free(dir);
+}
+
 static void test_compressed_tensors(void)
 {
     static const char *const asym =
@@ -1105,6 +1145,7 @@ int main(void)
     test_mixtral();
     test_compressed_tensors();
     test_bf16_to_f16();
+    test_bias_bf16();
     test_configless_awq();
     test_refusals();
     test_errors();
