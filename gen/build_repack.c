@@ -461,12 +461,16 @@ wna16_status_t w16_build_repack(wna16_context_t *ctx,
                    (t == 0 || w16_rp_same_expr(scond[t], scond[0]) ||
                     (gpu && w16_rp_same_value(&B, scond[t], scond[0])));
         }
-        const kir_expr_t *word = B.idx[n - 1];
+        /* a 0-dim destination (input_global_scale) has no last index to
+         * widen: one element, one word */
+        const kir_expr_t *word = n > 0 ? B.idx[n - 1] : NULL;
         for (int p = 0; p < np && !B.fail; p++) {
             int j = p / slots;
-            B.idx[n - 1] = wide == 1 ? word
-                                     : w16_ir_add(k, w16_ir_mul(k, word, ik(&B, wide)),
-                                                  ik(&B, j));
+            if (n > 0)
+                B.idx[n - 1] =
+                    wide == 1 ? word
+                              : w16_ir_add(k, w16_ir_mul(k, word, ik(&B, wide)),
+                                           ik(&B, j));
             B.pos = t * np + p;
             valid[t * np + p] = w16_rp_dst_slot(&B, p % slots, &at[t * np + p]);
             all = valid[t * np + p] ? w16_ir_and1(k, all, valid[t * np + p]) : NULL;
