@@ -28,7 +28,9 @@
  * scale cast to bfloat16 by its weight loader; the repack must give them
  * byte for byte (marlin, batched marlin, triton, xpu from vLLM's own xpu
  * file, emulation; reference and CPU target), and say so in the metadata
- * ("dtype": "bfloat16"). --dtype float16 on a bf16 model gives the float16
+ * ("dtype": "bfloat16"); expected_moe_wna16 (vLLM's MoeWNA16 loader, then
+ * TRITON: AWQ's zero points too) equals the Triton repack. --dtype float16
+ * on a bf16 model gives the float16
  * model's bytes (the same checkpoint: the scales are the checkpoint's),
  * and the CPU layout's F32 scales hold the bf16-rounded values.
  */
@@ -526,6 +528,11 @@ static void check_case(const char *name)
     snprintf(file, sizeof file, "%s/expected_emulation.safetensors", dir);
     if (tu_exists(file))
         n += check_backend(name, dir, "emulation", file, NULL, true);
+    /* what the Triton kernel gets when vLLM loads the layer through
+     * MoeWNA16 (AWQ too: its zero points), in the model's dtype */
+    snprintf(file, sizeof file, "%s/expected_moe_wna16.safetensors", dir);
+    if (tu_exists(file))
+        n += check_backend(name, dir, "triton", file, NULL, true);
     snprintf(file, sizeof file, "%s/expected_marlin.safetensors", dir);
     if (tu_exists(file)) { /* every tensor, nothing else */
         n += check_backend(name, dir, "marlin", file, NULL, true);
