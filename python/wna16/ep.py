@@ -158,12 +158,6 @@ class ExpertParallelMoE(torch.nn.Module):
         self.E = global_num_experts
         self.partition = expert_partition(global_num_experts, N)
         self.first, self.count = self.partition[rank]
-        if experts.E != self.count:
-            raise ValueError(
-                f"rank {rank}: the local experts hold {experts.E} experts, "
-                f"the partition gives this rank {self.count} (experts "
-                f"[{self.first}, {self.first + self.count}) of "
-                f"{global_num_experts} over {N} ranks)")
         self.experts = experts
         self.H, self.I = experts.H, experts.I
         self.dispatch, self.timing, self.times = dispatch, timing, {}
@@ -188,20 +182,26 @@ class ExpertParallelMoE(torch.nn.Module):
         emap[self.first:self.first + self.count] = torch.arange(
             self.count, dtype=torch.int32)
         self.expert_map = emap  # host: the C API reads a host array
-        mine = torch.tensor([global_num_experts, self.H, self.I, self.first,
-                             self.count], dtype=torch.long,
-                            device=self.comm_device)
+        # every rank's layer, gathered before anyone refuses (a rank that
+        # raised alone would leave the others in the collective)
+        mine = torch.tensor([global_num_experts, self.H, self.I, experts.E],
+                            dtype=torch.long, device=self.comm_device)
         every = [torch.empty_like(mine) for _ in range(N)]
         dist.all_gather(every, mine, group=group)
+        if experts.E != self.count:
+            raise ValueError(
+                f"rank {rank}: the local experts hold {experts.E} experts, "
+                f"the partition gives this rank {self.count} (experts "
+                f"[{self.first}, {self.first + self.count}) of "
+                f"{global_num_experts} over {N} ranks)")
         for r, t in enumerate(every):
-            E_r, H_r, I_r, f_r, n_r = t.tolist()
+            E_r, H_r, I_r, n_r = t.tolist()
             if (E_r, H_r, I_r) != (global_num_experts, self.H, self.I) or \
-                    (f_r, n_r) != self.partition[r]:
+                    n_r != self.partition[r][1]:
                 raise ValueError(
-                    f"rank {rank}: rank {r} holds a layer of E {E_r}, H "
-                    f"{H_r}, I {I_r}, experts [{f_r}, {f_r + n_r}); this rank "
-                    f"E {global_num_experts}, H {self.H}, I {self.I}, experts "
-                    f"[{self.first}, {self.first + self.count})")
+                    f"rank {rank}: rank {r} holds {n_r} experts of a layer "
+                    f"of E {E_r}, H {H_r}, I {I_r}; this rank E "
+                    f"{global_num_experts}, H {self.H}, I {self.I}")
 
     # ---- construction from checkpoint tensors ------------------------------
     @classmethod

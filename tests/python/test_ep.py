@@ -181,6 +181,14 @@ def run_rank(ctx, tensors, rank, world, group, out_dir):
         raise AssertionError("a wrong-sized layer was accepted")
     except ValueError as e:
         assert "the partition gives this rank" in str(e), str(e)
+    # only the last rank disagrees (E + 1): every rank raises, none hangs
+    try:
+        ep.ExpertParallelMoE(moe.experts, E + (rank == world - 1),
+                             group=group)
+        raise AssertionError("ranks that disagree on E were accepted")
+    except ValueError as e:
+        assert "experts of a layer of E 25" in str(e) or \
+            "the partition gives this rank 257" in str(e), str(e)
     # a rank whose kernels fail (its layer closed) after the rows moved:
     # it raises its error, the ranks that sent it rows a RuntimeError, the
     # others return; nobody is left in a collective
