@@ -27,6 +27,7 @@ import datetime
 import os
 import subprocess
 import sys
+import time
 import zlib
 
 import numpy as np
@@ -257,23 +258,33 @@ def _close(got, want, what):
 
 
 def _launch(d, backend, world):
-    """world worker processes (this file); their outputs go to d."""
+    """world worker processes (this file); their outputs go to d. When one
+    fails the others are stopped after a few seconds (they would wait in
+    a collective until gloo's timeout)."""
     init = os.path.join(d, "init")
+    logs = [open(os.path.join(d, f"rank{r}.log"), "w+b")
+            for r in range(world)]
     procs = [subprocess.Popen(
         [sys.executable, __file__, "--worker", str(r), str(world), backend,
-         init, d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+         init, d], stdout=logs[r], stderr=subprocess.STDOUT)
         for r in range(world)]
-    logs = []
-    for r, p in enumerate(procs):
-        try:
-            out, _ = p.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            out, _ = p.communicate()
-        logs.append(f"--- rank {r} (exit {p.returncode}):\n"
-                    f"{out.decode(errors='replace')[-3000:]}")
-    assert all(p.returncode == 0 for p in procs), "\n".join(logs)
+    deadline = time.monotonic() + 300
+    while any(p.poll() is None for p in procs):
+        if any(p.returncode for p in procs) or time.monotonic() > deadline:
+            time.sleep(5)  # the others' own errors first
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            break
+        time.sleep(0.2)
+    text = []
+    for r, (p, f) in enumerate(zip(procs, logs)):
+        p.wait()
+        f.seek(0)
+        text.append(f"--- rank {r} (exit {p.returncode}):\n"
+                    f"{f.read().decode(errors='replace')[-3000:]}")
+        f.close()
+    assert all(p.returncode == 0 for p in procs), "\n".join(text)
     return d
 
 
