@@ -38,12 +38,14 @@ say() { echo "== $*"; }
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)  date: $(date -u +%F)"
 
-# A checkpoint and a manifest for its layer: GPTQ 4-bit g128, 8 experts.
+# A checkpoint and a manifest for its layer: GPTQ 4-bit g128, 8 experts, a
+# float16 model (make_checkpoint.py's torch_dtype): the model's dtype is part
+# of every request, so the manifest must name the same one.
 python3 "$root/tests/cli/make_checkpoint.py" "$work/ckpt" 1 8 1024 512 || fail "make_checkpoint"
 cat > "$work/gpu.json" <<'JSON'
 {"name": "gpu-check",
  "targets": {"cuda": ["sm_80", "sm_90", "sm_90a", "compute_80"]},
- "models": [{"name": "ckpt", "experts": 8, "hidden": 1024, "intermediate": 512, "topk": 2}],
+ "models": [{"name": "ckpt", "experts": 8, "hidden": 1024, "intermediate": 512, "topk": 2, "dtype": "F16"}],
  "families": [
   {"name": "gptq-to-marlin", "kind": "repack", "models": "ckpt", "from": "gptq",
    "to": ["marlin", "batched_marlin"], "bits": 4, "group_size": 128, "scale_dtype": "F16"}]}

@@ -14,7 +14,7 @@
  *    "targets": {"cpu": ["x86-64-v3", "x86-64-v4"],
  *                "cuda": ["sm_80", "sm_90a", "compute_80"]},
  *    "models": [{"name": "qwen3-30b-a3b", "experts": 128, "hidden": 2048,
- *                "intermediate": 768, "topk": 8}],
+ *                "intermediate": 768, "topk": 8, "dtype": "BF16"}],
  *    "families": [
  *      {"name": "gptq-to-marlin", "kind": "repack", "models": ["..."],
  *       "targets": ["cuda"], "from": ["gptq"], "to": ["marlin"],
@@ -29,7 +29,11 @@
  *
  * Every family field but "name", "kind" and "models" may be one value or
  * a list (the family is their product); "targets" defaults to all of the
- * manifest's.
+ * manifest's. A model's "dtype" is the torch_dtype of the checkpoints the
+ * pack serves (scales and biases are held in it, and it is part of every
+ * request): a pack built for BF16 has nothing for a float16 model. Left
+ * out, the kernels keep the checkpoint's scale dtype, which only a
+ * checkpoint whose config names no dtype asks for.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "pack.h"
