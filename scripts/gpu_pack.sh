@@ -62,6 +62,21 @@ ls -l "$work"/*.w16pack
 
 # The reference repack (no compiler at all) to compare with.
 "$wna16" repack "$work/ckpt" --to marlin --target reference -o "$work/ref.safetensors" > /dev/null 2>&1 || fail "reference repack"
+# The files differ in their metadata's "target"; the tensors must not.
+same_tensors() { # same_tensors A B: every tensor's dtype, shape and bytes
+  python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+bad = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+print("tensors: %d, differing: %s" % (len(a), ", ".join(bad) or "none"))
+sys.exit(1 if bad else 0)
+PY
+}
 
 # Runs "$@" with every libnvrtc the loader could find covered by an empty
 # file, in a private mount namespace.
@@ -90,7 +105,7 @@ export WNA16_CACHE_DIR=$work/cache-pack
 out=$(WNA16_LOG_LEVEL=info WNA16_JIT=0 WNA16_PACK_PATH=$work/gpu.w16pack no_nvrtc "$wna16" repack "$work/ckpt" --to marlin --target cuda -o "$work/pack.safetensors" 2>&1); rc=$?
 echo "$out" | grep -E "kernel pack|wrote|NVRTC|error" | head -8
 [ $rc = 0 ] || fail "repack from the pack: $out"
-cmp "$work/pack.safetensors" "$work/ref.safetensors" || fail "pack repack differs from the reference"
+same_tensors "$work/pack.safetensors" "$work/ref.safetensors" || fail "pack repack differs from the reference"
 echo "$out" | grep -q "entries for sm_80.* are skipped" && echo "sm_80 entries said skipped: yes" || echo "sm_80 entries said skipped: no (check the log above)"
 [ -z "$(find "$WNA16_CACHE_DIR" -name '*.wk' 2>/dev/null)" ] || fail "kernels were compiled"
 echo "ok: same bytes as the reference, nothing compiled"
@@ -98,7 +113,7 @@ echo "ok: same bytes as the reference, nothing compiled"
 say "4. the PTX pack alone (the driver compiles PTX), JIT off, no NVRTC"
 export WNA16_CACHE_DIR=$work/cache-ptx
 WNA16_JIT=0 WNA16_PACK_PATH=$work/ptx.w16pack no_nvrtc "$wna16" repack "$work/ckpt" --to marlin --target cuda -o "$work/ptx.safetensors" > "$work/ptx.log" 2>&1 || { cat "$work/ptx.log"; fail "repack from PTX"; }
-cmp "$work/ptx.safetensors" "$work/ref.safetensors" || fail "PTX repack differs"
+same_tensors "$work/ptx.safetensors" "$work/ref.safetensors" || fail "PTX repack differs"
 echo "ok: PTX entries"
 
 say "5. wna16 run --target cuda without NVRTC (recorded; the tensor-core MoE is not packed yet)"

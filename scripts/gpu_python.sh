@@ -54,6 +54,7 @@ mkdir -p "$out"
 golden=${WNA16_GOLDEN_DIR:-$PWD/.gpu/golden}
 [ -d "$golden/gptq_b4_g128" ] || golden=$(cd .. && pwd)/shared/golden
 build=${WNA16_GPU_BUILD:-build-gpu}
+case $build in /*) ;; *) build=$PWD/$build ;; esac # absolute from here on
 if ls .gpu/debs/*.deb > /dev/null 2>&1; then
   for f in .gpu/debs/*.deb; do dpkg -x "$f" /; done
   ldconfig
@@ -88,12 +89,12 @@ step() { # step NAME COMMAND...: runs it, logs to OUT/NAME.log, records rc
 step build sh -c "cmake -S . -B '$build' -DCMAKE_BUILD_TYPE=Release \
   -DWNA16_BUILD_TESTS=OFF -DWNA16_GOLDEN_DIR='$golden' ${WNA16_CMAKE_ARGS:-} \
   && cmake --build '$build' -j\$(nproc) --target wna16_shared wna16_cli"
-lib=$PWD/$build/libwna16.so.0
-export WNA16_CACHE_DIR=$PWD/$build/kernel-cache
+lib=$build/libwna16.so.0
+export WNA16_CACHE_DIR=$build/kernel-cache
 mkdir -p "$WNA16_CACHE_DIR" && chmod 700 "$WNA16_CACHE_DIR"
 
 step example_c sh -c "cc -std=c17 -O2 -Wall -Wextra -Werror \
-  examples/moe_host.c -Iinclude '$lib' -Wl,-rpath,'$PWD/$build' \
+  examples/moe_host.c -Iinclude '$lib' -Wl,-rpath,'$build' \
   -o '$build/moe_host' && '$build/moe_host' '$golden/gptq_b4_g128' \
   --batches 1,16,64,256 --repeat 5"
 
@@ -112,7 +113,7 @@ if [ -n "$py" ]; then
     set -- $t
     name=$1 mods=$2; shift 2
     step "python_$name" sh tests/python/run_pytest.sh "$lib" "$PWD/include" \
-      "$golden" "$PWD/$build/python-cache" "$mods" -v -rs "$@"
+      "$golden" "$build/python-cache" "$mods" -v -rs "$@"
   done
   step example_py env WNA16_LIBRARY="$lib" PYTHONPATH="$PWD/python" "$py" \
     examples/moe_host.py "$golden/gptq_b4_g128" --batches 1,16,64,256 \
