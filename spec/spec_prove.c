@@ -1309,12 +1309,6 @@ static wna16_status_t prove_coords(prover_t *pv, wna16_error_t *err)
                 return WNA16_OK;
             continue;
         }
-        if (getenv("WNA16_PROVE_DEBUG")) {
-            fprintf(stderr, "coord %s cell", pv->m->path);
-            for (int i = 0; i < m->nc; i++)
-                fprintf(stderr, " [%lld,%lld)/P%lld", (long long)c.lo[i], (long long)c.hi[i], (long long)P[i]);
-            fprintf(stderr, "\n");
-        }
         wna16_status_t st = walk_coord_cell(pv, &c, P, D, law, err);
         if (st != WNA16_OK)
             return st;
@@ -1580,12 +1574,6 @@ static wna16_status_t prove_store(prover_t *pv, wna16_error_t *err)
             if (!split_cell(pv, &c, cut))
                 return WNA16_OK;
             continue;
-        }
-        if (getenv("WNA16_PROVE_DEBUG")) {
-            fprintf(stderr, "store %s cell", pv->m->path);
-            for (int i = 0; i < b->ndim; i++)
-                fprintf(stderr, " [%lld,%lld)/Q%lld", (long long)c.lo[i], (long long)c.hi[i], (long long)Q[i]);
-            fprintf(stderr, "\n");
         }
         wna16_status_t st = walk_store_cell(pv, &c, Q, G, err);
         if (st != WNA16_OK)
