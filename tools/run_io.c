@@ -171,6 +171,18 @@ static int read_input(const wna16_safetensors_t *st, const char *path,
                                       L->H, want);
     if (!h)
         return CLI_FAIL;
+    /* vLLM runs a layer in its model's dtype; the library refuses the
+     * other one, so say here what the command line can do about it. */
+    if (L->act_dtype && h->dtype != L->act_dtype) {
+        bool bf = h->dtype == WNA16_DTYPE_BF16;
+        fprintf(stderr, "wna16: %s: tensor 'hidden_states' is %s, the model's "
+                "dtype is %s (the layer runs in it, as vLLM's does): give %s "
+                "activations, or run the layer in %s with --dtype %s\n", path,
+                wna16_dtype_name(h->dtype), wna16_dtype_name(L->act_dtype),
+                wna16_dtype_name(L->act_dtype), bf ? "bfloat16" : "float16",
+                bf ? "bfloat16" : "float16");
+        return CLI_FAIL;
+    }
     int32_t M = (int32_t)h->shape[0];
     snprintf(want, sizeof want, "I32 or I64 [%d, topk] with topk 1 to %d "
              "(the layer's experts)", M, L->E);
