@@ -5,17 +5,23 @@ them: its own routing (sort the routed slots by local expert, pad every
 expert's rows to a multiple of 16, gather the token rows), w13 grouped GEMM,
 SiLU(gate) * up, w2 grouped GEMM, top-k weighted scatter-add back to the
 tokens. Everything runs on static shapes so the layer is captured into a
-CUDA graph (8 runs per graph, median of 7 replays), like bench_moe_cuda.
+CUDA graph (at least 8 runs per graph, median of 7 replays), like
+bench_moe_cuda.
 Routing: uniform random top-k over the model's global experts; with expert
 parallelism (DeepSeek-V3/EP8) this rank holds the first E global experts
 and drops the other slots, as bench_moe_cuda's expert map does.
 
-Weights: two bf16 copies per layer (2.8 GB each for Mixtral-8x7B and
-DeepSeek-V3/EP8, 1.2 GB for Qwen3-30B-A3B) used in turn, far past the
-60 MB L2, so even M = 1 reads its experts from HBM.
+Weights: bf16 copies of the layer (2.8 GB each for Mixtral-8x7B and
+DeepSeek-V3/EP8, 1.2 GB for Qwen3-30B-A3B) used in turn, as many as make
+the runs between two uses of one copy touch more than twice the L2 (at
+least two), so even M = 1 reads its experts from HBM.
 
     python3 bench/bench_moe_torch.py [--tokens 1,16,64,256,4096]
                                      [--model NAME] [--cuda-bench FILE]
+                                     [--routing DIR]
+
+With --routing DIR (bench_moe_cuda --routing-out DIR from the same run),
+every shape and M runs on exactly the routing wna16's run had.
 
 With --cuda-bench (bench_moe_cuda's output from the same machine), each
 line also gives wna16's time for the same shape and M and the ratio
@@ -31,6 +37,8 @@ import argparse
 import re
 import statistics
 
+import numpy
+
 import torch
 
 SHAPES = [  # model, local E, H, I, top-k, global experts (0: E)
@@ -39,7 +47,8 @@ SHAPES = [  # model, local E, H, I, top-k, global experts (0: E)
     ("DeepSeek-V3/EP8", 32, 7168, 2048, 8, 256),
 ]
 ALIGN = 16  # rows per expert are padded to this (grouped GEMM offsets)
-COPIES = 2  # weight copies rotated (up to 5.6 GB a shape)
+MIN_COPIES = 2  # weight copies rotated, at least
+MAX_COPY_BYTES = 40 << 30  # all copies of one layer, at most
 MATCH_TRIES = 5000  # routings drawn to match wna16's run's work
 
 
@@ -60,18 +69,10 @@ def copy_gbs():
 
 
 class Layer:
-    def __init__(self, E, H, I, topk, n_global, M, gen):
+    def __init__(self, E, H, I, topk, n_global, M):
         self.E, self.H, self.I, self.topk = E, H, I, topk
         self.ng = n_global or E
         dev = "cuda"
-        # nn.Linear-style weights [out, in]; scale ~ 1/sqrt(in); two
-        # copies, used in turn, as bench_moe_cuda rotates its copies
-        self.w13 = [torch.randn(E, 2 * I, H, device=dev, generator=gen,
-                                dtype=torch.bfloat16) * H ** -0.5
-                    for _ in range(COPIES)]
-        self.w2 = [torch.randn(E, H, I, device=dev, generator=gen,
-                               dtype=torch.bfloat16) * I ** -0.5
-                   for _ in range(COPIES)]
         P = M * topk
         self.P = P
         # static capacity: every slot plus the padding of every expert
@@ -80,6 +81,18 @@ class Layer:
         self.local_map = torch.full((self.ng,), -1, dtype=torch.int64,
                                     device=dev)
         self.local_map[:E] = torch.arange(E, device=dev)
+
+    def make_weights(self, copies, gen):
+        """nn.Linear-style weights [out, in], scale ~ 1/sqrt(in); `copies`
+        copies used in turn, as bench_moe_cuda rotates its copies."""
+        E, H, I = self.E, self.H, self.I
+        self.copies = copies
+        self.w13 = [torch.randn(E, 2 * I, H, device="cuda", generator=gen,
+                                dtype=torch.bfloat16) * H ** -0.5
+                    for _ in range(copies)]
+        self.w2 = [torch.randn(E, H, I, device="cuda", generator=gen,
+                               dtype=torch.bfloat16) * I ** -0.5
+                   for _ in range(copies)]
 
 
 def routing(M, topk, ng, gen):
@@ -95,7 +108,7 @@ def read_cuda_bench(path):
     t = {}
     if not path:
         return t
-    pat = re.compile(r"^(\S+)\s+b4\s+(\d+) tok\s+(\d+) rows\s+(\d+)/\d+\s+"
+    pat = re.compile(r"^(\S+)\s+b4\s+bf16\s+(\d+) tok\s+(\d+) rows\s+(\d+)/\d+\s+"
                      r"exp\s+([\d.]+) us ")
     for line in open(path):
         m = pat.match(line)
@@ -128,13 +141,34 @@ def matched_routing(L, M, gen, want):
     return best[1], best[2], best[0] == 0
 
 
-def bench(shape, M, gen, copy_bw, cuda_us):
+def read_routing(dir_, model, M, topk):
+    """wna16's routing of (model, M), written by bench_moe_cuda."""
+    path = f"{dir_}/{model.replace('/', '-')}_{M}.ids"
+    ids = torch.from_numpy(numpy.fromfile(path, dtype="<i4").copy())
+    if ids.numel() != M * topk:
+        raise SystemExit(f"{path}: {ids.numel()} ids, expected {M * topk}")
+    ids = ids.reshape(M, topk).to("cuda", torch.int64)
+    return ids, torch.full((M, topk), 1.0 / topk, device="cuda")
+
+
+def bench(shape, M, gen, copy_bw, cuda_us, routing_dir):
     model, E, H, I, topk, ng = shape
-    L = Layer(E, H, I, topk, ng, M, gen)
+    L = Layer(E, H, I, topk, ng, M)
     x = torch.randn(M, H, device="cuda", generator=gen, dtype=torch.bfloat16)
     ref = cuda_us.get((model, M))  # wna16's (us, rows, experts)
-    ids, w, same = matched_routing(L, M, gen, ref[1:] if ref else None)
+    if routing_dir:
+        ids, w = read_routing(routing_dir, model, M, topk)
+        same = True
+    else:
+        ids, w, same = matched_routing(L, M, gen, ref[1:] if ref else None)
     rows, experts = local_work(L, ids)
+    per_expert = 3 * H * I * 2
+    bytes_ = experts * per_expert + 2 * M * H * 2
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    copies = max(MIN_COPIES, 2 + 2 * l2 // max(bytes_, 1))
+    copies = max(MIN_COPIES, min(copies, MAX_COPY_BYTES // (per_expert * E)))
+    L.make_weights(copies, gen)
+    reuse = (copies - 1) * bytes_
 
     def step(c=0):
         return forward(L, x, ids, w, c)
@@ -145,11 +179,11 @@ def bench(shape, M, gen, copy_bw, cuda_us):
         for _ in range(2):
             step()
     torch.cuda.current_stream().wait_stream(s)
-    runs = 8
+    runs = (8 + L.copies - 1) // L.copies * L.copies
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for r in range(runs):
-            step(r % COPIES)
+            step(r % L.copies)
     g.replay()
     torch.cuda.synchronize()
     ts = []
@@ -162,12 +196,11 @@ def bench(shape, M, gen, copy_bw, cuda_us):
         e1.synchronize()
         ts.append(e0.elapsed_time(e1) / runs)
     us = statistics.median(ts) * 1e3
-    per_expert = 3 * H * I * 2
-    bytes_ = experts * per_expert + 2 * M * H * 2
     gbs = bytes_ / (us * 1e-6) / 1e9
     tflops = 2.0 * rows * 3 * H * I / (us * 1e-6) / 1e12
     line = (f"torch-bf16 {model:<16s} {M:5d} tok {rows:6d} rows "
             f"{experts:3d}/{E:<3d} exp {us:9.1f} us {bytes_ / 1e6:8.1f} MB "
+            f"reuse {reuse / 1e6:5.0f} MB{'' if reuse > 2 * l2 else ' (<2xL2!)'} "
             f"{gbs:7.1f} GB/s {100 * gbs / copy_bw:5.1f}% copy "
             f"{tflops:6.1f} TFLOP/s")
     if ref:
@@ -218,6 +251,8 @@ def main():
     ap.add_argument("--tokens", default="1,16,64,256,4096")
     ap.add_argument("--model", default=None)
     ap.add_argument("--cuda-bench", default=None)
+    ap.add_argument("--routing", default=None,
+                    help="bench_moe_cuda --routing-out DIR: same routing")
     args = ap.parse_args()
     toks = [int(t) for t in args.tokens.split(",")]
     gen = torch.Generator(device="cuda")
@@ -225,14 +260,16 @@ def main():
     bw = copy_gbs()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; "
           f"D2D copy {bw:.0f} GB/s (read + write); bf16 weights, "
-          f"torch._grouped_mm, CUDA graph of 8 runs, median of 7 replays",
+          f"torch._grouped_mm, CUDA graph of >= 8 runs, median of 7 replays; "
+          f"L2 {torch.cuda.get_device_properties(0).L2_cache_size / 1e6:.1f} MB; "
+          f"routing {'from ' + args.routing if args.routing else 'drawn'}",
           flush=True)
     cuda_us = read_cuda_bench(args.cuda_bench)
     for shape in SHAPES:
         if args.model and shape[0] != args.model:
             continue
         for M in toks:
-            bench(shape, M, gen, bw, cuda_us)
+            bench(shape, M, gen, bw, cuda_us, args.routing)
             torch.cuda.empty_cache()
 
 

@@ -49,8 +49,11 @@ if [ "$STEP" = all ] || [ "$STEP" = tests ]; then
 fi
 if [ "$STEP" = all ] || [ "$STEP" = bench ]; then
   ./bench/bench_repack_cuda 2>&1 | tee "$OUT/bench_repack_cuda.txt"
-  ./bench/bench_moe_cuda 2>&1 | tee "$OUT/bench_moe_cuda.txt"
-  # the bf16 torch._grouped_mm layer on the same shapes, with the ratio
+  mkdir -p routing
+  ./bench/bench_moe_cuda --routing-out routing 2>&1 |
+    tee "$OUT/bench_moe_cuda.txt"
+  # the bf16 torch._grouped_mm layer on the same shapes and the same
+  # routing, with the ratio
   python3 ../bench/bench_moe_torch.py --cuda-bench "$OUT/bench_moe_cuda.txt" \
-    2>&1 | tee "$OUT/bench_moe_torch.txt"
+    --routing routing 2>&1 | tee "$OUT/bench_moe_torch.txt"
 fi

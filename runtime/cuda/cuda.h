@@ -113,6 +113,8 @@ const char *w16_cuda_device_name(const w16_cuda_t *cuda);
  * parentheses only where /proc/driver/nvidia/version tells it. */
 const char *w16_cuda_driver_version(const w16_cuda_t *cuda);
 int w16_cuda_sm_count(const w16_cuda_t *cuda);
+/* The device's L2 cache in bytes (60 MB on an H200). */
+size_t w16_cuda_l2_bytes(const w16_cuda_t *cuda);
 /* Most dynamic shared memory one block may use (after opting in). */
 size_t w16_cuda_max_shared(const w16_cuda_t *cuda);
 

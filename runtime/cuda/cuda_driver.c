@@ -90,7 +90,7 @@ struct w16_cuda {
     cu_api_t cu;
     CUdevice dev;
     CUcontext cuctx; /* the device's primary context, retained */
-    int cc_major, cc_minor, sm_count;
+    int cc_major, cc_minor, sm_count, l2_bytes;
     size_t max_shared;
     char name[256];
     char driver[96];
@@ -265,6 +265,9 @@ static wna16_status_t open_device(w16_cuda_t *c, wna16_error_t *err)
         st = read_attribute(c, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
                             "multiprocessor count", &c->sm_count, err);
     if (st == WNA16_OK)
+        st = read_attribute(c, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+                            "L2 cache size", &c->l2_bytes, err);
+    if (st == WNA16_OK)
         st = read_attribute(c, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                             "shared memory size", &smem, err);
     if (st != WNA16_OK)
@@ -364,6 +367,10 @@ const char *w16_cuda_driver_version(const w16_cuda_t *c)
     return c ? c->driver : "";
 }
 int w16_cuda_sm_count(const w16_cuda_t *c) { return c ? c->sm_count : 0; }
+size_t w16_cuda_l2_bytes(const w16_cuda_t *c)
+{
+    return c && c->l2_bytes > 0 ? (size_t)c->l2_bytes : 0;
+}
 size_t w16_cuda_max_shared(const w16_cuda_t *c) { return c ? c->max_shared : 0; }
 
 /* ---- modules ------------------------------------------------------------- */
