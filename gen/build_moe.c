@@ -170,12 +170,13 @@ void w16_moe_kernel_name(char *out, size_t n, const w16_moe_request_t *req,
         snprintf(gs, sizeof gs, "g%lld", (long long)p->GS);
     else
         snprintf(gs, sizeof gs, "gm1");
-    snprintf(out, n, "wna16_moe_%s_%s_b%lld_%s_zp%d%s_%s_%s_bm%d%s",
+    snprintf(out, n, "wna16_moe_%s_%s_b%lld_%s_zp%d%s_%s_%s_bm%d%s%s",
              stage_names[stage], req->backend->name, (long long)p->BITS, gs,
              p->zp ? 1 : 0, p->bias ? "_bias" : "",
              wna16_activation_name(req->params.activation),
              req->params.act_dtype == WNA16_DTYPE_F16 ? "f16" : "bf16",
-             req->block_m, req->batched ? "_batched" : "");
+             req->block_m, req->batched ? "_batched" : "",
+             req->device_route ? "_dev" : "");
 }
 
 /* ---- small IR helpers ---------------------------------------------------- */
@@ -1016,6 +1017,13 @@ static void build_gemm(mb_t *B, bool first)
     const kir_expr_t *cg = tile_channel(B, NC / CH, &run);
     if (!cg)
         return;
+    if (r->device_route) { /* device routing: past its block count, exit */
+        arg(B, W16_MOE_ARG_ROUTE_INFO, KIR_PARAM_BUFFER, KIR_I32, false);
+        kir_stmt_t *past = kir_if(k, B->body, bin(B, KIR_OP_SLE,
+            load_i32(B, W16_MOE_ARG_ROUTE_INFO, ik(B, 1)), run));
+        if (!past || !kir_return(k, &past->body))
+            mfail(B, "out of memory");
+    }
     /* the run: sorted positions [p0, p1), all of expert e */
     const kir_expr_t *r3 = let(B, "r3", w16_ir_mul(k, run, ik(B, 3)));
     const kir_expr_t *p0 = let(B, "p0", load_i32(B, W16_MOE_ARG_RUNS, r3));

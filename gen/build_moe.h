@@ -75,7 +75,8 @@ const char *w16_moe_stage_name(w16_moe_stage_t s);
     X(W2_SCALES, "w2_scales")                                                \
     X(W2_QZEROS, "w2_qzeros")                                                \
     X(W2_BIAS, "w2_bias")                                                    \
-    X(MAX_TOKENS, "max_tokens") /* scalar (batched) */
+    X(MAX_TOKENS, "max_tokens") /* scalar (batched) */                      \
+    X(ROUTE_INFO, "route_info") /* i32 {positions, blocks} (device_route) */
 
 typedef enum w16_moe_arg {
 #define X(e, name) W16_MOE_ARG_##e,
@@ -109,6 +110,11 @@ typedef struct w16_moe_request {
      * its last dimension reads them as 32-bit words (w16_build_moe checks
      * the layout for every k). */
     int qweight_align;
+    /* The GEMMs take their runs from the device routing kernel
+     * (gen/build_route.h): one run per block of block_m positions, a grid
+     * of the blocks' upper bound, workgroups past route_info's block count
+     * exiting first. Else from the host (one run per expert). */
+    bool device_route;
 } w16_moe_request_t;
 
 typedef struct w16_moe_kernel {

@@ -138,5 +138,6 @@ w16_key_t w16_moe_request_key(const w16_moe_request_t *r,
     put(&f, (uint64_t)r->block_m);
     put(&f, (uint64_t)r->lanes);
     put(&f, (uint64_t)r->qweight_align);
+    put(&f, r->device_route);
     return done("wna16 moe request", &f);
 }

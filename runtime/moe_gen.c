@@ -4,18 +4,28 @@
  * by expert, cut into one run per expert, each run with the block size
  * that costs it least), builds the kernels of the configuration
  * (gen/build_moe.c) on first use, compiles them through the context's
- * kernel cache and launches them on a target whose kernels address host
- * memory (the CPU: the orchestration here reads and writes the same
- * buffers the kernels do, between launches):
+ * kernel cache and launches them. How a call runs is the target's
+ * moe_orch (runtime/target/target.h):
  *
- *   check args -> route (slot experts, align, runs by block size)
- *   -> scratch -> kernels of the configuration (memo, else build + cache)
- *   -> input, gemm1 per block size, gemm2 per block size, combine
+ *   HOST (the CPU: the orchestration here reads and writes the buffers
+ *   the kernels do, between launches)
+ *     check args -> route (slot experts, align, runs by block size)
+ *     -> scratch -> kernels of the configuration (memo, else build + cache)
+ *     -> input, gemm1 per block size, gemm2 per block size, combine
  *
+ *   DEVICE (xpu, ocl: the weights put on the target once, at create)
+ *     check args -> one block size for the call -> kernels (route too)
+ *     -> a stream: inputs put, scratch, output
+ *     -> route, input, gemm1, gemm2, combine: grids from upper bounds
+ *        (the GEMMs' workgroups past the routed block count exit), no host
+ *        read between launches -> output back
+ *
+
  * Arguments are checked exactly as the reference checks them (same
  * messages), before any work.
  */
 #include "gen/build_moe.h"
+#include "gen/build_route.h"
 #include "gen/request_key.h"
 #include "runtime/cache/cache.h"
 #include "runtime/ref/moe.h"
@@ -59,9 +69,17 @@ typedef struct variant {
     stage_fn_t gemm[2][N_BLOCK_SIZES]; /* [gemm1, gemm2][block size] */
 } variant_t;
 
+/* The routing kernel of one shape (device orchestration). */
+typedef struct route_fn {
+    void *fn; /* NULL until built */
+    int lanes, n_params;
+    int param[W16_ROUTE_ARG_COUNT];
+} route_fn_t;
+
 struct wna16_moe_layer {
     wna16_context_t *ctx;
-    const w16_target_t *T;  /* where the kernels run (host memory) */
+    const w16_target_t *T;  /* where the kernels run */
+    void *inst;             /* T's instance */
     w16_stream_t *stream;   /* their launches */
     const wna16_spec_t *backend;
     w16_problem_t problem; /* `ungated` from the w13 tensor's shape */
@@ -81,6 +99,15 @@ struct wna16_moe_layer {
     /* expert runs (begin, end, expert), one list per block size */
     int32_t *runs[N_BLOCK_SIZES];
     size_t runs_cap[N_BLOCK_SIZES];
+    /* ---- device orchestration (T->moe_orch DEVICE) ---- */
+    size_t nbytes[2][W16_ROLE_COUNT];  /* the weight tensors' bytes */
+    uint64_t dev[2][W16_ROLE_COUNT];   /* where kernels read them (put on
+                                          `stream` at create) */
+    w16_stream_t *scratch_stream;      /* holds `scratch`; reopened to grow */
+    uint64_t scratch;
+    size_t scratch_cap;
+    route_fn_t route[2][2][N_BLOCK_SIZES]; /* [batched][map][block size] */
+    uint64_t device_calls; /* calls routed on the device (w16_moe_layer_device_calls) */
 };
 
 static const w16_role_t roles[4] = {W16_ROLE_QWEIGHT, W16_ROLE_SCALES,
@@ -197,6 +224,7 @@ static wna16_status_t bind_tensor(wna16_moe_layer_t *L,
     }
     L->dtype[g][r] = t->dtype;
     L->data[g][r] = t->data;
+    L->nbytes[g][r] = bytes;
     return w16_moe_check_tensor_dtype(l, L->model_dtype, name, t->dtype, err);
 }
 
@@ -216,6 +244,24 @@ static w16_moe_request_t base_request(const wna16_moe_layer_t *L)
     req.params.activation = L->problem.ungated ? WNA16_ACT_SILU_NO_MUL
                                                : WNA16_ACT_SILU;
     return req;
+}
+
+/* Device orchestration: every weight tensor where the kernels read it, on
+ * the layer's stream until it is destroyed (a copy in device memory; the
+ * host address itself on a host-memory target). */
+static wna16_status_t put_weights(wna16_moe_layer_t *L, wna16_error_t *err)
+{
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < 4; i++)
+            if (layer_reads(&L->problem, roles[i])) {
+                w16_role_t r = roles[i];
+                wna16_status_t st = L->T->put(L->stream, L->data[g][r],
+                                              L->nbytes[g][r], &L->dev[g][r],
+                                              err);
+                if (st != WNA16_OK)
+                    return st;
+            }
+    return WNA16_OK;
 }
 
 wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
@@ -241,12 +287,11 @@ wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
                        "stacked layouts", backend->name);
     /* what the target can do decides before whether it is here */
     const w16_target_t *T = w16_target_find(target);
-    if (T && !T->host_memory)
+    if (T && T->moe_orch == W16_MOE_ORCH_NONE)
         return w16_err(err, WNA16_EUNAVAILABLE, "%s target unavailable: the "
-                       "generated fused MoE runs where kernels address host "
-                       "memory (its %s kernels are compile-checked only; "
-                       "the tensor-core fused MoE is wna16_cuda_moe_*)",
-                       T->name, T->name);
+                       "generated fused MoE does not run there (its %s "
+                       "kernels are compile-checked only; the tensor-core "
+                       "fused MoE is wna16_cuda_moe_*)", T->name, T->name);
     void *inst = NULL;
     wna16_status_t st = w16_target_probe(ctx, target, &T, &inst, err);
     if (st != WNA16_OK)
@@ -256,6 +301,7 @@ wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
         return w16_err_nomem(err, "creating a MoE layer");
     L->ctx = ctx;
     L->T = T;
+    L->inst = inst;
     pthread_mutex_init(&L->mu, NULL);
     st = T->stream_open(inst, ctx, &L->stream, err);
     if (st != WNA16_OK) {
@@ -289,6 +335,8 @@ wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
         w16_moe_request_t req = base_request(L);
         st = w16_moe_check(&req, err);
     }
+    if (st == WNA16_OK && T->moe_orch == W16_MOE_ORCH_DEVICE)
+        st = put_weights(L, err);
     if (st != WNA16_OK) {
         wna16_moe_layer_destroy(L);
         return st;
@@ -312,6 +360,8 @@ void wna16_moe_layer_destroy(wna16_moe_layer_t *L)
 {
     if (!L)
         return;
+    if (L->scratch_stream)
+        L->T->stream_close(L->scratch_stream, WNA16_OK, NULL);
     if (L->stream)
         L->T->stream_close(L->stream, WNA16_OK, NULL);
     pthread_mutex_destroy(&L->mu);
@@ -457,6 +507,7 @@ static w16_moe_request_t variant_request(const wna16_moe_layer_t *L,
     req.batched_weights = key->batched_weights;
     req.topk = key->batched ? 1 : key->topk;
     req.block_m = block_m;
+    req.device_route = L->T->moe_orch == W16_MOE_ORCH_DEVICE;
     /* the spec's workgroup for this block size (its tiling table holds
      * one per value of rows), else the builder's default */
     const w16_ptiling_t *t = L->backend->portable_tiling;
@@ -691,11 +742,11 @@ static wna16_status_t check_gating(const wna16_moe_layer_t *L,
     return WNA16_OK;
 }
 
-/* Local expert of every slot (-1: absent), validating ids and the map. */
-static wna16_status_t route_slots(wna16_moe_layer_t *L,
-                                  const wna16_moe_params_t *p,
-                                  const int32_t *ids, int32_t M, int32_t topk,
-                                  wna16_error_t *err)
+/* The expert map and top-k against the layer; *n_ids: the ids a slot may
+ * hold (the global experts with a map, else E). */
+static wna16_status_t check_map(const wna16_moe_layer_t *L,
+                                const wna16_moe_params_t *p, int32_t topk,
+                                int32_t *n_ids_out, wna16_error_t *err)
 {
     int32_t E = (int32_t)L->problem.E, n_ids = E;
     if (!p->expert_map) {
@@ -720,6 +771,28 @@ static wna16_status_t route_slots(wna16_moe_layer_t *L,
     if (topk > n_ids)
         return w16_err(err, WNA16_EINVAL, "moe: topk = %d exceeds the %d "
                        "experts", topk, n_ids);
+    *n_ids_out = n_ids;
+    return WNA16_OK;
+}
+
+static wna16_status_t bad_id(const int32_t *ids, size_t s, int32_t topk,
+                             int32_t n_ids, wna16_error_t *err)
+{
+    return w16_err(err, WNA16_EINVAL, "moe: topk_ids[%d][%d] = %d is not an "
+                   "expert id in [0, %d)", (int32_t)(s / topk),
+                   (int32_t)(s % topk), ids[s], n_ids);
+}
+
+/* Local expert of every slot (-1: absent), validating ids and the map. */
+static wna16_status_t route_slots(wna16_moe_layer_t *L,
+                                  const wna16_moe_params_t *p,
+                                  const int32_t *ids, int32_t M, int32_t topk,
+                                  wna16_error_t *err)
+{
+    int32_t n_ids = 0;
+    wna16_status_t st = check_map(L, p, topk, &n_ids, err);
+    if (st != WNA16_OK)
+        return st;
     size_t slots = (size_t)M * (size_t)topk;
     if (!reserve((void **)&L->slot_expert, &L->se_cap, slots ? slots : 1,
                  sizeof(int32_t)))
@@ -727,9 +800,7 @@ static wna16_status_t route_slots(wna16_moe_layer_t *L,
     for (size_t s = 0; s < slots; s++) {
         int32_t g = ids[s];
         if (g < 0 || g >= n_ids)
-            return w16_err(err, WNA16_EINVAL, "moe: topk_ids[%d][%d] = %d is "
-                           "not an expert id in [0, %d)", (int32_t)(s / topk),
-                           (int32_t)(s % topk), g, n_ids);
+            return bad_id(ids, s, topk, n_ids, err);
         L->slot_expert[s] = p->expert_map ? p->expert_map[g] : g;
     }
     return WNA16_OK;
@@ -747,6 +818,225 @@ static wna16_status_t check_common(wna16_moe_layer_t *L,
     if (st == WNA16_OK)
         st = check_gating(L, p, err);
     return st;
+}
+
+/* ---- device orchestration (moe_orch DEVICE) -------------------------------- */
+
+/* One device call's shape and host buffers. */
+typedef struct dcall {
+    bool batched, batched_weights;
+    const void *hidden;
+    const int32_t *ids;     /* standard */
+    const float *weights;   /* per slot (standard) or row (batched), or NULL */
+    const int32_t *map;     /* standard, or NULL */
+    const int32_t *counts;  /* batched */
+    void *out;
+    int32_t topk, n_ids;
+    int64_t in_rows;        /* rows of hidden (M, or E * max_tokens) */
+    int64_t slots;          /* routed slots, or batched rows */
+    int64_t x_rows;         /* rows of x */
+    int64_t max_tokens;     /* batched */
+} dcall_t;
+
+/* The routing kernel for (batched, map, block size index b), built and
+ * compiled on first use. */
+static wna16_status_t get_route(wna16_moe_layer_t *L, bool batched, bool map,
+                                int b, const route_fn_t **out,
+                                wna16_error_t *err)
+{
+    route_fn_t *f = &L->route[batched][map][b];
+    if (!f->fn) {
+        w16_route_request_t rq = {.E = (int32_t)L->problem.E,
+                                  .block_m = block_sizes[b],
+                                  .batched = batched, .map = map};
+        w16_route_kernel_t rk;
+        wna16_status_t st = w16_build_route(L->ctx, &rq, &rk, err);
+        if (st == WNA16_OK)
+            st = w16_target_kernel(L->ctx, L->T, "wna16 moe route", rk.kernel,
+                                   &f->fn, NULL, err);
+        if (st == WNA16_OK) {
+            f->lanes = rk.kernel->lanes;
+            f->n_params = rk.kernel->n_params;
+            memcpy(f->param, rk.param, sizeof f->param);
+        } else {
+            f->fn = NULL;
+        }
+        w16_route_kernel_free(&rk);
+        if (st != WNA16_OK)
+            return st;
+    }
+    *out = f;
+    return WNA16_OK;
+}
+
+/* The scratch buffer of at least `bytes`, on a stream of its own that is
+ * closed and reopened to grow it (its memory goes with it). */
+static wna16_status_t reserve_device_scratch(wna16_moe_layer_t *L,
+                                             size_t bytes, wna16_error_t *err)
+{
+    if (L->scratch_stream && bytes <= L->scratch_cap)
+        return WNA16_OK;
+    if (L->scratch_stream)
+        L->T->stream_close(L->scratch_stream, WNA16_OK, NULL);
+    L->scratch_stream = NULL;
+    L->scratch = 0;
+    L->scratch_cap = 0;
+    size_t cap = bytes < (size_t)1 << 16 ? (size_t)1 << 16 : bytes + bytes / 4;
+    wna16_status_t st = L->T->stream_open(L->inst, L->ctx, &L->scratch_stream,
+                                          err);
+    if (st == WNA16_OK)
+        st = L->T->scratch(L->scratch_stream, cap, &L->scratch, err);
+    if (st == WNA16_OK)
+        L->scratch_cap = cap;
+    return st;
+}
+
+/* Runs f with the arguments of `value` (indexed by meaning). */
+static wna16_status_t launch_values(wna16_moe_layer_t *L, w16_stream_t *cs,
+                                    void *fn, int n_params, const int *param,
+                                    int n_meanings, const uint64_t *value,
+                                    int64_t groups, int lanes,
+                                    wna16_error_t *err)
+{
+    uint64_t args[64] = {0};
+    for (int a = 0; a < n_meanings; a++)
+        if (param[a] >= 0)
+            args[param[a]] = value[a];
+    return L->T->launch(cs, fn, args, n_params, groups, lanes, 0, err);
+}
+
+static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+/* One call routed and run on the target: a fixed list of launches whose
+ * grids come from upper bounds (the block count the GEMMs see is the
+ * routing kernel's, read on the device), no host read between them. */
+static wna16_status_t run_device(wna16_moe_layer_t *L,
+                                 const wna16_moe_params_t *p, const dcall_t *c,
+                                 wna16_error_t *err)
+{
+    const w16_target_t *T = L->T;
+    int32_t E = (int32_t)L->problem.E;
+    size_t H = (size_t)L->problem.H, I = (size_t)L->problem.I;
+    variant_t *v = NULL;
+    variant_key_t key = make_key(p, c->batched, c->batched_weights, c->topk);
+    wna16_status_t st = get_variant(L, p, &key, &v, err);
+    /* one block size for the call, from the slots an expert gets on
+     * average (the spec's table where it has one) */
+    int b = pick_block(L, (c->slots + E - 1) / E);
+    int bm = block_sizes[b];
+    const stage_fn_t *g1 = NULL, *g2 = NULL;
+    const route_fn_t *rf = NULL;
+    if (st == WNA16_OK)
+        st = get_gemm(L, p, v, W16_MOE_GEMM1, b, &g1, err);
+    if (st == WNA16_OK)
+        st = get_gemm(L, p, v, W16_MOE_GEMM2, b, &g2, err);
+    if (st == WNA16_OK)
+        st = get_route(L, c->batched, c->map != NULL, b, &rf, err);
+    if (st != WNA16_OK)
+        return st;
+    int64_t cap = c->batched
+        ? w16_route_capacity_batched(E, c->max_tokens, bm)
+        : w16_route_capacity(c->slots, E, bm);
+    if (cap > INT32_MAX || c->slots > INT32_MAX)
+        return w16_err(err, WNA16_EINVAL, "moe: %lld routed rows with %d "
+                       "experts and block size %d need %lld positions (more "
+                       "than INT32_MAX)", (long long)c->slots, (int)E, bm,
+                       (long long)cap);
+    int64_t blocks = (cap + bm - 1) / bm;
+    /* scratch: x, act, y, slot_expert, sorted, expert_ids, runs, info */
+    size_t sz[8] = {(size_t)c->x_rows * H * 4, (size_t)c->slots * I * 4,
+                    (size_t)c->slots * H * 4,
+                    c->batched ? 0 : (size_t)c->slots * 4, (size_t)cap * 4,
+                    (size_t)blocks * 4, (size_t)blocks * 12, 8};
+    size_t off[8], total = 0;
+    for (int i = 0; i < 8; i++) {
+        off[i] = total;
+        total += align256(sz[i]);
+    }
+    st = reserve_device_scratch(L, total, err);
+    w16_stream_t *cs = NULL;
+    if (st == WNA16_OK)
+        st = T->stream_open(L->inst, L->ctx, &cs, err);
+    if (st != WNA16_OK)
+        return st;
+    uint64_t hidden = 0, ids = 0, weights = 0, map = 0, counts = 0, out = 0;
+    size_t out_bytes = (size_t)(c->batched ? c->in_rows : c->slots / c->topk) *
+                       H * 2;
+    st = T->put(cs, c->hidden, (size_t)c->in_rows * H * 2, &hidden, err);
+    if (st == WNA16_OK && c->ids)
+        st = T->put(cs, c->ids, (size_t)c->slots * 4, &ids, err);
+    if (st == WNA16_OK && c->weights)
+        st = T->put(cs, c->weights, (size_t)c->slots * 4, &weights, err);
+    if (st == WNA16_OK && c->map)
+        st = T->put(cs, c->map, (size_t)c->n_ids * 4, &map, err);
+    if (st == WNA16_OK && c->counts)
+        st = T->put(cs, c->counts, (size_t)E * 4, &counts, err);
+    if (st == WNA16_OK)
+        st = T->output(cs, c->out, out_bytes, &out, err);
+    if (st != WNA16_OK)
+        return T->stream_close(cs, st, err);
+    uint64_t at[8];
+    for (int i = 0; i < 8; i++)
+        at[i] = L->scratch + off[i];
+    /* the routing kernel */
+    uint64_t rv[W16_ROUTE_ARG_COUNT] = {0};
+    rv[W16_ROUTE_ARG_TOPK_IDS] = ids;
+    rv[W16_ROUTE_ARG_EXPERT_MAP] = map;
+    rv[W16_ROUTE_ARG_COUNTS] = counts;
+    rv[W16_ROUTE_ARG_NUMEL] = (uint64_t)c->slots;
+    rv[W16_ROUTE_ARG_N_IDS] = (uint64_t)c->n_ids;
+    rv[W16_ROUTE_ARG_MAX_TOKENS] = (uint64_t)c->max_tokens;
+    rv[W16_ROUTE_ARG_CAP] = (uint64_t)cap;
+    rv[W16_ROUTE_ARG_SLOT_EXPERT] = at[3];
+    rv[W16_ROUTE_ARG_SORTED] = at[4];
+    rv[W16_ROUTE_ARG_EXPERT_IDS] = at[5];
+    rv[W16_ROUTE_ARG_RUNS] = at[6];
+    rv[W16_ROUTE_ARG_INFO] = at[7];
+    st = launch_values(L, cs, rf->fn, rf->n_params, rf->param,
+                       W16_ROUTE_ARG_COUNT, rv, 1, rf->lanes, err);
+    /* the stages */
+    uint64_t mv[W16_MOE_ARG_COUNT] = {0};
+    mv[W16_MOE_ARG_HIDDEN] = hidden;
+    mv[W16_MOE_ARG_TOPK_WEIGHTS] = weights;
+    mv[W16_MOE_ARG_X] = at[0];
+    mv[W16_MOE_ARG_A] = at[1];
+    mv[W16_MOE_ARG_Y] = at[2];
+    mv[W16_MOE_ARG_SLOT_EXPERT] = at[3];
+    mv[W16_MOE_ARG_SORTED] = at[4];
+    mv[W16_MOE_ARG_RUNS] = at[6];
+    mv[W16_MOE_ARG_ROUTE_INFO] = at[7];
+    mv[W16_MOE_ARG_COUNTS] = counts;
+    mv[W16_MOE_ARG_OUT] = out;
+    mv[W16_MOE_ARG_MAX_TOKENS] = (uint64_t)c->max_tokens;
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < 4; i++)
+            mv[w16_moe_weight_arg((wna16_gemm_t)g, roles[i])] = L->dev[g][roles[i]];
+    const struct {
+        const stage_fn_t *f;
+        int64_t major;
+    } stages[4] = {{&v->input, c->x_rows}, {g1, blocks}, {g2, blocks},
+                   {&v->combine, c->batched ? c->in_rows : c->slots / c->topk}};
+    for (int i = 0; i < 4 && st == WNA16_OK; i++)
+        st = launch_values(L, cs, stages[i].f->fn, stages[i].f->n_params,
+                           stages[i].f->param, W16_MOE_ARG_COUNT, mv,
+                           stages[i].major * stages[i].f->tiles,
+                           stages[i].f->lanes, err);
+    if (st == WNA16_OK)
+        st = T->output_done(cs, out, err);
+    st = T->stream_close(cs, st, err);
+    if (st == WNA16_OK) {
+        L->device_calls++;
+        wna16_log(L->ctx, WNA16_LOG_DEBUG, "moe layer: %s target: routed on "
+                  "the device, 5 launches (route, input, gemm1, gemm2, "
+                  "combine; blocks of %d, grids for %lld blocks), no host "
+                  "read between them", T->name, bm, (long long)blocks);
+    }
+    return st;
+}
+
+uint64_t w16_moe_layer_device_calls(const wna16_moe_layer_t *L)
+{
+    return L ? L->device_calls : 0;
 }
 
 wna16_status_t wna16_moe_layer_run(wna16_moe_layer_t *L,
@@ -768,6 +1058,25 @@ wna16_status_t wna16_moe_layer_run(wna16_moe_layer_t *L,
                        !topk_weights ? "topk_weights" : "out");
     int32_t E = (int32_t)L->problem.E;
     pthread_mutex_lock(&L->mu);
+    if (L->T->moe_orch == W16_MOE_ORCH_DEVICE) {
+        /* the checks of route_slots, then the device routes */
+        int32_t n_ids = 0;
+        st = check_map(L, p, topk, &n_ids, err);
+        size_t slots = (size_t)M * (size_t)(topk > 0 ? topk : 0);
+        for (size_t s = 0; st == WNA16_OK && s < slots; s++)
+            if (topk_ids[s] < 0 || topk_ids[s] >= n_ids)
+                st = bad_id(topk_ids, s, topk, n_ids, err);
+        if (st == WNA16_OK && M > 0) {
+            dcall_t c = {.hidden = hidden, .ids = topk_ids,
+                         .weights = topk_weights, .map = p->expert_map,
+                         .out = out, .topk = topk, .n_ids = n_ids,
+                         .in_rows = M, .slots = (int64_t)M * topk};
+            c.x_rows = p->apply_router_weight_on_input ? c.slots : M;
+            st = run_device(L, p, &c, err);
+        }
+        pthread_mutex_unlock(&L->mu);
+        return st;
+    }
     st = route_slots(L, p, topk_ids, M, topk, err);
     if (st == WNA16_OK && M > 0) {
         call_t c = {.hidden = hidden, .weights = topk_weights, .out = out,
@@ -792,6 +1101,24 @@ wna16_status_t wna16_moe_layer_run_batched(wna16_moe_layer_t *L,
                                            const float *weights, void *out,
                                            wna16_error_t *err)
 {
+    /* vLLM's XPUExpertsWNA16 (vllm-project/vllm 5ba49bef,
+     * vllm/model_executor/layers/fused_moe/experts/xpu_moe.py) inherits
+     * XPUExperts.activation_format() = Standard, and
+     * FusedMoEExperts.is_supported_config (modular_kernel.py) refuses any
+     * other format with _make_reason(f"{activation_format.value}
+     * activation format"): "kernel does not support ... activation
+     * format" (vLLM prints the enum's value, the tuple
+     * ('batched_experts',); wna16 says "batched", as `wna16 select`
+     * does). No batched XPU experts class consumes that layout, so the
+     * generated fused MoE that stands for it refuses the format too,
+     * whatever the target; the spec decides (w16_spec_moe_takes_batched). */
+    if (L && !w16_spec_moe_takes_batched(L->backend))
+        return w16_err(err, WNA16_EUNSUPPORTED, "moe batched: %s layout (%s): "
+                       "kernel does not support batched activation format",
+                       L->backend->name,
+                       L->backend->bsel.n_classes
+                           ? L->backend->bsel.classes[0].name
+                           : L->backend->title);
     wna16_status_t st = check_common(L, p, err);
     if (st != WNA16_OK)
         return st;
@@ -815,6 +1142,16 @@ wna16_status_t wna16_moe_layer_run_batched(wna16_moe_layer_t *L,
         return WNA16_OK;
     pthread_mutex_lock(&L->mu);
     int64_t rows = (int64_t)E * max_tokens;
+    if (L->T->moe_orch == W16_MOE_ORCH_DEVICE) {
+        dcall_t d = {.batched = true, .batched_weights = weights != NULL,
+                     .hidden = hidden, .weights = weights,
+                     .counts = expert_num_tokens, .out = out, .topk = 1,
+                     .in_rows = rows, .slots = rows, .x_rows = rows,
+                     .max_tokens = max_tokens};
+        st = run_device(L, p, &d, err);
+        pthread_mutex_unlock(&L->mu);
+        return st;
+    }
     call_t c = {.hidden = hidden, .weights = weights, .out = out,
                 .counts = expert_num_tokens, .x_rows = rows, .out_rows = rows,
                 .num_slots = rows, .max_tokens = max_tokens};

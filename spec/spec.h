@@ -256,6 +256,16 @@ typedef struct w16_ptiling {
 /* The row for an expert run of `slots` routed slots. */
 const w16_ptile_t *w16_ptiling_pick(const w16_ptiling_t *t, int64_t slots);
 
+/* Whether wna16's generated fused MoE takes the batched activation format
+ * over this backend's layout. A spec with a "tiling.portable" table is one
+ * whose generated fused MoE stands for the backend's own kernel (xpu:
+ * vLLM's XPUExpertsWNA16, run as SPIR-V by the xpu and ocl targets), so it
+ * takes the formats that kernel does (capabilities.activation_formats);
+ * over any other stacked layout the generated fused MoE is wna16's own
+ * and takes both (the CPU runs the Triton layout batched, which vLLM's
+ * TritonWNA16Experts does not). */
+bool w16_spec_moe_takes_batched(const wna16_spec_t *s);
+
 struct wna16_spec {
     wna16_context_t *ctx;
     w16_arena_t arena; /* owns everything below */

@@ -561,6 +561,11 @@ const w16_ptile_t *w16_ptiling_pick(const w16_ptiling_t *t, int64_t slots)
     return &t->row[t->n_row - 1]; /* unreachable: the last row catches all */
 }
 
+bool w16_spec_moe_takes_batched(const wna16_spec_t *s)
+{
+    return !s || !s->portable_tiling || s->caps.batched_format;
+}
+
 wna16_status_t w16_spec_load_tiling(wna16_spec_t *spec, const cJSON *j,
                                     const char *origin, wna16_error_t *err)
 {

@@ -126,6 +126,10 @@ static bool case_valid(const fm_case_t *c)
         return false;
     if (c->batched && (c->map || c->topk != 1))
         return false;
+    /* the layout's generated fused MoE refuses the batched format (xpu:
+     * vLLM's XPUExpertsWNA16; test_moe_batched_refusal checks that) */
+    if (c->batched && !w16_spec_moe_takes_batched(c->spec))
+        return false;
     if (!c->batched && (!c->weights || (c->map && c->map <= c->E) ||
                         c->topk > n_ids(c) || c->active < c->topk))
         return false;
@@ -230,7 +234,7 @@ static void draw(wna16_context_t *ctx, fz_rng_t *r, const wna16_spec_t *fixed,
     c->E = Es[fz_below(r, 7)];
     while (c->E > 1 && (double)c->E * c->H * c->I > lim.max_layer)
         c->E /= 2;
-    c->batched = fz_below(r, 4) == 0;
+    c->batched = fz_below(r, 4) == 0 && w16_spec_moe_takes_batched(c->spec);
     /* M: one token, a few, dozens, hundreds */
     uint32_t mb = fz_below(r, 6);
     c->M = mb == 0 ? 1 : mb < 3 ? 2 + (int32_t)fz_below(r, 15)

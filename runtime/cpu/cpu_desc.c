@@ -229,6 +229,7 @@ const w16_target_t w16_target_cpu = {
     .host_memory = true,
     .word_blocks = true,
     .key_symbols = true,
+    .moe_orch = W16_MOE_ORCH_HOST, /* host routing: the fastest here */
     .probe = cpu_probe,
     .describe = cpu_describe,
     .release = cpu_release,

@@ -11,7 +11,10 @@
  * so a cache hit skips emitting, validating and translating, and only
  * builds the program (PoCL keeps its own cache: POCL_CACHE_DIR). The
  * device addresses host memory (fine-grained system SVM, checked by the
- * probe), so streams copy nothing, as the CPU target's.
+ * probe), so streams copy nothing, as the CPU target's; their scratch is
+ * host memory they allocate. The generated fused MoE runs here as on the
+ * xpu target (moe_orch DEVICE: routed by a kernel, no host read between
+ * launches), so that Level Zero's orchestration is what PoCL tests.
  */
 #include "runtime/ocl/ocl.h"
 #include "gen/emit_spirv.h"
@@ -148,6 +151,8 @@ static void ocl_unload(void *fn) { w16_ocl_kernel_free(fn); }
 struct w16_stream {
     wna16_context_t *ctx;
     w16_ocl_t *ocl;
+    void **scratch; /* host blocks of ocl_scratch, freed at close */
+    int n_scratch, cap_scratch;
 };
 
 static wna16_status_t ocl_stream_open(void *inst, wna16_context_t *ctx,
@@ -194,6 +199,29 @@ static wna16_status_t ocl_output_done(w16_stream_t *s, uint64_t addr,
     return WNA16_OK;
 }
 
+/* Host memory (the device reads and writes it through system SVM), 64-byte
+ * aligned, kept until the stream closes. */
+static wna16_status_t ocl_scratch(w16_stream_t *s, size_t bytes,
+                                  uint64_t *addr, wna16_error_t *err)
+{
+    *addr = 0;
+    if (s->n_scratch == s->cap_scratch) {
+        int nc = s->cap_scratch ? 2 * s->cap_scratch : 4;
+        void **b = realloc(s->scratch, (size_t)nc * sizeof *b);
+        if (!b)
+            return w16_err_nomem(err, "tracking ocl scratch memory");
+        s->scratch = b;
+        s->cap_scratch = nc;
+    }
+    size_t n = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, n ? n : 64);
+    if (!p)
+        return w16_err_nomem(err, "ocl scratch memory");
+    s->scratch[s->n_scratch++] = p;
+    *addr = (uint64_t)(uintptr_t)p;
+    return WNA16_OK;
+}
+
 static wna16_status_t ocl_launch(w16_stream_t *s, void *fn,
                                  const uint64_t *args, int n_args,
                                  int64_t n_groups, int lanes, unsigned flags,
@@ -207,8 +235,12 @@ static wna16_status_t ocl_stream_close(w16_stream_t *s, wna16_status_t st,
                                        wna16_error_t *err)
 {
     (void)err;
-    if (s)
-        w16_free(s->ctx, s, sizeof *s);
+    if (!s)
+        return st;
+    for (int i = 0; i < s->n_scratch; i++)
+        free(s->scratch[i]);
+    free(s->scratch);
+    w16_free(s->ctx, s, sizeof *s);
     return st;
 }
 
@@ -220,6 +252,7 @@ const w16_target_t w16_target_ocl = {
     .host_memory = true,
     .staged_tiles = true, /* the xpu target's kernels, run elsewhere */
     .key_symbols = false,
+    .moe_orch = W16_MOE_ORCH_DEVICE, /* the xpu target's, tested here */
     .probe = ocl_probe,
     .describe = ocl_describe,
     .release = ocl_release,
@@ -233,6 +266,7 @@ const w16_target_t w16_target_ocl = {
     .put_table = ocl_put_table,
     .output = ocl_output,
     .output_done = ocl_output_done,
+    .scratch = ocl_scratch,
     .launch = ocl_launch,
     .stream_close = ocl_stream_close,
     .native_moe = NULL,

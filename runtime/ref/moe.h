@@ -33,6 +33,11 @@ wna16_status_t w16_moe_check_act_dtype(wna16_dtype_t model,
                                        const wna16_moe_params_t *p,
                                        wna16_error_t *err);
 
+/* The generated fused MoE's calls that were routed and run on the target
+ * (moe_orch DEVICE: the routing kernel, no host routing); 0 on a target
+ * that routes on the host. For tests and reports. */
+uint64_t w16_moe_layer_device_calls(const wna16_moe_layer_t *L);
+
 /* topk in [1, n_ids] and every id of ids[M][topk] in [0, n_ids). */
 wna16_status_t w16_moe_check_routing(const int32_t *ids, int32_t M,
                                      int32_t topk, int32_t n_ids,

@@ -75,6 +75,26 @@ typedef struct w16_native_moe {
                         wna16_cuda_moe_report_t *out);
 } w16_native_moe_t;
 
+/* How the generated fused MoE (runtime/moe_gen.c) runs on a target. ORDER
+ * MOEORCH.
+ *   NONE    it does not run there (a target with its own fused MoE, or
+ *           none yet): wna16_moe_layer_create refuses the target;
+ *   HOST    the host routes each call (wna16_moe_align) and reads and
+ *           writes the kernels' buffers between launches: for targets
+ *           whose kernels address host memory and whose launches return
+ *           when done (the CPU, where host routing is the fastest);
+ *   DEVICE  routing is a generated kernel too (gen/build_route.c): a call
+ *           is a fixed list of launches whose grids come from upper
+ *           bounds, with no host read between them, so it runs where
+ *           kernels address device memory (xpu through Level Zero) and
+ *           on the ocl target, whose SVM could take either (it takes this
+ *           one, so that the xpu target's orchestration is tested here). */
+typedef enum w16_moe_orch {
+    W16_MOE_ORCH_NONE,
+    W16_MOE_ORCH_HOST,
+    W16_MOE_ORCH_DEVICE,
+} w16_moe_orch_t;
+
 /* What a probed target runs on, for reports and for selection. */
 typedef struct w16_target_device {
     char text[200];   /* "NVIDIA H200 (compute capability 9.0)",
@@ -99,6 +119,8 @@ typedef struct w16_target {
     /* Kernel entry points are named after their cache key (one JIT holds
      * every kernel of a process); otherwise after the kernel. */
     bool key_symbols;
+    /* How the generated fused MoE runs here (w16_moe_orch_t). */
+    w16_moe_orch_t moe_orch;
 
     /* The context's instance, made on first use; EUNAVAILABLE with the
      * reason ("CUDA target unavailable: no driver") where the target
@@ -157,6 +179,14 @@ typedef struct w16_target {
      * now). By stream_close it has arrived. */
     wna16_status_t (*output_done)(w16_stream_t *s, uint64_t addr,
                                   wna16_error_t *err);
+    /* Room for `bytes` of memory that only kernels read and write (a
+     * call's intermediates: routing, activations); *addr is where they
+     * find it (device memory, or host memory the stream allocated on a
+     * host-memory target). Never copied; its content is undefined until a
+     * kernel writes it; freed by stream_close. Needed where moe_orch is
+     * DEVICE, else may be NULL. */
+    wna16_status_t (*scratch)(w16_stream_t *s, size_t bytes, uint64_t *addr,
+                              wna16_error_t *err);
     /* Runs n_groups workgroups of `lanes` lanes of `fn` with the kernel's
      * n_args parameters, after everything put so far. May return before
      * the kernel has run (errors then surface at stream_close). `flags`:

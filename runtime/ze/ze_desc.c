@@ -10,7 +10,9 @@
  *
  * so a cache hit skips emitting and validating and only rebuilds the
  * module for the device (Level Zero keeps its own cache of native code).
- * Streams copy synchronously through device memory.
+ * Streams copy synchronously through device memory; scratch is device
+ * memory no copy touches (the generated fused MoE's intermediates, routed
+ * on the device: moe_orch DEVICE).
  */
 #include "runtime/ze/ze.h"
 #include "gen/emit_spirv.h"
@@ -236,6 +238,16 @@ static wna16_status_t ze_output(w16_stream_t *s, void *host, size_t bytes,
     return st;
 }
 
+/* Device memory for kernels alone (never copied), freed at close. */
+static wna16_status_t ze_scratch(w16_stream_t *s, size_t bytes,
+                                 uint64_t *addr, wna16_error_t *err)
+{
+    wna16_status_t st = w16_ze_alloc(s->ze, bytes, addr, err);
+    if (st == WNA16_OK && *addr)
+        st = keep(s, *addr, NULL, bytes, err);
+    return st;
+}
+
 /* The launches are synchronous: the output is complete; bring it back
  * and free it. */
 static wna16_status_t ze_output_done(w16_stream_t *s, uint64_t addr,
@@ -301,6 +313,7 @@ const w16_target_t w16_target_xpu = {
     .host_memory = false,
     .staged_tiles = true,
     .key_symbols = false,
+    .moe_orch = W16_MOE_ORCH_DEVICE, /* kernels address device memory */
     .probe = ze_probe,
     .describe = ze_describe,
     .release = ze_release,
@@ -314,6 +327,7 @@ const w16_target_t w16_target_xpu = {
     .put_table = ze_put_table,
     .output = ze_output,
     .output_done = ze_output_done,
+    .scratch = ze_scratch,
     .launch = ze_launch,
     .stream_close = ze_stream_close,
     .native_moe = NULL,
