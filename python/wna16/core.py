@@ -48,13 +48,19 @@ def kernel_platforms():
     return {name for name, bit in _lib.PLATFORM.items() if m & (1 << bit)}
 
 
+# The model's dtype in a quant dict: torch's names, None when not given.
+_MODEL_DTYPES = {"float16": "F16", "bfloat16": "BF16"}
+
+
 def _quant(q):
+    md = _lib.DTYPES[q.model_dtype - 1] if q.model_dtype else None
     return {"bits": q.bits, "group_size": q.group_size,
             "zero_point": q.zero_point, "act_order": q.act_order,
             "bias": q.bias, "zeros_stored": q.zeros_stored,
             "g_idx_stored": q.g_idx_stored,
             "input_dtype": {v: k for k, v in
-                            _lib.INPUT_DTYPE.items()}[q.input_dtype]}
+                            _lib.INPUT_DTYPE.items()}[q.input_dtype],
+            "model_dtype": {v: k for k, v in _MODEL_DTYPES.items()}.get(md)}
 
 
 def _quant_struct(d):
@@ -63,7 +69,8 @@ def _quant_struct(d):
         return d
     q = _lib.QuantDesc()
     unknown = set(d) - {"bits", "group_size", "zero_point", "act_order",
-                        "bias", "zeros_stored", "g_idx_stored", "input_dtype"}
+                        "bias", "zeros_stored", "g_idx_stored", "input_dtype",
+                        "model_dtype"}
     if unknown:
         raise ValueError(f"quant: unknown keys {sorted(unknown)}")
     q.bits = d.get("bits", 4)
@@ -72,6 +79,11 @@ def _quant_struct(d):
               "g_idx_stored"):
         setattr(q, k, bool(d.get(k, False)))
     q.input_dtype = _lib.INPUT_DTYPE[d.get("input_dtype", "16bit")]
+    md = d.get("model_dtype")
+    if md is not None and md not in _MODEL_DTYPES:
+        raise ValueError(f"quant: model_dtype {md!r}: expected one of "
+                         f"{sorted(_MODEL_DTYPES)} or None")
+    q.model_dtype = _lib.DTYPE[_MODEL_DTYPES[md]] if md else 0
     return q
 
 

@@ -189,8 +189,19 @@ def test_fused_moe_standard(layer, weights, triton, M):
     ref.close(out.astype(np.float64), want, f"M={M}")
 
 
-def test_fused_moe_bf16_gelu_expert_map_on_input(layer, weights, triton):
-    _, moe = triton
+def test_fused_moe_bf16_gelu_expert_map_on_input(ctx, layer, weights, triton):
+    packed, f16_moe = triton
+    # the checkpoint is a float16 model: its layer (quant carries the
+    # model's dtype) refuses bfloat16 activations, as vLLM's kernels would;
+    # a layer created without a model dtype takes either
+    assert layer.quant["model_dtype"] == "float16"
+    with pytest.raises(wna16.Error) as e:
+        f16_moe.run(np.zeros((1, layer.H), np.uint16),
+                    np.zeros((1, 1), np.int32), np.ones((1, 1), np.float32),
+                    act_dtype="BF16")
+    assert e.value.name == "EINVAL" and "model dtype is F16" in e.value.message
+    moe = ctx.moe_layer("triton", packed, layer.prefix, layer.E, layer.H,
+                        layer.I, dict(layer.quant, model_dtype=None))
     M = 9
     rng = np.random.default_rng(5)
     xf = rng.standard_normal((M, layer.H)) * 0.5

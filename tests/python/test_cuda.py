@@ -18,9 +18,11 @@ if wna16.probe_device()["platform"] != "cuda":
 
 @pytest.fixture(scope="module")
 def marlin(ctx, layer):
+    # created without the model's dtype (the checkpoint is a float16
+    # model), so that it takes the bfloat16 activations below too
     packed = ctx.repack_layer(layer, "marlin", target="cuda")
     moe = ctx.cuda_moe("marlin", packed, layer.prefix, layer.E, layer.H,
-                       layer.I, layer.quant)
+                       layer.I, dict(layer.quant, model_dtype=None))
     return packed, moe
 
 
@@ -100,14 +102,24 @@ def test_wna16_experts_on_torch_cuda(ctx, layer, weights):
     from wna16.torch import WNA16Experts
     experts = WNA16Experts.from_checkpoint_layer(ctx, layer, device="cuda")
     assert experts.backend == "marlin"
+    # without the model's dtype: takes bfloat16 on the float16 model
+    any_dtype = WNA16Experts.from_packed(
+        ctx, ctx.repack_layer(layer, "marlin", target="cuda"), layer.prefix,
+        layer.E, layer.H, layer.I, dict(layer.quant, model_dtype=None),
+        "marlin", "cuda")
     s = torch.cuda.Stream()
     for M, dtype in ((1, torch.float16), (33, torch.bfloat16)):
         g = torch.Generator().manual_seed(M)
         x = (torch.randn(M, layer.H, generator=g) * 0.5).to(dtype)
         logits = torch.randn(M, layer.E, generator=g)
         w, ids = torch.topk(torch.softmax(logits, -1), 2)
+        run = experts
+        if dtype == torch.bfloat16:
+            with pytest.raises(wna16.Error, match="model dtype is F16"):
+                experts(x.cuda(), w.cuda(), ids.cuda())
+            run = any_dtype
         with torch.cuda.stream(s):
-            out = experts(x.cuda(), w.cuda(), ids.cuda())
+            out = run(x.cuda(), w.cuda(), ids.cuda())
         s.synchronize()
         assert out.is_cuda and out.dtype == dtype
         dt = "F16" if dtype == torch.float16 else "BF16"
