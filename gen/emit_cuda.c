@@ -409,6 +409,9 @@ wna16_status_t w16_emit_cuda(const kir_kernel_t *k, bool with_prelude,
                              w16_buf_t *b, wna16_error_t *err)
 {
     bool read[4096] = {0};
+    if (k->native)
+        return w16_err(err, WNA16_EUNSUPPORTED, "kernel %s: its code is "
+                       "written for the CPU (LLVM) only", k->name);
     if (k->n_vars > 4096)
         return w16_err(err, WNA16_EUNSUPPORTED, "kernel %s: too many variables",
                        k->name);

@@ -839,6 +839,9 @@ wna16_status_t w16_emit_llvm_for(const kir_kernel_t *k, LLVMModuleRef m,
     if (k->n_params > 64)
         return w16_err(err, WNA16_EUNSUPPORTED, "kernel %s: more than 64 "
                        "parameters", k->name);
+    if (k->native)
+        return k->native->emit_llvm(k->native->data, m, symbol, features,
+                                    err);
     emitter_t E = {.k = k, .m = m, .c = LLVMGetModuleContext(m)};
     E.b = LLVMCreateBuilderInContext(E.c);
     E.ptr = LLVMPointerTypeInContext(E.c, 0);

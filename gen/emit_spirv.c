@@ -1094,6 +1094,9 @@ static void finish(semit_t *E, w16_words_t *mod)
 static wna16_status_t emit_module(const kir_kernel_t *k, w16_words_t *mod,
                                   wna16_error_t *err)
 {
+    if (k->native)
+        return w16_err(err, WNA16_EUNSUPPORTED, "kernel %s: its code is "
+                       "written for the CPU (LLVM) only", k->name);
     wna16_context_t *ctx = k->arena.ctx;
     semit_t E = {.k = k, .ctx = ctx, .next_id = 1};
     for (int s = 0; s < SEC_COUNT; s++)

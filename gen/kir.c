@@ -804,6 +804,8 @@ void kir_print(w16_buf_t *b, const kir_kernel_t *k)
             w16_buf_printf(b, "%s%lld", j ? ", " : "", (long long)t->values[j]);
         w16_buf_puts(b, "}\n");
     }
+    if (k->native)
+        w16_buf_printf(b, "  native {\n%s\n  }\n", k->native->text);
     print_block(b, &k->body, 1);
     w16_buf_puts(b, "}\n");
 }

@@ -199,6 +199,23 @@ typedef struct kir_stmt {
     kir_block_t body, else_body;
 } kir_stmt_t;
 
+/* A kernel whose code a dedicated generator writes in a target's own IR
+ * (gen/moe_cpu.c: x86 vector intrinsics through the LLVM C API) rather
+ * than in this IR; it travels through the targets, the kernel cache and
+ * its keys as a kernel of this IR with parameters and no body. `text`
+ * states everything that decides the code (kir_print prints it, so it is
+ * in every cache key); `emit_llvm` adds the entry point `symbol` (the CPU
+ * calling convention of gen/emit_llvm.h) to an LLVMModuleRef for code
+ * allowed the LLVM feature string `features` (NULL: the host's). Both live
+ * as long as the kernel (its arena). Emitters for other targets refuse it. */
+typedef struct kir_native {
+    const char *text;
+    wna16_status_t (*emit_llvm)(const void *data, void *module,
+                                const char *symbol, const char *features,
+                                wna16_error_t *err);
+    const void *data;
+} kir_native_t;
+
 typedef struct kir_kernel {
     w16_arena_t arena;
     const char *name; /* stable and readable: wna16_repack_gptq_to_triton_... */
@@ -223,6 +240,9 @@ typedef struct kir_kernel {
      * memory); kir_verify reports it. Builders may construct freely and
      * check once at the end. */
     const char *broken;
+    /* NULL, or the dedicated generator that writes this kernel's code
+     * (the body then stays empty). */
+    const kir_native_t *native;
 } kir_kernel_t;
 
 /* ---- building ------------------------------------------------------------ */

@@ -1189,6 +1189,46 @@ wna16_status_t wna16_ref_moe(const wna16_qlayer_t *layer,
                              const float *topk_weights, int32_t topk,
                              void *out, wna16_error_t *err);
 
+/* The numeric contract of a fused MoE's GEMMs: what a kernel's result
+ * equals, within float32 rounding, and what the reference computes for it
+ * (docs/specs.md, "numerics"; a backend spec lists its contracts).
+ *  - F32 ("f32"): weights dequantized to float32, (code - zero) * scale,
+ *    float32 products and sums (the generated kernels' portable path; the
+ *    reference sums in double).
+ *  - INT8_DYNAMIC ("int8-dynamic"): vLLM's CPU int4 MoE (CPUExpertsInt4):
+ *    each GEMM input row quantized per token to u8 (scale max|x| / 127,
+ *    codes rne(x * 127 / max|x|) + 128), u8 x (code - zero) products summed
+ *    exactly in int32 per block of min(group size, 128) input channels
+ *    (the layout's compensation sums remove the 128 offset), each block's
+ *    sum times the row's and the group's scales added in float32. 4-bit
+ *    codes, no act-order. Its error against F32 is that of 8-bit inputs:
+ *    per GEMM output, up to max|x| / 254 times the sum of |w| over K.
+ *  - BF16_EXACT ("bf16-exact"): as Marlin computes: bf16((code - zero) *
+ *    scale) times the bf16 input, float32 sums of pairs of products. */
+typedef enum wna16_numerics {
+    WNA16_NUMERICS_INVALID = -1,
+    WNA16_NUMERICS_F32 = 0,
+    WNA16_NUMERICS_INT8_DYNAMIC = 1,
+    WNA16_NUMERICS_BF16_EXACT = 2,
+    WNA16_NUMERICS_COUNT_
+} wna16_numerics_t;
+
+/* "f32", "int8-dynamic", "bf16-exact"; NULL for an invalid value. */
+const char *wna16_numerics_name(wna16_numerics_t n);
+/* The contract named (exactly); WNA16_NUMERICS_INVALID if none. */
+wna16_numerics_t wna16_numerics_from_name(const char *name);
+
+/* wna16_ref_moe under the given numeric contract (F32: wna16_ref_moe).
+ * EUNSUPPORTED where the layer falls outside the contract (int8-dynamic:
+ * 8-bit codes, act-order). */
+wna16_status_t wna16_ref_moe_numerics(const wna16_qlayer_t *layer,
+                                      const wna16_moe_params_t *p,
+                                      wna16_numerics_t numerics,
+                                      const void *hidden, int32_t M,
+                                      const int32_t *topk_ids,
+                                      const float *topk_weights, int32_t topk,
+                                      void *out, wna16_error_t *err);
+
 /* The reference MoE, batched activation format (as expert-parallel
  * all-to-all dispatch produces; vLLM's BatchedExperts):
  *   hidden             [E][max_tokens][H] act_dtype
@@ -1214,6 +1254,12 @@ wna16_status_t wna16_ref_moe_batched(const wna16_qlayer_t *layer,
                                      const int32_t *expert_num_tokens,
                                      const float *weights, void *out,
                                      wna16_error_t *err);
+/* wna16_ref_moe_batched under the given numeric contract. */
+wna16_status_t wna16_ref_moe_batched_numerics(
+    const wna16_qlayer_t *layer, const wna16_moe_params_t *p,
+    wna16_numerics_t numerics, const void *hidden, int32_t max_tokens,
+    const int32_t *expert_num_tokens, const float *weights, void *out,
+    wna16_error_t *err);
 
 /* Tokens sorted and aligned per expert for a block kernel (vLLM's
  * moe_align_block_size). Owns its arrays; free with
@@ -1296,7 +1342,9 @@ void wna16_moe_alignment_free(wna16_moe_alignment_t *a);
  * the top-k combine, over tokens sorted per expert (wna16_moe_align with
  * a block size the layer picks from the routing). Weights are dequantized
  * on the fly through the layout's maps. `wna16 gen --kind moe` prints
- * them. */
+ * them. On the CPU the host routes each call; on the xpu and ocl targets a
+ * generated routing kernel does (the same arrays), so a call is five
+ * launches with no host read between them. */
 typedef struct wna16_moe_layer wna16_moe_layer_t;
 
 /* Binds a layer: `tensors` holds "{prefix}.w13_{name}" and
@@ -1307,8 +1355,12 @@ typedef struct wna16_moe_layer wna16_moe_layer_t;
  * (N = I, padded) is a non-gated layer and runs the *_no_mul activations;
  * otherwise [gate; up] and the gated ones. Tensors are checked (present,
  * dtype listed by the layout, shape) but not copied: they must outlive the
- * layer. `target`: WNA16_TARGET_CPU (EUNAVAILABLE in builds without LLVM);
- * other targets are EUNAVAILABLE. Refuses act-order, per-expert layouts and
+ * layer (on the xpu target they are copied to the device once, here).
+ * `target`: WNA16_TARGET_CPU (EUNAVAILABLE in builds without LLVM),
+ * WNA16_TARGET_XPU (Level Zero; EUNAVAILABLE without a driver and an
+ * Intel GPU) or WNA16_TARGET_OCL (EUNAVAILABLE without an OpenCL device
+ * and llvm-spirv-15); cuda is EUNAVAILABLE (its fused MoE is
+ * wna16_cuda_moe_*). Refuses act-order, per-expert layouts and
  * what the layouts cannot hold, naming the spec. With quant->model_dtype
  * (F16/BF16) the layer is that model's: scales and biases of the layouts
  * held in the model's dtype must be in it (EINVAL naming the tensor), and
@@ -1342,7 +1394,19 @@ wna16_status_t wna16_moe_layer_run(wna16_moe_layer_t *layer,
                                    const float *topk_weights, int32_t topk,
                                    void *out, wna16_error_t *err);
 
-/* wna16_ref_moe_batched with generated kernels. */
+/* The numeric contract the layer's GEMM kernels compute (fixed at
+ * creation): on a CPU with AVX512-VNNI, a layout whose block structure the
+ * dedicated CPU generator recognizes (vLLM's `cpu` VNNI blocks) and a spec
+ * that lists it, "int8-dynamic"; otherwise the portable kernels' "f32"
+ * (the layer's creation logs which, and why, once). $WNA16_NUMERICS (a
+ * contract's name) asks for another one where it can run. Compare the
+ * layer's outputs with wna16_ref_moe_numerics under this contract. */
+wna16_numerics_t wna16_moe_layer_numerics(const wna16_moe_layer_t *layer);
+
+/* wna16_ref_moe_batched with generated kernels. Over a layout whose
+ * generated fused MoE stands for the backend's own kernel and that kernel
+ * is standard-only (xpu: vLLM's XPUExpertsWNA16), EUNSUPPORTED "kernel
+ * does not support batched activation format", as vLLM refuses it. */
 wna16_status_t wna16_moe_layer_run_batched(wna16_moe_layer_t *layer,
                                            const wna16_moe_params_t *p,
                                            const void *hidden,

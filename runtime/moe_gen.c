@@ -20,12 +20,12 @@
  *        (the GEMMs' workgroups past the routed block count exit), no host
  *        read between launches -> output back
  *
-
  * Arguments are checked exactly as the reference checks them (same
  * messages), before any work.
  */
 #include "gen/build_moe.h"
 #include "gen/build_route.h"
+#include "gen/moe_cpu.h"
 #include "gen/request_key.h"
 #include "runtime/cache/cache.h"
 #include "runtime/ref/moe.h"
@@ -89,6 +89,11 @@ struct wna16_moe_layer {
     wna16_dtype_t dtype[2][W16_ROLE_COUNT];
     const void *data[2][W16_ROLE_COUNT];
     pthread_mutex_t mu; /* one run at a time: the scratch and the memo */
+    /* The GEMMs' numeric contract: F32 from build_moe.c, else the input
+     * and GEMM stages from the dedicated CPU generator (gen/moe_cpu.h) for
+     * the host's vector features `isa` (choose_numerics). */
+    wna16_numerics_t numerics;
+    unsigned isa;
     variant_t *variants;
     int n_variants, cap_variants;
     /* scratch, grown as needed */
@@ -264,6 +269,71 @@ static wna16_status_t put_weights(wna16_moe_layer_t *L, wna16_error_t *err)
     return WNA16_OK;
 }
 
+/* The GEMMs' numeric contract: the first of the spec's contracts that the
+ * dedicated CPU generator builds for this layer on this host (its layout's
+ * maps probed), else the portable kernels' f32; $WNA16_NUMERICS names one
+ * to prefer. Logged once per reason, naming what ran and why. */
+static void choose_numerics(wna16_moe_layer_t *L, void *inst)
+{
+    L->numerics = WNA16_NUMERICS_F32;
+    w16_target_device_t dev = {0};
+    if (L->T->describe)
+        L->T->describe(inst, &dev);
+    L->isa = w16_moe_cpu_isa(dev.cpu_features);
+    const char *env = getenv("WNA16_NUMERICS");
+    wna16_numerics_t want = env && *env ? wna16_numerics_from_name(env)
+                                        : WNA16_NUMERICS_INVALID;
+    if (env && *env && want == WNA16_NUMERICS_INVALID)
+        w16_log_once(L->ctx, WNA16_LOG_WARN, "moe_numerics_env", "moe layer: "
+                     "WNA16_NUMERICS=%s names no numeric contract (f32, "
+                     "int8-dynamic, bf16-exact); ignored", env);
+    const wna16_spec_t *s = L->backend;
+    char why[512] = "";
+    for (int i = -1; i < s->caps.n_numerics; i++) {
+        wna16_numerics_t n = i < 0 ? want : s->caps.numerics[i];
+        if (n == WNA16_NUMERICS_INVALID || n == WNA16_NUMERICS_F32)
+            continue;
+        if (i >= 0 && want == WNA16_NUMERICS_F32)
+            break;
+        bool listed = false;
+        for (int j = 0; j < s->caps.n_numerics; j++)
+            listed = listed || s->caps.numerics[j] == n;
+        if (!listed) {
+            snprintf(why, sizeof why, "the %s spec does not list %s",
+                     s->name, wna16_numerics_name(n));
+            continue;
+        }
+        w16_moe_request_t req = base_request(L);
+        req.params.activation = L->problem.ungated ? WNA16_ACT_SILU_NO_MUL
+                                                   : WNA16_ACT_SILU;
+        wna16_error_t e = {0};
+        if (!dev.cpu_features) {
+            snprintf(why, sizeof why, "the %s target runs the portable "
+                     "kernels only", L->T->name);
+            break;
+        }
+        if (w16_moe_cpu_check(&req, n, L->isa, &e) == WNA16_OK) {
+            L->numerics = n;
+            break;
+        }
+        snprintf(why, sizeof why, "%s", e.message);
+    }
+    if (L->numerics != WNA16_NUMERICS_F32)
+        w16_log_once(L->ctx, WNA16_LOG_INFO, "moe_numerics_native", "moe "
+                     "layer: %s GEMMs run the dedicated CPU kernels "
+                     "(%s: AVX-512 dot products)", s->name,
+                     wna16_numerics_name(L->numerics));
+    else if (why[0])
+        w16_log_once(L->ctx, WNA16_LOG_INFO, "moe_numerics_f32", "moe layer: "
+                     "%s GEMMs run the portable f32 kernels: %s", s->name,
+                     why);
+}
+
+wna16_numerics_t wna16_moe_layer_numerics(const wna16_moe_layer_t *L)
+{
+    return L ? L->numerics : WNA16_NUMERICS_INVALID;
+}
+
 wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
                                       const wna16_spec_t *backend,
                                       const wna16_tensor_set_t *tensors,
@@ -341,6 +411,7 @@ wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
         wna16_moe_layer_destroy(L);
         return st;
     }
+    choose_numerics(L, inst);
     if (!L->model_dtype)
         w16_log_once(ctx, WNA16_LOG_INFO, "moe_no_model_dtype", "moe layer: "
                      "created without a model dtype (quant->model_dtype 0): "
@@ -377,6 +448,31 @@ void wna16_moe_layer_destroy(wna16_moe_layer_t *L)
 
 /* ---- kernels ------------------------------------------------------------- */
 
+/* Does stage s come from the dedicated CPU generator? (combine is always
+ * build_moe.c's) */
+static bool native_stage(const wna16_moe_layer_t *L, w16_moe_stage_t s)
+{
+    return L->numerics != WNA16_NUMERICS_F32 && s != W16_MOE_COMBINE;
+}
+
+/* The request key of stage s: a dedicated CPU kernel's differs from the
+ * portable one's (a kernel pack holds portable kernels by request). */
+static w16_key_t stage_key(const wna16_moe_layer_t *L,
+                           const w16_moe_request_t *req, w16_moe_stage_t s)
+{
+    w16_key_t rk = w16_moe_request_key(req, s);
+    if (!native_stage(L, s))
+        return rk;
+    w16_keyer_t kr;
+    w16_keyer_init(&kr);
+    w16_keyer_str(&kr, "wna16 moe_cpu stage");
+    w16_keyer_u64(&kr, rk.hi);
+    w16_keyer_u64(&kr, rk.lo);
+    w16_keyer_u64(&kr, (uint64_t)L->numerics);
+    w16_keyer_u64(&kr, W16_MOE_CPU_VERSION);
+    return w16_keyer_done(&kr);
+}
+
 /* A stage's kernel with its launch shape, kept in the context's plans
  * (runtime/repack_plan.c keeps repack plans there too) by request key, so
  * that every layer of one configuration finds it without building the
@@ -399,7 +495,10 @@ static wna16_status_t stage_build(void *user, w16_key_t key, void **blob,
     (void)key;
     stage_job_t *J = user;
     w16_moe_kernel_t mk;
-    wna16_status_t st = w16_build_moe(J->L->ctx, J->req, J->stage, &mk, err);
+    wna16_status_t st = native_stage(J->L, J->stage)
+        ? w16_build_moe_cpu(J->L->ctx, J->req, J->L->numerics, J->L->isa,
+                            J->stage, &mk, err)
+        : w16_build_moe(J->L->ctx, J->req, J->stage, &mk, err);
     if (st != WNA16_OK)
         return st;
     stage_plan_t *p = w16_calloc(J->L->ctx, 1, sizeof *p);
@@ -407,7 +506,7 @@ static wna16_status_t stage_build(void *user, w16_key_t key, void **blob,
         st = w16_err_nomem(err, "keeping a compiled MoE kernel");
     if (st == WNA16_OK)
         st = w16_target_kernel_req(J->L->ctx, J->L->T, "wna16 moe kernel",
-                                   w16_moe_request_key(J->req, J->stage),
+                                   stage_key(J->L, J->req, J->stage),
                                    mk.kernel, &p->f.fn, NULL, err);
     if (st == WNA16_OK) {
         p->ctx = J->L->ctx;
@@ -455,7 +554,7 @@ static wna16_status_t compile_stage(wna16_moe_layer_t *L,
     wna16_status_t st = w16_context_plans(L->ctx, &plans, err);
     if (st != WNA16_OK)
         return st;
-    w16_key_t rk = w16_moe_request_key(req, s);
+    w16_key_t rk = stage_key(L, req, s);
     w16_keyer_t kr;
     w16_keyer_init(&kr);
     w16_keyer_str(&kr, "wna16 moe stage plan");

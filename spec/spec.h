@@ -120,6 +120,9 @@ typedef struct w16_capabilities {
      * true. */
     bool input_dtypes[WNA16_INPUT_COUNT_];
     w16_rule_t *shape_rules; int n_shape_rules;
+    /* The numeric contracts its fused MoE computes (wna16_numerics_t),
+     * vLLM's kernel's own first ("numerics"; default ["f32"]). */
+    wna16_numerics_t numerics[WNA16_NUMERICS_COUNT_]; int n_numerics;
 } w16_capabilities_t;
 
 /* Backend-only: selection data reproducing vLLM's oracle. */

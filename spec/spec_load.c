@@ -376,7 +376,7 @@ static bool load_caps(loader_t *L, const cJSON *j, const char *path)
     static const char *const keys[] = {
         "bits", "group_sizes", "zero_points", "bias", "act_order",
         "activation_formats", "activations", "platforms", "min_cc",
-        "input_dtypes", NULL};
+        "input_dtypes", "numerics", NULL};
     if (!check_keys(L, j, path, keys))
         return false;
     w16_capabilities_t *c = &L->spec->caps;
@@ -417,6 +417,28 @@ static bool load_caps(loader_t *L, const cJSON *j, const char *path)
             return lfail(L, path, "\"%s\" is required", flags[i].key);
         if (!get_bool(L, get(j, flags[i].key), p, flags[i].v))
             return false;
+    }
+    c->numerics[0] = WNA16_NUMERICS_F32;
+    c->n_numerics = 1;
+    if (get(j, "numerics")) {
+        const char **v;
+        int n;
+        path_key(p, path, "numerics");
+        if (!get_string_list(L, get(j, "numerics"), p, false, &v, &n))
+            return false;
+        if (n > WNA16_NUMERICS_COUNT_)
+            return lfail(L, p, "at most %d numeric contracts",
+                         WNA16_NUMERICS_COUNT_);
+        for (int i = 0; i < n; i++) {
+            c->numerics[i] = wna16_numerics_from_name(v[i]);
+            if (c->numerics[i] == WNA16_NUMERICS_INVALID)
+                return lfail(L, p, "unknown numeric contract \"%s\" (f32, "
+                             "int8-dynamic, bf16-exact)", v[i]);
+            for (int k = 0; k < i; k++)
+                if (c->numerics[k] == c->numerics[i])
+                    return lfail(L, p, "\"%s\" listed twice", v[i]);
+        }
+        c->n_numerics = n;
     }
     c->standard_format = true;
     if (get(j, "activation_formats")) {

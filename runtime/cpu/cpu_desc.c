@@ -36,7 +36,8 @@ static wna16_status_t cpu_probe(wna16_context_t *ctx, void **inst,
 
 static void cpu_describe(void *inst, w16_target_device_t *out)
 {
-    *out = (w16_target_device_t){.threads = w16_cpu_threads(inst)};
+    *out = (w16_target_device_t){.threads = w16_cpu_threads(inst),
+                                 .cpu_features = w16_cpu_features(inst)};
     snprintf(out->text, sizeof out->text, "host CPU (%s, %d threads)",
              w16_cpu_name(inst), w16_cpu_threads(inst));
 }

@@ -12,6 +12,18 @@
  * (the activation is rounded to the activation dtype before the second
  * GEMM, as vLLM's kernels do). Every argument is validated before any
  * work, so a bad input gets an error and never an out-of-bounds access.
+ *
+ * Numeric contracts (wna16_numerics_t): "f32" is the above; "int8-dynamic"
+ * is vLLM's CPU int4 MoE (CPUExpertsInt4 -> fused_experts_cpu INT4_W4A8,
+ * csrc/cpu/sgl-kernels/moe_int4.cpp and gemm_int4.cpp): each GEMM input
+ * row is quantized to u8 (amax = max(max |x|, 1e-7), q = rne(x * (127 /
+ * amax)) + 128, scale amax / 127), each block of bk = min(group, 128)
+ * input channels is summed exactly in int32 as sum q (code - zero) minus
+ * 128 sum (code - zero) (the layout's compensation), and the block's
+ * float(sum) * scale_x * scale_w is added into a float32 accumulator in
+ * block order; "bf16-exact" rounds each dequantized weight (code - zero) *
+ * scale and each GEMM input to bf16 and sums their products in float32
+ * pairs of input channels at a time, in order, as vdpbf16ps does.
  */
 #include "runtime/ref/moe.h"
 #include "spec/spec.h"
@@ -262,6 +274,55 @@ static wna16_status_t check_layer(const wna16_qlayer_t *layer,
     return st;
 }
 
+/* Input channels per int32 block: min(group size, 128). */
+static int32_t int8_block(const wna16_qweight_t *qw)
+{
+    int32_t gse = qw->K / qw->G;
+    return gse < 128 ? gse : 128;
+}
+
+static const char *const numerics_names[WNA16_NUMERICS_COUNT_] = {
+    "f32", "int8-dynamic", "bf16-exact"};
+
+const char *wna16_numerics_name(wna16_numerics_t n)
+{
+    return n >= 0 && n < WNA16_NUMERICS_COUNT_ ? numerics_names[n] : NULL;
+}
+
+wna16_numerics_t wna16_numerics_from_name(const char *name)
+{
+    for (int i = 0; name && i < WNA16_NUMERICS_COUNT_; i++)
+        if (strcmp(name, numerics_names[i]) == 0)
+            return (wna16_numerics_t)i;
+    return WNA16_NUMERICS_INVALID;
+}
+
+/* What a contract needs of the layer: int8-dynamic is defined for 4-bit
+ * codes (u8 x s4 products) without act-order, its blocks of min(group,
+ * 128) channels inside one group. */
+static wna16_status_t check_numerics(const wna16_qlayer_t *layer,
+                                     wna16_numerics_t n, wna16_error_t *err)
+{
+    if (!wna16_numerics_name(n))
+        return w16_err(err, WNA16_EINVAL, "moe: invalid numeric contract %d",
+                       (int)n);
+    if (n != WNA16_NUMERICS_INT8_DYNAMIC)
+        return WNA16_OK;
+    const wna16_qweight_t *ops[2] = {&layer->w13, &layer->w2};
+    for (int i = 0; i < 2; i++) {
+        const wna16_qweight_t *qw = ops[i];
+        int32_t gse = qw->K / qw->G, bk = int8_block(qw);
+        if (qw->bits != 4 || qw->g_idx || gse % bk)
+            return w16_err(err, WNA16_EUNSUPPORTED, "moe: the int8-dynamic "
+                           "contract (vLLM's CPU int4 MoE) needs 4-bit codes "
+                           "without act-order in blocks of min(group size, "
+                           "128) channels; %s has %d bits%s, group %d",
+                           i ? "w2" : "w13", qw->bits,
+                           qw->g_idx ? " with g_idx" : "", gse);
+    }
+    return WNA16_OK;
+}
+
 /* The expert map's entries must be -1 or local experts. */
 static wna16_status_t check_map(const wna16_moe_params_t *p, int32_t E,
                                 int32_t *n_ids, wna16_error_t *err)
@@ -325,6 +386,8 @@ typedef struct moe_work {
     float *h;   /* [N13] GEMM1 output */
     float *a;   /* [I] activation, rounded to act dtype */
     int32_t loaded;
+    wna16_numerics_t numerics;
+    uint8_t *q; /* int8-dynamic: the quantized GEMM input row */
 } moe_work_t;
 
 static void work_free(moe_work_t *w)
@@ -334,6 +397,7 @@ static void work_free(moe_work_t *w)
     free(w->x);
     free(w->h);
     free(w->a);
+    free(w->q);
     memset(w, 0, sizeof *w);
 }
 
@@ -358,7 +422,8 @@ static wna16_status_t work_init(moe_work_t *w, const wna16_qlayer_t *layer,
     w->x = malloc((size_t)w->H * sizeof(float));
     w->h = malloc((size_t)w->N13 * sizeof(float));
     w->a = malloc((size_t)w->I * sizeof(float));
-    if (!w->w13 || !w->w2 || !w->x || !w->h || !w->a) {
+    w->q = malloc((size_t)(w->H > w->I ? w->H : w->I));
+    if (!w->w13 || !w->w2 || !w->x || !w->h || !w->a || !w->q) {
         work_free(w);
         return w16_err_nomem(err, "the reference MoE's expert weights");
     }
@@ -405,14 +470,92 @@ static double dot(const float *x, const float *row, int32_t n,
     return acc;
 }
 
+/* ---- numeric contracts other than f32 --------------------------------- */
+
+/* vLLM's quantize_row_int8: per row, u8 codes around 128 and the scale. */
+static float quantize_row(const float *x, int32_t n, uint8_t *q)
+{
+    float amax = 0.0f;
+    for (int32_t k = 0; k < n; k++)
+        amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
+    amax = amax > 1e-7f ? amax : 1e-7f;
+    float inv = 127.0f / amax;
+    for (int32_t k = 0; k < n; k++)
+        q[k] = (uint8_t)((int32_t)nearbyintf(x[k] * inv) + 128);
+    return amax / 127.0f;
+}
+
+/* Row n of operand qw (expert e) against the quantized row q (scale sa):
+ * per block, the exact int32 sum, then float(sum) * sa * scale added in
+ * float32, block by block. */
+static float int8_dot(const wna16_qweight_t *qw, int32_t e, int32_t n,
+                      const uint8_t *q, float sa)
+{
+    int32_t K = qw->K, gse = K / qw->G, bk = int8_block(qw);
+    float acc = 0.0f;
+    for (int32_t k0 = 0; k0 < K; k0 += bk) {
+        size_t gi = ((size_t)e * qw->G + (size_t)(k0 / gse)) * qw->N + n;
+        int32_t z = qw->zeros ? qw->zeros[gi] : (1 << (qw->bits - 1));
+        const uint8_t *codes = qw->codes + ((size_t)e * qw->N + n) * K;
+        int32_t c = 0, comp = 0;
+        for (int32_t k = k0; k < k0 + bk; k++) {
+            int32_t d = (int32_t)codes[k] - z;
+            c += (int32_t)q[k] * d;
+            comp += d;
+        }
+        c -= 128 * comp;
+        acc += ((float)c * sa) * qw->scales[gi];
+    }
+    return acc;
+}
+
+static float bf16_round(float v) { return round_act(WNA16_DTYPE_BF16, v); }
+
+/* Row n (dequantized in w's buffer) against x, both rounded to bf16, summed
+ * in float32 two input channels at a time (vdpbf16ps: acc + (a0 b0 + a1
+ * b1), the pair's products exact in float32). */
+static float bf16_dot(const float *x, const float *row, int32_t K)
+{
+    float acc = 0.0f;
+    for (int32_t k = 0; k < K; k += 2) {
+        float p = bf16_round(x[k]) * bf16_round(row[k]);
+        if (k + 1 < K)
+            p += bf16_round(x[k + 1]) * bf16_round(row[k + 1]);
+        acc += p;
+    }
+    return acc;
+}
+
+/* One GEMM output h = row n of operand g against the input row `in` (its
+ * int8 codes in w->q with scale sa under int8-dynamic), plus bias, under
+ * the work's contract. */
+static float gemm_out(moe_work_t *w, const wna16_qweight_t *qw,
+                      const float *wrows, int32_t e, int32_t n,
+                      const float *in, float sa)
+{
+    const float *b = qw->bias ? &qw->bias[(size_t)e * qw->N + n] : NULL;
+    switch (w->numerics) {
+    case WNA16_NUMERICS_INT8_DYNAMIC: {
+        float v = int8_dot(qw, e, n, w->q, sa);
+        return b ? v + *b : v;
+    }
+    case WNA16_NUMERICS_BF16_EXACT: {
+        float v = bf16_dot(in, &wrows[(size_t)n * qw->K], qw->K);
+        return b ? v + *b : v;
+    }
+    default:
+        return (float)dot(in, &wrows[(size_t)n * qw->K], qw->K, b);
+    }
+}
+
 /* y[H] = expert e's MLP of w->x (expert e must be loaded). */
 static void expert_mlp(moe_work_t *w, int32_t e, float *y)
 {
     const wna16_moe_params_t *p = w->p;
-    const float *b13 = w->layer->w13.bias, *b2 = w->layer->w2.bias;
+    bool int8 = w->numerics == WNA16_NUMERICS_INT8_DYNAMIC;
+    float sa = int8 ? quantize_row(w->x, w->H, w->q) : 0.0f;
     for (int32_t n = 0; n < w->N13; n++) {
-        const float *b = b13 ? &b13[(size_t)e * w->N13 + n] : NULL;
-        float v = (float)dot(w->x, &w->w13[(size_t)n * w->H], w->H, b);
+        float v = gemm_out(w, &w->layer->w13, w->w13, e, n, w->x, sa);
         w->h[n] = p->round_gemm_outputs ? round_act(p->act_dtype, v) : v;
     }
     for (int32_t i = 0; i < w->I; i++) {
@@ -421,9 +564,9 @@ static void expert_mlp(moe_work_t *w, int32_t e, float *y)
         /* vLLM's kernels hand GEMM2 the activation in the act dtype. */
         w->a[i] = round_act(p->act_dtype, v);
     }
+    sa = int8 ? quantize_row(w->a, w->I, w->q) : 0.0f;
     for (int32_t n = 0; n < w->H; n++) {
-        const float *b = b2 ? &b2[(size_t)e * w->H + n] : NULL;
-        float v = (float)dot(w->a, &w->w2[(size_t)n * w->I], w->I, b);
+        float v = gemm_out(w, &w->layer->w2, w->w2, e, n, w->a, sa);
         y[n] = p->round_gemm_outputs ? round_act(p->act_dtype, v) : v;
     }
 }
@@ -544,15 +687,30 @@ wna16_status_t wna16_ref_moe(const wna16_qlayer_t *layer,
                              const float *topk_weights, int32_t topk,
                              void *out, wna16_error_t *err)
 {
+    return wna16_ref_moe_numerics(layer, p, WNA16_NUMERICS_F32, hidden, M,
+                                  topk_ids, topk_weights, topk, out, err);
+}
+
+wna16_status_t wna16_ref_moe_numerics(const wna16_qlayer_t *layer,
+                                      const wna16_moe_params_t *p,
+                                      wna16_numerics_t numerics,
+                                      const void *hidden, int32_t M,
+                                      const int32_t *topk_ids,
+                                      const float *topk_weights, int32_t topk,
+                                      void *out, wna16_error_t *err)
+{
     moe_call_t c = {.hidden = hidden, .M = M, .topk = topk, .ids = topk_ids,
                     .weights = topk_weights, .out = out};
     wna16_status_t st = check_moe_args(layer, p, &c, err);
+    if (st == WNA16_OK)
+        st = check_numerics(layer, numerics, err);
     if (st != WNA16_OK || M == 0)
         return st;
     moe_work_t w;
     st = work_init(&w, layer, p, err);
     if (st != WNA16_OK)
         return st;
+    w.numerics = numerics;
     st = run_standard(&w, &c, err);
     work_free(&w);
     return st;
@@ -622,14 +780,29 @@ wna16_status_t wna16_ref_moe_batched(const wna16_qlayer_t *layer,
                                      const float *weights, void *out,
                                      wna16_error_t *err)
 {
+    return wna16_ref_moe_batched_numerics(layer, p, WNA16_NUMERICS_F32,
+                                          hidden, max_tokens,
+                                          expert_num_tokens, weights, out,
+                                          err);
+}
+
+wna16_status_t wna16_ref_moe_batched_numerics(
+    const wna16_qlayer_t *layer, const wna16_moe_params_t *p,
+    wna16_numerics_t numerics, const void *hidden, int32_t max_tokens,
+    const int32_t *expert_num_tokens, const float *weights, void *out,
+    wna16_error_t *err)
+{
     wna16_status_t st = check_batched_args(layer, p, hidden, max_tokens,
                                            expert_num_tokens, out, err);
+    if (st == WNA16_OK)
+        st = check_numerics(layer, numerics, err);
     if (st != WNA16_OK || max_tokens == 0)
         return st;
     moe_work_t w;
     st = work_init(&w, layer, p, err);
     if (st != WNA16_OK)
         return st;
+    w.numerics = numerics;
     float *y = malloc((size_t)layer->H * sizeof(float));
     if (!y) {
         work_free(&w);

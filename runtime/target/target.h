@@ -101,6 +101,10 @@ typedef struct w16_target_device {
                          "host CPU (znver5, 2 threads)" */
     int cc_major, cc_minor; /* a CUDA device's compute capability, else 0 */
     int threads;            /* host threads that run its kernels, or 0 */
+    /* The CPU's LLVM feature string ("+avx512f,+avx512vnni,..."), which
+     * decides the dedicated CPU kernels (gen/moe_cpu.h); NULL elsewhere.
+     * Lives as long as the target's instance. */
+    const char *cpu_features;
 } w16_target_device_t;
 
 typedef struct w16_target {

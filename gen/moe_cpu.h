@@ -1,0 +1,56 @@
+/*
+ * moe_cpu.h - the dedicated CPU generator of the fused MoE's input and GEMM
+ * stages (gen/moe_cpu.c): LLVM IR written directly through the LLVM C API
+ * with explicit vector types and x86 intrinsics (vpdpbusd), beside the
+ * portable kernel-IR builder (gen/build_moe.c), as gen/moe_cuda.c is for
+ * the CUDA tensor cores. It serves a layout only when evaluating the
+ * layout's maps shows the block structure its kernels read (vLLM's `cpu`
+ * VNNI blocks: 64-byte lines holding, per 32-bit lane L, four consecutive
+ * k of column n_lo(L) in low nibbles and n_lo(L) + 8 in high nibbles, then
+ * 32 int32 compensation sums per block); the spec's name plays no part.
+ *
+ * The stages keep the portable kernels' interface (build_moe.h: arguments,
+ * the expert runs and sorted positions of runtime/moe_gen.c, the combine
+ * stage) with their own formats in the scratch buffers between them: the
+ * input stage writes each x row quantized (u8 codes, the row's scale and
+ * per-block code sums in the row's 4H bytes), gemm1 writes a in float32 in
+ * natural order, gemm2 quantizes the a rows it reads and writes y as the
+ * combine stage reads it. The three come from this generator together or
+ * not at all.
+ */
+#ifndef W16_MOE_CPU_H
+#define W16_MOE_CPU_H
+
+#include "gen/build_moe.h"
+
+/* The x86 vector features the generator's contracts use, parsed from an
+ * LLVM feature string ("+avx512f,+avx512bw,+avx512vnni,..."). */
+enum {
+    W16_CPU_ISA_AVX512 = 1u << 0,      /* avx512f + avx512bw */
+    W16_CPU_ISA_AVX512_VNNI = 1u << 1, /* vpdpbusd on zmm */
+    W16_CPU_ISA_AVX512_BF16 = 1u << 2, /* vdpbf16ps on zmm */
+};
+unsigned w16_moe_cpu_isa(const char *llvm_features);
+
+/* Bump when the generated code changes (it is in every kernel's text). */
+#define W16_MOE_CPU_VERSION 1
+
+/* Can the generator build req's input and GEMM kernels under `numerics`
+ * on a CPU with `isa`? WNA16_OK, else EUNSUPPORTED with the reason (the
+ * host lacks an instruction, the layout's maps do not have the block
+ * structure, an activation it does not compute, ...), for the log. */
+wna16_status_t w16_moe_cpu_check(const w16_moe_request_t *req,
+                                 wna16_numerics_t numerics, unsigned isa,
+                                 wna16_error_t *err);
+
+/* Builds `stage` (INPUT, GEMM1 or GEMM2; COMBINE is build_moe.c's) as a
+ * kernel-IR kernel whose code is written by this generator
+ * (kir_kernel_t.native): parameters, tiles and argument map as
+ * w16_build_moe gives them. */
+wna16_status_t w16_build_moe_cpu(wna16_context_t *ctx,
+                                 const w16_moe_request_t *req,
+                                 wna16_numerics_t numerics, unsigned isa,
+                                 w16_moe_stage_t stage, w16_moe_kernel_t *out,
+                                 wna16_error_t *err);
+
+#endif
