@@ -131,9 +131,11 @@ int main(int argc, char **argv)
     w16_pack_get_info(p, &info);
     w16_pack_close(p);
 
+    /* kernel IR kernels only: the CUDA fused MoE's units (PACK_CUDA_UNIT)
+     * are not built from IR */
     size_t n = 0;
     for (size_t i = 0; i < m.n_jobs; i++)
-        n += m.jobs[i].target->T == T;
+        n += m.jobs[i].target->T == T && m.jobs[i].kind != PACK_CUDA_UNIT;
     double *jit = calloc(n + 1, sizeof *jit), *disk = calloc(n + 1, sizeof *disk),
            *pk = calloc(n + 1, sizeof *pk), *ir = calloc(n + 1, sizeof *ir);
     int k = 0;
@@ -146,7 +148,7 @@ int main(int argc, char **argv)
     int fam_start = 0;
     for (size_t i = 0; i <= m.n_jobs; i++) {
         const pack_job_t *j = i < m.n_jobs ? &m.jobs[i] : NULL;
-        if (j && j->target->T != T)
+        if (j && (j->target->T != T || j->kind == PACK_CUDA_UNIT))
             continue;
         if (!j || (fam && strcmp(fam, j->family) != 0)) {
             int c = k - fam_start;
@@ -240,7 +242,7 @@ int main(int argc, char **argv)
     /* repeated requests on one context: by request key, by content */
     const pack_job_t *j = NULL;
     for (size_t i = 0; i < m.n_jobs && !j; i++)
-        if (m.jobs[i].target->T == T)
+        if (m.jobs[i].target->T == T && m.jobs[i].kind != PACK_CUDA_UNIT)
             j = &m.jobs[i];
     wna16_context_t *c = fresh(dir, true);
     w16_repack_kernel_t rk;

@@ -438,6 +438,29 @@ void w16_moe_cuda_split(const wna16_spec_t *spec, int block_m, bool wgmma,
     *ctas_per_sm = r->ctas_per_sm;
 }
 
+wna16_status_t w16_moe_cuda_cfg(const wna16_spec_t *spec,
+                                const w16_moe_operand_t *op,
+                                const w16_moe_unit_quant_t *q, int block_m,
+                                bool wgmma, wna16_gemm_t gemm,
+                                w16_moe_gemm_cfg_t *c, const char **json_path,
+                                wna16_error_t *err)
+{
+    memset(c, 0, sizeof *c); /* padding too: memcmp and keys see bytes */
+    wna16_status_t st = w16_moe_cuda_tile(spec, block_m, wgmma, gemm, op->N,
+                                          op->K, c, json_path, err);
+    c->bits = q->bits;
+    c->zp = q->zp;
+    c->act_order = q->act_order;
+    w16_moe_cfg_groups(c, op->G, q->group_size);
+    c->scales = op->scales;
+    c->act_dtype = q->act_dtype;
+    c->scale_dtype = q->scale_dtype;
+    c->bias_dtype = q->bias_dtype;
+    c->activation = gemm == WNA16_GEMM_W13 ? q->activation
+                                           : WNA16_ACT_INVALID;
+    return st;
+}
+
 unsigned w16_moe_gemm_threads(const w16_moe_gemm_cfg_t *c)
 {
     return 32u * (unsigned)(c->warps_n * c->warps_k) + (c->ws ? 128u : 0u);

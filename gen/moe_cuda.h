@@ -119,6 +119,36 @@ void w16_moe_cuda_split(const wna16_spec_t *spec, int block_m, bool wgmma,
                         wna16_gemm_t gemm, int64_t N, int64_t K,
                         int *max_split, int *ctas_per_sm);
 
+/* What decides a GEMM unit besides its tile: the layer's quantization,
+ * its tensors' dtypes and the run's activation (w16_moe_cuda_cfg copies
+ * them into a configuration). */
+typedef struct w16_moe_unit_quant {
+    int bits;
+    bool zp, act_order;
+    int64_t group_size;            /* the layer's; -1 channelwise */
+    wna16_dtype_t act_dtype;       /* the run's activations */
+    wna16_dtype_t scale_dtype;     /* the scales tensor's */
+    wna16_dtype_t bias_dtype;      /* the bias tensor's; F16 without one */
+    wna16_activation_t activation; /* the run's (w13's epilogue) */
+} w16_moe_unit_quant_t;
+
+/* The configuration of GEMM `gemm`'s unit over operand `op` (from
+ * w16_moe_cuda_contract) at routing block `block_m` of the tiling kind
+ * `wgmma` (from w16_moe_cuda_block_m), as the runtime launches it: every
+ * byte zeroed first (configurations are compared by their bytes and
+ * hashed into request keys), the tile of w16_moe_cuda_tile, then q's
+ * fields (w13 takes the activation). split_sums stays false: a run sets
+ * it (w13 on mma.sync rows, when its split-K sums fit one wave), so the
+ * same tile has a unit with and one without. Every caller that names a
+ * unit (the runtime, `wna16 pack`) goes through here, so that equal
+ * problems give equal configurations and request keys. */
+wna16_status_t w16_moe_cuda_cfg(const wna16_spec_t *spec,
+                                const w16_moe_operand_t *op,
+                                const w16_moe_unit_quant_t *q, int block_m,
+                                bool wgmma, wna16_gemm_t gemm,
+                                w16_moe_gemm_cfg_t *c, const char **json_path,
+                                wna16_error_t *err);
+
 /* Threads and dynamic shared memory of one CTA. */
 unsigned w16_moe_gemm_threads(const w16_moe_gemm_cfg_t *c);
 size_t w16_moe_gemm_shared(const w16_moe_gemm_cfg_t *c);

@@ -104,6 +104,36 @@ w16_key_t w16_repack_request_key(const w16_repack_request_t *r, bool sums)
     return done("wna16 repack request", &f);
 }
 
+/* Tripwire as above: a field added to the CUDA GEMM configuration is
+ * hashed in w16_moe_cuda_gemm_key too. */
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(sizeof(w16_moe_gemm_cfg_t) == 76, "w16_moe_gemm_cfg_t "
+               "changed: hash the new field in w16_moe_cuda_gemm_key");
+#endif
+
+w16_key_t w16_moe_cuda_gemm_key(const w16_moe_gemm_cfg_t *c)
+{
+    fields_t f = {.n = 0};
+    const int64_t v[] = {
+        c->gemm, c->bits, c->zp, c->act_order, c->grouped, c->scales,
+        c->act_dtype, c->scale_dtype, c->bias_dtype, c->activation,
+        c->block_m, c->block_n, c->block_k, c->warps_n, c->warps_k,
+        c->stages, c->min_ctas, c->wgmma, c->scales_in_b, c->ws,
+        c->acc_scales, c->wgmma_groups, c->split_codes, c->group_stages,
+        c->split_sums, c->group_size};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        put(&f, (uint64_t)v[i]);
+    return done("wna16 cuda moe gemm unit", &f);
+}
+
+w16_key_t w16_moe_cuda_aux_key(wna16_dtype_t act_dtype, int piece)
+{
+    fields_t f = {.n = 0};
+    put(&f, (uint64_t)act_dtype);
+    put(&f, (uint64_t)piece);
+    return done("wna16 cuda moe aux unit", &f);
+}
+
 static uint64_t f32_bits(float x)
 {
     uint32_t bits;

@@ -20,6 +20,7 @@
 #include "base/hash.h"
 #include "gen/build_moe.h"
 #include "gen/build_repack.h"
+#include "gen/moe_cuda.h"
 
 /* "0.1.0+gen.<16 hex digits>": the release and the fingerprint of the
  * generator's sources. Static storage. */
@@ -36,5 +37,18 @@ w16_key_t w16_repack_request_key(const w16_repack_request_t *req, bool sums);
  * expert map is the runtime's business and never reaches a kernel). */
 w16_key_t w16_moe_request_key(const w16_moe_request_t *req,
                               w16_moe_stage_t stage);
+
+/* The keys of the CUDA fused MoE's translation units (gen/moe_cuda.h),
+ * whose text is a function of what is hashed here and of the generator
+ * (templates/ and gen/moe_cuda.c are in its version): a GEMM unit by every
+ * field of its configuration (the unit kind w13/w2, the tiling row's
+ * shape, bits, groups, zero points, act order, the activation, scale and
+ * bias dtypes, the activation function), a routing/gather/finalize piece
+ * by its activation dtype and piece. The activation format (standard or
+ * batched), the expert map and the problem's sizes reach no unit's text:
+ * they are kernel arguments, so one unit serves them all. The
+ * architecture is the pack entry's (w16_pack_entry_key). */
+w16_key_t w16_moe_cuda_gemm_key(const w16_moe_gemm_cfg_t *c);
+w16_key_t w16_moe_cuda_aux_key(wna16_dtype_t act_dtype, int piece);
 
 #endif /* W16_REQUEST_KEY_H */

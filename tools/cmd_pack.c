@@ -6,8 +6,8 @@
  * temporary and a rename), and list, verify or extract a pack's entries.
  * The pack format is runtime/cache/pack.h.
  *
- *   manifest -> jobs (requests) -> workers: build IR, compile per arch
- *   -> items in job order -> w16_pack_write
+ *   manifest -> jobs (requests) -> workers: build IR (or print a CUDA
+ *   unit), compile per arch -> items in job order -> w16_pack_write
  */
 #define _POSIX_C_SOURCE 200809L
 #include "pack.h"
@@ -15,6 +15,9 @@
 #include "runtime/cache/pack.h"
 #include "runtime/output.h"
 #include "runtime/pack.h"
+#ifdef WNA16_HAVE_CUDA
+#include "runtime/cuda/cuda_desc.h" /* the fused MoE's units */
+#endif
 
 #include <errno.h>
 #include <pthread.h>
@@ -41,7 +44,10 @@ static void usage(FILE *f)
         "backends, fused-MoE kernels per backend; see packs/default.json) for\n"
         "its model shapes into the kernels the runtime requests, compiles each\n"
         "for every architecture of its target (cpu: x86-64-v3, x86-64-v4, ...\n"
-        "as shared objects linked with ld; cuda: sm_XY CUBINs, compute_XY PTX)\n"
+        "as shared objects linked with ld; cuda: sm_XY CUBINs, compute_XY PTX;\n"
+        "a fused-MoE family on cuda gives the tensor-core MoE's units: the\n"
+        "GEMMs of every tiling row, wgmma rows for sm_90a only, and the\n"
+        "routing pieces)\n"
         "on -j N threads (default: every core), with a progress line on a\n"
         "terminal, and writes one file (a temporary renamed into place). The\n"
         "same manifest with the same compilers gives the same bytes.\n"
@@ -118,6 +124,15 @@ static void build_fail(build_t *B, const wna16_error_t *e, const pack_job_t *j,
     pthread_mutex_unlock(&B->mu);
 }
 
+/* The architectures job j is compiled for. */
+static int job_arches(const pack_job_t *j)
+{
+    int n = 0;
+    for (int a = 0; a < j->target->n_arches; a++)
+        n += !(j->skip_arches >> a & 1u);
+    return n;
+}
+
 /* Compiles kernel k (request key r) for every architecture of the job's
  * target into out->items[out->n ...]. */
 static bool compile_all(build_t *B, wna16_context_t *ctx, const pack_job_t *j,
@@ -129,6 +144,8 @@ static bool compile_all(build_t *B, wna16_context_t *ctx, const pack_job_t *j,
     w16_target_pack_symbol(t->T, r, k, out->symbol[slot],
                            sizeof out->symbol[slot]);
     for (int a = 0; a < t->n_arches; a++) {
+        if (j->skip_arches >> a & 1u)
+            continue;
         if (atomic_load(&B->failed))
             return false;
         void *blob = NULL;
@@ -149,11 +166,60 @@ static bool compile_all(build_t *B, wna16_context_t *ctx, const pack_job_t *j,
     return true;
 }
 
+/* A CUDA fused-MoE unit (PACK_CUDA_UNIT) for every architecture of the
+ * job: its text printed once, compiled by NVRTC per architecture. */
+static void run_cuda_unit(build_t *B, wna16_context_t *ctx,
+                          const pack_job_t *j, built_t *out)
+{
+    wna16_error_t e;
+    w16_buf_t src;
+    w16_buf_init(&src, ctx);
+    if (pack_cuda_unit_source(j, out->name[0], sizeof out->name[0],
+                              out->symbol[0], sizeof out->symbol[0], &src,
+                              &e) != WNA16_OK) {
+        w16_buf_free(&src);
+        build_fail(B, &e, j, NULL);
+        return;
+    }
+    const pack_target_t *t = j->target;
+    w16_key_t r = pack_job_key(j);
+    for (int a = 0; a < t->n_arches && !atomic_load(&B->failed); a++) {
+        if (j->skip_arches >> a & 1u)
+            continue;
+        void *blob = NULL;
+        size_t size = 0;
+#ifdef WNA16_HAVE_CUDA
+        wna16_status_t st = w16_cuda_pack_unit(ctx, src.data, out->name[0],
+                                               t->arches[a], &blob, &size,
+                                               &e);
+#else
+        wna16_status_t st = w16_err(&e, WNA16_EUNAVAILABLE, "CUDA unit %s: "
+                                    "this build has no cuda target",
+                                    out->name[0]);
+#endif
+        if (st != WNA16_OK) {
+            build_fail(B, &e, j, t->arches[a]);
+            break;
+        }
+        out->items[out->n++] = (w16_pack_item_t){
+            .request = r, .name = out->name[0], .symbol = out->symbol[0],
+            .target = t->T->name, .arch = t->arches[a], .family = j->family,
+            .data = blob, .size = size};
+        atomic_fetch_add(&B->done_kernels, 1);
+        progress(B);
+    }
+    w16_buf_free(&src);
+}
+
 static void run_job(build_t *B, wna16_context_t *ctx, size_t i)
 {
     const pack_job_t *j = &B->m->jobs[i];
     built_t *out = &B->out[i];
     wna16_error_t e;
+    if (j->kind == PACK_CUDA_UNIT) {
+        run_cuda_unit(B, ctx, j, out);
+        return;
+    }
     if (j->kind == PACK_MOE) {
         w16_moe_kernel_t mk;
         if (w16_build_moe(ctx, &j->moe, j->stage, &mk, &e) != WNA16_OK) {
@@ -177,7 +243,7 @@ static void run_job(build_t *B, wna16_context_t *ctx, size_t i)
     if (!sums)
         return;
     /* runtime/repack_gen.c runs the block-sums kernel after the codes */
-    atomic_fetch_add(&B->total_kernels, (size_t)j->target->n_arches);
+    atomic_fetch_add(&B->total_kernels, (size_t)job_arches(j));
     if (w16_build_repack_sums(ctx, &j->repack, &rk, &e) != WNA16_OK) {
         build_fail(B, &e, j, NULL);
         return;
@@ -214,9 +280,7 @@ static long mark_duplicates(const pack_manifest_t *m, bool *dup)
         return -1;
     for (size_t i = 0; i < m->n_jobs; i++) {
         const pack_job_t *j = &m->jobs[i];
-        w16_key_t r = j->kind == PACK_MOE
-                          ? w16_moe_request_key(&j->moe, j->stage)
-                          : w16_repack_request_key(&j->repack, false);
+        w16_key_t r = pack_job_key(j);
         w16_key_t t = w16_pack_arch_key(j->target->T->name, "");
         k[i] = (job_key_t){{.lo = r.lo ^ t.lo, .hi = r.hi ^ t.hi}, i};
     }
@@ -313,7 +377,7 @@ static int pack_build(int argc, char **argv)
     B.dup = dup;
     size_t total = 0;
     for (size_t i = 0; dup && i < m.n_jobs; i++)
-        total += dup[i] ? 0 : (size_t)m.jobs[i].target->n_arches;
+        total += dup[i] ? 0 : (size_t)job_arches(&m.jobs[i]);
     atomic_store(&B.total_kernels, total);
     B.out = calloc(m.n_jobs ? m.n_jobs : 1, sizeof *B.out);
     int rc = CLI_OK;

@@ -7,8 +7,14 @@
  * (every destination tensor of a layer, with the source dtypes a
  * checkpoint in that format carries) and the fused-MoE stages of
  * runtime/moe_gen.c (input and combine, and each GEMM for the block sizes
- * it picks from). A request the runtime makes with the same shape and
- * options has the same key, so the pack's kernel is found.
+ * it picks from), or on the cuda target the translation units of its own
+ * tensor-core fused MoE (runtime/cuda/cuda_moe.c, gen/moe_cuda.h): both
+ * GEMMs at every row of the backend's tiling table the device can pick
+ * (mma.sync rows for every architecture, wgmma rows for sm_90a alone),
+ * GEMM 1 with and without its split-K sums where its row splits K, and
+ * the routing, gather and finalize pieces. A request the runtime makes
+ * with the same shape and options has the same key, so the pack's kernel
+ * is found.
  *
  *   {"name": "default",
  *    "targets": {"cpu": ["x86-64-v3", "x86-64-v4"],
@@ -29,7 +35,11 @@
  *
  * Every family field but "name", "kind" and "models" may be one value or
  * a list (the family is their product); "targets" defaults to all of the
- * manifest's. A model's "dtype" is the torch_dtype of the checkpoints the
+ * manifest's. "act_order" of a fused-MoE family is the CUDA units' (the
+ * generated fused MoE reads no act-order weights: such configurations are
+ * refused there); "format" does not change a CUDA unit (the batched
+ * format and the expert map are kernel arguments), so one set of units
+ * serves both. A model's "dtype" is the torch_dtype of the checkpoints the
  * pack serves (scales and biases are held in it, and it is part of every
  * request): a pack built for BF16 has nothing for a float16 model. Left
  * out, the kernels keep the checkpoint's scale dtype, which only a
@@ -38,6 +48,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "pack.h"
 #include "gen/request_key.h"
+#include "runtime/ref/moe.h" /* the fused MoE's checks */
 #include "runtime/ref/ref.h"
 
 #include <cjson/cJSON.h>
@@ -524,6 +535,178 @@ static bool expand_moe(ml_t *L, pack_manifest_t *m, const char *family,
     return true;
 }
 
+/* ---- the CUDA target's own fused MoE ---------------------------------- */
+
+/* The architectures of t a unit is not compiled for (pack_job_t's
+ * skip_arches): a wgmma unit needs sm_90a's arch-specific instructions
+ * (no other CUBIN or PTX can hold it); any other unit skips an sm_XYa
+ * whose sm_XY is listed too (the same devices run it). */
+static uint32_t unit_skip_arches(const pack_target_t *t, bool wgmma)
+{
+    uint32_t skip = 0;
+    for (int a = 0; a < t->n_arches; a++) {
+        const char *arch = t->arches[a];
+        size_t len = strlen(arch);
+        bool specific = len > 3 && strncmp(arch, "sm_", 3) == 0 &&
+                        arch[len - 1] == 'a';
+        bool keep;
+        if (wgmma) {
+            keep = strcmp(arch, "sm_90a") == 0;
+        } else {
+            keep = true;
+            for (int b = 0; specific && b < t->n_arches && keep; b++)
+                keep = !(strlen(t->arches[b]) == len - 1 &&
+                         strncmp(t->arches[b], arch, len - 1) == 0);
+        }
+        if (!keep)
+            skip |= 1u << a;
+    }
+    return skip;
+}
+
+static bool push_unit(ml_t *L, pack_manifest_t *m, const char *family,
+                      const pack_target_t *t, const pack_job_t *proto)
+{
+    pack_job_t j = *proto;
+    snprintf(j.family, sizeof j.family, "%s", family);
+    j.target = t;
+    j.kind = PACK_CUDA_UNIT;
+    j.skip_arches = unit_skip_arches(t, !j.aux && j.cfg.wgmma);
+    if (j.skip_arches == (1u << t->n_arches) - 1)
+        return true; /* no listed architecture runs it (wgmma, no sm_90a) */
+    return push(L, m, &j);
+}
+
+/* The units runtime/cuda/cuda_moe.c requests for one configuration: both
+ * GEMMs at every block_m row of the tiling (its runs pick the row from
+ * the routed slots per expert; wgmma rows only without act order), GEMM
+ * 1 also with its split-K sums where the row splits K, and the routing,
+ * gather and finalize pieces of the activation dtype (the act-order
+ * checks at layer creation run float16's gather piece). */
+static bool expand_cuda_moe(ml_t *L, pack_manifest_t *m, const char *family,
+                            const pack_target_t *t,
+                            const wna16_spec_t *backend, w16_problem_t p,
+                            wna16_dtype_t scale_dtype,
+                            wna16_dtype_t act_dtype, wna16_activation_t act)
+{
+    char what[200];
+    snprintf(what, sizeof what, "%s, %lld bits, group %lld%s%s, %s %s, %s",
+             backend->name, (long long)p.BITS, (long long)p.GS,
+             p.zp ? ", zero points" : "", p.act_order ? ", act order" : "",
+             wna16_activation_name(act), wna16_dtype_name(act_dtype),
+             t->T->name);
+    wna16_error_t e;
+    /* the checks of wna16_cuda_moe_create and of a run */
+    wna16_moe_params_t params;
+    wna16_moe_params_init(&params);
+    params.activation = act;
+    params.act_dtype = act_dtype;
+    w16_moe_operand_t op[2];
+    int64_t v[W16_VAR_COUNT];
+    wna16_status_t st = w16_moe_check_act_dtype(p.model_dtype, &params, &e);
+    if (st == WNA16_OK && !wna16_activation_is_gated(act))
+        st = w16_err(&e, WNA16_EUNSUPPORTED, "%s on CUDA: the tensor-core "
+                     "fused MoE fuses a gated activation",
+                     wna16_activation_name(act));
+    if (st == WNA16_OK)
+        st = w16_spec_bind(backend, &p, WNA16_GEMM_W13, v, &e);
+    if (st == WNA16_OK)
+        st = w16_check_holds(backend, &p, (int32_t)v[W16_VAR_IP], &e);
+    for (int g = 0; g < 2 && st == WNA16_OK; g++)
+        st = w16_moe_cuda_contract(backend, &p, (wna16_gemm_t)g, &op[g], &e);
+    if (st == WNA16_OK && !backend->tiling)
+        st = w16_err(&e, WNA16_EUNSUPPORTED, "%s: no \"tiling\" section",
+                     backend->name);
+    if (st != WNA16_OK) {
+        refuse(m, family, what, &e);
+        return true;
+    }
+    /* the tensors' dtypes: scales (and biases) in the model's dtype when
+     * it names one (the repack casts them), else the family's */
+    wna16_dtype_t sd = p.model_dtype ? p.model_dtype : scale_dtype;
+    w16_moe_unit_quant_t q = {
+        .bits = (int)p.BITS, .zp = p.zp, .act_order = p.act_order,
+        .group_size = p.GS, .act_dtype = act_dtype, .scale_dtype = sd,
+        .bias_dtype = p.bias ? sd : WNA16_DTYPE_F16, .activation = act};
+    const w16_tiling_t *tl = backend->tiling;
+    for (int r = 0; r < tl->n_bm; r++) {
+        int bm = tl->bm[r].block_m;
+        bool wgmma = tl->bm[r].wgmma;
+        bool again = false; /* an earlier row of the same block_m and kind */
+        for (int o = 0; o < r && !again; o++)
+            again = tl->bm[o].block_m == bm && tl->bm[o].wgmma == wgmma;
+        if (again || (wgmma && p.act_order))
+            continue;
+        for (int g = 0; g < 2; g++) {
+            pack_job_t j = {.kind = PACK_CUDA_UNIT};
+            if (w16_moe_cuda_cfg(backend, &op[g], &q, bm, wgmma,
+                                 (wna16_gemm_t)g, &j.cfg, NULL, &e) !=
+                WNA16_OK) {
+                refuse(m, family, what, &e);
+                continue;
+            }
+            if (!push_unit(L, m, family, t, &j))
+                return false;
+            int max_split, cps;
+            w16_moe_cuda_split(backend, bm, wgmma, (wna16_gemm_t)g, op[g].N,
+                               op[g].K, &max_split, &cps);
+            if (g == WNA16_GEMM_W13 && !wgmma && max_split > 1 &&
+                op[g].K / j.cfg.block_k > 1) {
+                j.cfg.split_sums = true;
+                if (!push_unit(L, m, family, t, &j))
+                    return false;
+            }
+        }
+    }
+    for (int piece = 0; piece < W16_AUX_PIECES; piece++) {
+        pack_job_t j = {.aux = true, .piece = piece, .act_dtype = act_dtype};
+        if (!push_unit(L, m, family, t, &j))
+            return false;
+    }
+    if (p.act_order) {
+        pack_job_t j = {.aux = true, .piece = W16_AUX_PIECE_GATHER_FINALIZE,
+                        .act_dtype = WNA16_DTYPE_F16};
+        if (!push_unit(L, m, family, t, &j))
+            return false;
+    }
+    return true;
+}
+
+w16_key_t pack_job_key(const pack_job_t *j)
+{
+    switch (j->kind) {
+    case PACK_MOE: return w16_moe_request_key(&j->moe, j->stage);
+    case PACK_CUDA_UNIT:
+        return j->aux ? w16_moe_cuda_aux_key(j->act_dtype, j->piece)
+                      : w16_moe_cuda_gemm_key(&j->cfg);
+    case PACK_REPACK: break;
+    }
+    return w16_repack_request_key(&j->repack, false);
+}
+
+wna16_status_t pack_cuda_unit_source(const pack_job_t *j, char *name,
+                                     size_t name_size, char *symbol,
+                                     size_t symbol_size, w16_buf_t *b,
+                                     wna16_error_t *err)
+{
+    wna16_status_t st;
+    if (j->aux) {
+        int first, n;
+        w16_moe_aux_range(j->piece, &first, &n);
+        snprintf(name, name_size, "%s", w16_moe_aux_unit(j->act_dtype,
+                                                         j->piece));
+        snprintf(symbol, symbol_size, "%s", w16_moe_aux_names[first]);
+        st = w16_moe_aux_source(j->act_dtype, j->piece, b, err);
+    } else {
+        w16_moe_gemm_name(&j->cfg, name, name_size);
+        snprintf(symbol, symbol_size, "%s", name);
+        st = w16_moe_gemm_source(&j->cfg, b, err);
+    }
+    if (st == WNA16_OK && b->failed)
+        st = w16_err_nomem(err, "writing a CUDA unit");
+    return st;
+}
+
 static const char *const family_keys[] = {
     "name", "kind", "models", "targets", "from", "to", "backend", "bits",
     "group_size", "zero_point", "act_order", "bias", "scale_dtype",
@@ -566,11 +749,11 @@ static bool load_family(ml_t *L, const cJSON *f, const char *path,
     if (n != 1 || (!repack && strcmp(kind[0], "moe") != 0))
         return fail(L, kpath, "expected \"repack\" or \"moe\"");
     /* keys of the other kind are errors, not ignored */
-    const char *const other[] = {repack ? "backend" : "from",
-                                 repack ? "act_dtype" : "to",
-                                 repack ? "activation" : "act_order",
-                                 repack ? "format" : "input_dtype"};
-    for (int i = 0; i < 4; i++)
+    static const char *const not_repack[] = {"backend", "act_dtype",
+                                             "activation", "format", NULL};
+    static const char *const not_moe[] = {"from", "to", "input_dtype", NULL};
+    const char *const *other = repack ? not_repack : not_moe;
+    for (int i = 0; other[i]; i++)
         if (cJSON_GetObjectItemCaseSensitive(f, other[i])) {
             char p[300];
             sub(p, sizeof p, path, other[i]);
@@ -690,11 +873,9 @@ static bool load_family(ml_t *L, const cJSON *f, const char *path,
     if (!get_strs(L, f, "backend", path, NULL, be, &n_be) ||
         !get_dtypes(L, f, "act_dtype", path, "BF16", ad, &n_ad) ||
         !get_strs(L, f, "activation", path, "silu", acts, &n_act) ||
-        !get_strs(L, f, "format", path, "standard", fmt, &n_fmt))
+        !get_strs(L, f, "format", path, "standard", fmt, &n_fmt) ||
+        !get_bools(L, f, "act_order", path, ao, &n_ao))
         return false;
-    if (cJSON_GetObjectItemCaseSensitive(f, "act_order"))
-        return fail(L, path, "the generated fused MoE reads no act-order "
-                    "weights: \"act_order\" is a repack key");
     const wna16_spec_t *sb[MAXV];
     wna16_activation_t av[MAXV];
     bool bat[MAXV];
@@ -725,11 +906,32 @@ static bool load_family(ml_t *L, const cJSON *f, const char *path,
     }
     for (int a = 0; a < n_be; a++) for (int c = 0; c < n_b; c++)
     for (int d = 0; d < n_g; d++) for (int e = 0; e < n_zp; e++)
+    for (int o = 0; o < n_ao; o++)
     for (int h = 0; h < n_bias; h++) for (int i = 0; i < n_sd; i++)
     for (int j = 0; j < n_ad; j++) for (int x = 0; x < n_act; x++)
     for (int y = 0; y < n_fmt; y++) for (int k = 0; k < n_m; k++)
     for (int w = 0; w < (bat[y] ? 2 : 1); w++) /* batched: weights or not */
     for (int t = 0; t < n_t; t++) {
+        /* the cuda target runs its own fused MoE (runtime/cuda/cuda_moe.c),
+         * whose units the format and its weights do not change */
+        if (ft[t]->T->id == WNA16_TARGET_CUDA) {
+            if (y > 0 || w > 0)
+                continue;
+            w16_problem_t pr = {fm[k]->E, fm[k]->H, fm[k]->I, bits[c], gs[d],
+                                zp[e], ao[o], bias[h],
+                                .model_dtype = fm[k]->dtype};
+            if (!expand_cuda_moe(L, m, name[0], ft[t], sb[a], pr, sd[i],
+                                 ad[j], av[x]))
+                return false;
+            continue;
+        }
+        if (ao[o]) {
+            wna16_error_t ae = {.status = WNA16_EUNSUPPORTED};
+            snprintf(ae.message, sizeof ae.message, "the generated fused MoE "
+                     "reads no act-order weights");
+            refuse(m, name[0], ft[t]->T->name, &ae);
+            continue;
+        }
         w16_problem_t pr = {fm[k]->E, fm[k]->H, fm[k]->I, bits[c], gs[d],
                             zp[e], false, bias[h]};
         if (!expand_moe(L, m, name[0], ft[t], sb[a], pr, sd[i], ad[j], av[x],

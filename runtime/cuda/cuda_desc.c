@@ -87,7 +87,7 @@ static void cuda_unload(void *fn) { w16_cuda_loaded_free(fn); }
  * devices of its major version and an equal or higher minor; PTX on any
  * device at least as new, compiled by the driver. */
 
-static int cuda_pack_arches(void *inst, const char **out, int max)
+int w16_cuda_pack_arches_cc(int major, int minor, const char **out, int max)
 {
     static const char *const sm[] = {
         "sm_100", "sm_90a", "sm_90", "sm_89", "sm_87", "sm_86", "sm_80",
@@ -98,7 +98,6 @@ static int cuda_pack_arches(void *inst, const char **out, int max)
                                       "compute_80", "compute_75",
                                       "compute_70"};
     static const int ptx_cc[] = {100, 90, 89, 86, 80, 75, 70};
-    int major = w16_cuda_cc_major(inst), minor = w16_cuda_cc_minor(inst);
     int cc = major * 10 + minor, n = 0;
     for (size_t i = 0; i < sizeof sm / sizeof sm[0] && n < max; i++)
         if (sm_cc[i] / 10 == major && sm_cc[i] % 10 <= minor)
@@ -109,22 +108,20 @@ static int cuda_pack_arches(void *inst, const char **out, int max)
     return n;
 }
 
-static wna16_status_t cuda_pack_compile(wna16_context_t *ctx,
-                                        const kir_kernel_t *k,
-                                        const char *arch, const char *symbol,
-                                        void **blob, size_t *size,
-                                        wna16_error_t *err)
+static int cuda_pack_arches(void *inst, const char **out, int max)
 {
-    (void)symbol; /* the kernel's own name */
-    w16_buf_t src;
-    w16_buf_init(&src, ctx);
-    wna16_status_t st = w16_emit_cuda(k, true, &src, err);
-    if (st == WNA16_OK && src.failed)
-        st = w16_err_nomem(err, "printing a CUDA kernel");
+    return w16_cuda_pack_arches_cc(w16_cuda_cc_major(inst),
+                                   w16_cuda_cc_minor(inst), out, max);
+}
+
+wna16_status_t w16_cuda_pack_unit(wna16_context_t *ctx, const char *source,
+                                  const char *unit, const char *arch,
+                                  void **blob, size_t *size,
+                                  wna16_error_t *err)
+{
     w16_cuda_image_t img = {0};
-    if (st == WNA16_OK)
-        st = w16_nvrtc_compile_arch(ctx, src.data, k->name, arch, &img, err);
-    w16_buf_free(&src);
+    wna16_status_t st = w16_nvrtc_compile_arch(ctx, source, unit, arch, &img,
+                                               err);
     if (st != WNA16_OK)
         return st;
     /* the blob of cuda_desc.h: a CUBIN entry without its PTX, a PTX entry
@@ -146,6 +143,25 @@ static wna16_status_t cuda_pack_compile(wna16_context_t *ctx,
     *blob = b;
     *size = 16 + cubin + ptxn;
     return WNA16_OK;
+}
+
+static wna16_status_t cuda_pack_compile(wna16_context_t *ctx,
+                                        const kir_kernel_t *k,
+                                        const char *arch, const char *symbol,
+                                        void **blob, size_t *size,
+                                        wna16_error_t *err)
+{
+    (void)symbol; /* the kernel's own name */
+    w16_buf_t src;
+    w16_buf_init(&src, ctx);
+    wna16_status_t st = w16_emit_cuda(k, true, &src, err);
+    if (st == WNA16_OK && src.failed)
+        st = w16_err_nomem(err, "printing a CUDA kernel");
+    if (st == WNA16_OK)
+        st = w16_cuda_pack_unit(ctx, src.data, k->name, arch, blob, size,
+                                err);
+    w16_buf_free(&src);
+    return st;
 }
 
 static const char *cuda_pack_compiler(void) { return w16_nvrtc_version(); }

@@ -41,6 +41,43 @@ int w16_cuda_loaded_count(const w16_cuda_loaded_t *l);
 /* Unloads the module and frees the unit. NULL is fine. */
 void w16_cuda_loaded_free(w16_cuda_loaded_t *l);
 
+/* ---- kernel packs (cuda_desc.c, cuda_kernels.c) -------------------------
+ * A pack entry for sm_XY holds a blob without PTX, one for compute_XY a
+ * blob without CUBIN. */
+
+/* The pack architectures a device of compute capability major.minor runs,
+ * best first, into out[0 .. max): the CUBINs of its major version at or
+ * below its minor ("sm_90a", "sm_90"), then PTX at or below it
+ * ("compute_90", ..., "compute_70"). Returns how many. No device needed. */
+int w16_cuda_pack_arches_cc(int major, int minor, const char **out, int max);
+
+/* Compiles a whole translation unit for the pack architecture `arch`
+ * ("sm_80", "sm_90a", "compute_80") into a pack entry's blob (*blob,
+ * w16_alloc on ctx). `unit` names it in messages. NVRTC without a device;
+ * one kernel at a time (no --split-compile), so that the same source
+ * gives the same bytes. Thread safe. */
+wna16_status_t w16_cuda_pack_unit(wna16_context_t *ctx, const char *source,
+                                  const char *unit, const char *arch,
+                                  void **blob, size_t *size,
+                                  wna16_error_t *err);
+
+/* The functions fn_names[0 .. n_fns) of the CUDA unit whose request key
+ * (gen/request_key.h) is `request`, from the context's kernel packs: the
+ * entry for the best architecture this device runs (entries for others
+ * are skipped, said once per pack), checked against its checksum and
+ * loaded once per context (kept with the packs' kernels: a later call is
+ * a binary search and a table lookup). *found is false when no pack holds
+ * it, and when its entry is damaged or does not load: that is said once,
+ * naming the pack and the entry, and the caller compiles the unit
+ * (w16_cuda_module_get, which refuses to with JIT disabled). Errors: no
+ * device, out of memory, $WNA16_PACK_PATH naming a file that is not a
+ * pack. */
+wna16_status_t w16_cuda_unit_packed(wna16_context_t *ctx, w16_key_t request,
+                                    const char *unit,
+                                    const char *const *fn_names, int n_fns,
+                                    w16_cuda_function_t **fns, bool *found,
+                                    wna16_error_t *err);
+
 /* ---- streams (cuda_stream.c): the w16_stream_t operations -------------- */
 
 wna16_status_t w16_cuda_stream_open(void *inst, wna16_context_t *ctx,

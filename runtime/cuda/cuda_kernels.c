@@ -5,15 +5,20 @@
  * architecture, NVRTC's and the driver's versions), so a change in the
  * builder or the emitter changes the key by itself. The cached artifact is
  * the CUBIN and the PTX in one blob (drawn in cuda_desc.h), and the live
- * handle is the loaded module with its kernel functions.
+ * handle is the loaded module with its kernel functions. A unit the caller
+ * knows by its request key (the fused MoE's, gen/request_key.h) is looked
+ * up in the context's kernel packs first (w16_cuda_unit_packed), without
+ * printing or hashing its text; with JIT disabled nothing is compiled.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/cuda_desc.h"
 #include "gen/emit_cuda.h"
 #include "runtime/cache/cache.h"
+#include "runtime/cache/pack.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -146,6 +151,12 @@ static wna16_status_t job_compile(void *user, w16_key_t key, void **blob,
 {
     (void)key;
     cuda_job_t *j = user;
+    if (j->ctx->no_jit)
+        return w16_err(err, WNA16_EUNAVAILABLE, "CUDA unit %s: in no kernel "
+                       "pack of this context (WNA16_PACK_PATH, "
+                       "wna16_context_add_pack) and JIT compilation is "
+                       "disabled (WNA16_JIT=0 or the context's no_jit)",
+                       j->name);
     return w16_cuda_blob_compile(j->ctx, j->cuda, j->source, j->name,
                                  j->n_fns, blob, size, &j->compile_ms, err);
 }
@@ -244,6 +255,123 @@ wna16_status_t w16_cuda_module_get(wna16_context_t *ctx, const char *unit,
         fns[i] = k->fns[i];
     if (compile_ms)
         *compile_ms = job.compile_ms;
+    return WNA16_OK;
+}
+
+/* ---- units from kernel packs ------------------------------------------- */
+
+typedef struct packed_job {
+    wna16_context_t *ctx;
+    w16_cuda_t *cuda;
+    const w16_pack_hit_t *hit;
+    const char *const *fn_names;
+    int n_fns;
+} packed_job_t;
+
+/* The packs' memory table's "compile": the entry's checksum, then the hit
+ * itself as the blob (the bytes stay in the mapping). */
+static wna16_status_t packed_fetch(void *user, w16_key_t key, void **blob,
+                                   size_t *size, wna16_error_t *err)
+{
+    (void)key;
+    packed_job_t *j = user;
+    const w16_pack_entry_t *e = &j->hit->entry;
+    if (!w16_pack_entry_intact(j->hit->pack, j->hit->index))
+        return w16_err(err, WNA16_EFORMAT, "kernel pack %s: entry %s (%s %s) "
+                       "is damaged (checksum mismatch)", j->hit->pack_path,
+                       e->name, e->target, e->arch);
+    w16_pack_hit_t *h = w16_alloc(j->ctx, sizeof *h);
+    if (!h)
+        return w16_err_nomem(err, "loading a packed CUDA unit");
+    *h = *j->hit;
+    *blob = h;
+    *size = sizeof *h;
+    return WNA16_OK;
+}
+
+static wna16_status_t packed_load(void *user, const void *blob, size_t size,
+                                  void **handle, wna16_error_t *err)
+{
+    (void)size;
+    packed_job_t *j = user;
+    const w16_pack_hit_t *h = blob;
+    w16_cuda_loaded_t *l = NULL;
+    wna16_status_t st = w16_cuda_blob_load(j->cuda, h->entry.data,
+                                           (size_t)h->entry.size,
+                                           h->entry.name, j->fn_names,
+                                           j->n_fns, &l, err);
+    if (st != WNA16_OK) {
+        w16_err_prefix(err, "kernel pack %s: entry %s (%s %s)", h->pack_path,
+                       h->entry.name, h->entry.target, h->entry.arch);
+        return st;
+    }
+    *handle = l;
+    return WNA16_OK;
+}
+
+/* The packs' table outlives every job: its unload gets this (a static
+ * object) as its user pointer, and job_unload reads none. */
+static const char packed_unload_user;
+
+enum { PACK_ARCHES_MAX = 16 };
+
+wna16_status_t w16_cuda_unit_packed(wna16_context_t *ctx, w16_key_t request,
+                                    const char *unit,
+                                    const char *const *fn_names, int n_fns,
+                                    w16_cuda_function_t **fns, bool *found,
+                                    wna16_error_t *err)
+{
+    *found = false;
+    if (n_fns < 1 || n_fns > W16_CUDA_MODULE_MAX_FNS)
+        return w16_err(err, WNA16_EINVAL, "CUDA unit %s: %d kernels (1 to %d)",
+                       unit, n_fns, W16_CUDA_MODULE_MAX_FNS);
+    w16_cuda_t *cuda;
+    wna16_status_t st = w16_cuda_get(ctx, &cuda, err);
+    if (st != WNA16_OK)
+        return st;
+    const char *arches[PACK_ARCHES_MAX];
+    int n = w16_cuda_pack_arches_cc(w16_cuda_cc_major(cuda),
+                                    w16_cuda_cc_minor(cuda), arches,
+                                    PACK_ARCHES_MAX);
+    w16_pack_hit_t hit;
+    bool hit_found = false;
+    st = w16_packs_find(ctx, request, "cuda", arches, n, &hit, &hit_found,
+                        err);
+    if (st != WNA16_OK || !hit_found)
+        return st;
+    w16_cache_t *mem;
+    if ((st = w16_packs_loaded(ctx, &mem, err)) != WNA16_OK)
+        return st;
+    packed_job_t job = {.ctx = ctx, .cuda = cuda, .hit = &hit,
+                        .fn_names = fn_names, .n_fns = n_fns};
+    w16_cache_loader_t loader = {.compile = packed_fetch, .load = packed_load,
+                                 .unload = job_unload, .user = &job,
+                                 .unload_user = (void *)&packed_unload_user};
+    wna16_error_t perr;
+    void *h = NULL;
+    st = w16_cache_get(mem, hit.entry.key, &loader, &h, &perr);
+    if (st == WNA16_OK) {
+        const w16_cuda_loaded_t *l = h;
+        if (l->n_fns != n_fns) /* one request, one unit: cannot happen */
+            return w16_err(err, WNA16_EINTERNAL, "kernel pack %s: entry %s "
+                           "has %d kernels, the request %d", hit.pack_path,
+                           hit.entry.name, l->n_fns, n_fns);
+        for (int i = 0; i < n_fns; i++)
+            fns[i] = l->fns[i];
+        *found = true;
+        return WNA16_OK;
+    }
+    if (st == WNA16_ENOMEM)
+        return w16_err(err, st, "%s", perr.message);
+    /* a damaged entry, or one that does not load: refused, named once, and
+     * the unit compiled as if no pack held it */
+    char key[W16_KEY_HEX_SIZE + 64], hex[W16_KEY_HEX_SIZE];
+    w16_key_hex(hit.entry.key, hex);
+    snprintf(key, sizeof key, "pack_refused:%s", hex);
+    w16_log_once(ctx, WNA16_LOG_WARN, key, "%s; %s", perr.message,
+                 ctx->no_jit ? "JIT compilation is disabled, so the unit "
+                               "fails"
+                             : "compiling the unit instead");
     return WNA16_OK;
 }
 

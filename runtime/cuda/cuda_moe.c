@@ -27,12 +27,15 @@
  * one drains and waits for it with griddepcontrol.wait, templates/
  * moe_pdl.cu), which hides the launch gaps that set the time at small M.
  * The kernels come from gen/moe_cuda.c (the
- * templates specialized from the spec and its tiling table) through the
- * kernel cache; each object memoizes the functions it used so a run only
- * hashes when its configuration changes.
+ * templates specialized from the spec and its tiling table): from the
+ * context's kernel packs by request key (the unit's configuration,
+ * gen/request_key.h), else through the kernel cache (NVRTC); each object
+ * memoizes the functions it used so a run only looks up or hashes when
+ * its configuration changes.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "gen/moe_cuda.h"
+#include "gen/request_key.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/cuda_desc.h"
@@ -125,11 +128,13 @@ static wna16_status_t aux_request(wna16_cuda_moe_t *m, wna16_dtype_t act,
 /* The kernels of one run: the routing/gather/finalize pieces `need` (bit
  * p: piece p) of the activation dtype into *aux, and when cfg is not
  * NULL GEMM g's kernel and (w13) its split-K reduce into fn[g][0..1].
- * The units this object has not used yet are fetched together
- * (w16_cuda_modules_get): on a cold cache they compile in parallel
- * threads, so the first call waits for the slowest unit, not for the sum.
- * ms (may be NULL) receives NVRTC's time of the units compiled here, 0
- * otherwise: ms[g] for GEMM g, ms[2] the longest of the routing pieces. */
+ * A unit this object has not used yet comes from the kernel packs by its
+ * request key when one holds it (no text printed); the others are
+ * fetched together (w16_cuda_modules_get): on a cold cache they compile
+ * in parallel threads, so the first call waits for the slowest unit, not
+ * for the sum. ms (may be NULL) receives NVRTC's time of the units
+ * compiled here, 0 otherwise: ms[g] for GEMM g, ms[2] the longest of the
+ * routing pieces. */
 static wna16_status_t get_kernels(wna16_cuda_moe_t *m, wna16_dtype_t act,
                                   unsigned need,
                                   const w16_moe_gemm_cfg_t *cfg,
@@ -163,17 +168,39 @@ static wna16_status_t get_kernels(wna16_cuda_moe_t *m, wna16_dtype_t act,
         snprintf(rname[g], sizeof rname[g], "%s_reduce", name[g]);
         names[g][0] = name[g];
         names[g][1] = rname[g];
-        st = w16_moe_gemm_source(&cfg[g], &src[n], err);
+        int n_fns = cfg[g].gemm == WNA16_GEMM_W13 ? 2 : 1;
+        bool packed = false;
+        st = w16_cuda_unit_packed(m->ctx, w16_moe_cuda_gemm_key(&cfg[g]),
+                                  name[g], names[g], n_fns, fn[g], &packed,
+                                  err);
+        if (st == WNA16_OK && packed) {
+            memo_put(m, &cfg[g], fn[g]);
+            continue;
+        }
+        if (st == WNA16_OK)
+            st = w16_moe_gemm_source(&cfg[g], &src[n], err);
         if (st == WNA16_OK && src[n].failed)
             st = w16_err_nomem(err, "writing a fused-MoE kernel");
         req[n] = (w16_cuda_unit_req_t){
             .unit = name[g], .source = src[n].data, .fn_names = names[g],
-            .n_fns = cfg[g].gemm == WNA16_GEMM_W13 ? 2 : 1, .fns = fn[g]};
+            .n_fns = n_fns, .fns = fn[g]};
         which[n++] = g;
     }
     for (int p = 0; p < W16_AUX_PIECES && st == WNA16_OK; p++)
         if ((need >> p & 1u) && !m->aux_ready[b][p]) {
-            st = aux_request(m, act, p, &src[n], &req[n], err);
+            int first, nk;
+            w16_moe_aux_range(p, &first, &nk);
+            bool packed = false;
+            st = w16_cuda_unit_packed(m->ctx, w16_moe_cuda_aux_key(act, p),
+                                      w16_moe_aux_unit(act, p),
+                                      w16_moe_aux_names + first, nk,
+                                      m->aux[b] + first, &packed, err);
+            if (st == WNA16_OK && packed) {
+                m->aux_ready[b][p] = true;
+                continue;
+            }
+            if (st == WNA16_OK)
+                st = aux_request(m, act, p, &src[n], &req[n], err);
             which[n++] = 2 + p;
         }
     if (st == WNA16_OK && n > 0)
@@ -621,18 +648,15 @@ static wna16_status_t ensure_sem(wna16_cuda_moe_t *m, int64_t n,
     return st;
 }
 
-static void fill_cfg(const wna16_cuda_moe_t *m, int g,
-                     const wna16_moe_params_t *p, w16_moe_gemm_cfg_t *c)
+/* What decides GEMM g's unit besides its tile (gen/moe_cuda.h). */
+static w16_moe_unit_quant_t unit_quant(const wna16_cuda_moe_t *m, int g,
+                                       const wna16_moe_params_t *p)
 {
-    c->bits = m->quant.bits;
-    c->zp = m->quant.zero_point;
-    c->act_order = m->quant.act_order;
-    w16_moe_cfg_groups(c, m->op[g].G, m->quant.group_size);
-    c->scales = m->op[g].scales;
-    c->act_dtype = p->act_dtype;
-    c->scale_dtype = m->scale_dtype[g];
-    c->bias_dtype = m->bias_dtype[g];
-    c->activation = g == WNA16_GEMM_W13 ? p->activation : WNA16_ACT_INVALID;
+    return (w16_moe_unit_quant_t){
+        .bits = m->quant.bits, .zp = m->quant.zero_point,
+        .act_order = m->quant.act_order, .group_size = m->quant.group_size,
+        .act_dtype = p->act_dtype, .scale_dtype = m->scale_dtype[g],
+        .bias_dtype = m->bias_dtype[g], .activation = p->activation};
 }
 
 static unsigned grid_stride(size_t n)
@@ -721,9 +745,9 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     st = w16_moe_cuda_block_m(m->spec, tpe > 0 ? tpe : 1, wgmma_ok, &bm,
                               &wgmma, err);
     for (int g = 0; g < 2 && st == WNA16_OK; g++) {
-        st = w16_moe_cuda_tile(m->spec, bm, wgmma, (wna16_gemm_t)g,
-                               m->op[g].N, m->op[g].K, &cfg[g], &rule[g], err);
-        fill_cfg(m, g, p, &cfg[g]);
+        w16_moe_unit_quant_t q = unit_quant(m, g, p);
+        st = w16_moe_cuda_cfg(m->spec, &m->op[g], &q, bm, wgmma,
+                              (wna16_gemm_t)g, &cfg[g], &rule[g], err);
         if (st == WNA16_OK &&
             w16_moe_gemm_shared(&cfg[g]) > w16_cuda_max_shared(m->cuda))
             st = w16_err(err, WNA16_EUNSUPPORTED, "%s: %s: a %s CTA needs %zu "
