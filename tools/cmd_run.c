@@ -7,6 +7,8 @@
  * (see run.h); this file parses the options and calls them in order.
  */
 #include "run.h"
+#include "runtime/cache/cache.h"
+#include "runtime/cache/pack.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -212,20 +214,59 @@ static int run_fused_moe(wna16_context_t *ctx, const run_layer_t *L,
 #endif
 }
 
-/* The repack into the chosen layout, on the target. */
+/* The kernel counters of the context: loaded from kernel packs, loaded
+ * from the kernel cache's directory, compiled. */
+typedef struct kernel_counts {
+    uint64_t packs, disk, compiled;
+} kernel_counts_t;
+
+static void kernel_counts(wna16_context_t *ctx, kernel_counts_t *out)
+{
+    wna16_error_t err;
+    w16_cache_t *cache = NULL, *packs = NULL;
+    w16_cache_stats_t s = {0}, p = {0};
+    if (w16_context_cache(ctx, &cache, &err) == WNA16_OK)
+        w16_cache_get_stats(cache, &s);
+    if (w16_packs_loaded(ctx, &packs, &err) == WNA16_OK)
+        w16_cache_get_stats(packs, &p);
+    *out = (kernel_counts_t){.packs = p.compiles, .disk = s.disk_hits,
+                             .compiled = s.compiles};
+}
+
+/* The repack into the chosen layout, on the target. The step's line says
+ * where its kernels are to come from (the context's kernel packs when
+ * one holds kernels for the target, the target's compiler for the rest
+ * unless JIT is off), its detail where they came from. */
 static int repack(wna16_context_t *ctx, const run_layer_t *L,
                   const run_choice_t *c, wna16_tensor_set_t *packed,
                   run_figures_t *f, run_log_t *log)
 {
     wna16_error_t err;
+    char from[160];
+    bool packs = w16_packs_have(ctx, wna16_target_name(c->target));
+    if (packs && ctx->no_jit)
+        snprintf(from, sizeof from, "kernel packs; JIT off");
+    else if (packs)
+        snprintf(from, sizeof from, "kernel packs, %s for the others",
+                 c->compiler);
+    else
+        snprintf(from, sizeof from, "%s%s", c->compiler,
+                 ctx->no_jit ? "; JIT off: the kernel cache only" : "");
     run_log_step(log, "repack: %s -> %s, generated kernels on the %s target "
                  "(%s)", wna16_spec_name(L->format), wna16_spec_name(c->backend),
-                 wna16_target_name(c->target),
-                 c->compiler);
+                 wna16_target_name(c->target), from);
+    kernel_counts_t k0, k1;
+    kernel_counts(ctx, &k0);
     if (wna16_repack_layer(ctx, L->format, L->tensors, L->prefix, L->E, L->H,
                            L->I, &L->quant, c->backend, c->target, packed,
                            &err) != WNA16_OK)
         return cli_fail(&err);
+    kernel_counts(ctx, &k1);
+    run_log_more(log, "kernels: %llu from kernel packs, %llu from the kernel "
+                 "cache, %llu compiled (%s)",
+                 (unsigned long long)(k1.packs - k0.packs),
+                 (unsigned long long)(k1.disk - k0.disk),
+                 (unsigned long long)(k1.compiled - k0.compiled), c->compiler);
     f->repack_s = run_log_elapsed(log);
     for (size_t i = 0; i < wna16_tensor_set_count(packed); i++)
         f->packed_bytes += wna16_tensor_set_at(packed, i)->nbytes;

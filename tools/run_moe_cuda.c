@@ -2,12 +2,14 @@
  * run_moe_cuda.c - the fused MoE of `wna16 run` on a CUDA GPU: the layer
  * (repacked into a Marlin-family layout) goes to the GPU, the activations
  * and routing too, and the tensor-core kernels (templates/ specialized
- * from the backend spec and its tiling table, compiled by NVRTC through
- * the kernel cache) run on device arrays. The first call is timed on the
+ * from the backend spec and its tiling table: from kernel packs where one
+ * holds them, else compiled by NVRTC through the kernel cache) run on
+ * device arrays. The first call is timed on the
  * host (it compiles); the cached calls with CUDA events around the run
  * (routing, both GEMMs, the top-k sum), so they measure the device.
  */
 #include "run.h"
+#include "runtime/cache/pack.h"
 #include "runtime/cuda/cuda.h"
 
 #include <string.h>
@@ -95,10 +97,17 @@ int run_moe_cuda(wna16_context_t *ctx, const run_layer_t *L,
 {
     wna16_error_t err;
     cuda_call_t call = {.M = in->M, .topk = in->topk};
+    /* where the units are to come from; the first call's line says where
+     * they came from */
+    bool packs = w16_packs_have(ctx, "cuda");
+    const char *from = packs && ctx->no_jit ? "units from kernel packs, JIT off"
+                       : packs ? "units from kernel packs, NVRTC for the others"
+                       : ctx->no_jit ? "JIT off: units from the kernel cache"
+                                     : "NVRTC";
     run_log_step(log, "fused MoE on the GPU: tensor-core templates "
-                 "specialized from %s's spec and tiling table, NVRTC; %d "
-                 "tokens, top-%d, %s, silu", wna16_spec_name(c->backend), in->M, in->topk,
-                 wna16_dtype_name(in->dtype));
+                 "specialized from %s's spec and tiling table, %s; %d "
+                 "tokens, top-%d, %s, silu", wna16_spec_name(c->backend), from,
+                 in->M, in->topk, wna16_dtype_name(in->dtype));
     wna16_moe_params_init(&call.p);
     call.p.act_dtype = in->dtype;
     double t = run_now();
@@ -122,14 +131,24 @@ int run_moe_cuda(wna16_context_t *ctx, const run_layer_t *L,
         run_log_more(log, "kernels: %s (%s), %s (%s); routing block %d",
                      r->kernel[0], r->tile_rule[0], r->kernel[1],
                      r->tile_rule[1], r->block_m);
-        run_log_more(log, "first call %.1f ms (NVRTC %.0f, %.0f and %.0f ms "
-                     "in parallel threads, 0 where the kernel cache had it: "
-                     "%s); cached %.3f ms "
-                     "(CUDA events, median of %d calls, best %.3f)",
-                     f->first_ms, r->compile_ms[0], r->compile_ms[1],
-                     r->compile_ms[2],
-                     f->cache_hit ? "hit" : "cache miss", f->cached_ms,
-                     f->calls, f->best_ms);
+        if (f->from_packs)
+            run_log_more(log, "first call %.1f ms (units: %llu from kernel "
+                         "packs, %llu from the kernel cache, %llu compiled "
+                         "by NVRTC); cached %.3f ms (CUDA events, median of "
+                         "%d calls, best %.3f)", f->first_ms,
+                         (unsigned long long)f->from_packs,
+                         (unsigned long long)f->from_disk,
+                         (unsigned long long)f->compiled, f->cached_ms,
+                         f->calls, f->best_ms);
+        else
+            run_log_more(log, "first call %.1f ms (NVRTC %.0f, %.0f and %.0f "
+                         "ms in parallel threads, 0 where the kernel cache "
+                         "had it: %s); cached %.3f ms "
+                         "(CUDA events, median of %d calls, best %.3f)",
+                         f->first_ms, r->compile_ms[0], r->compile_ms[1],
+                         r->compile_ms[2],
+                         f->cache_hit ? "hit" : "cache miss", f->cached_ms,
+                         f->calls, f->best_ms);
     }
     release(&call);
     wna16_cuda_moe_destroy(call.moe);
