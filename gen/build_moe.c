@@ -48,19 +48,23 @@ const char *w16_moe_stage_name(w16_moe_stage_t s) { return stage_names[s]; }
 
 w16_moe_arg_t w16_moe_weight_arg(wna16_gemm_t g, w16_role_t r)
 {
-    int base = g == WNA16_GEMM_W13 ? W16_MOE_ARG_W13_QWEIGHT
-                                   : W16_MOE_ARG_W2_QWEIGHT;
+    bool w13 = g == WNA16_GEMM_W13;
     switch (r) {
-    case W16_ROLE_QWEIGHT: return (w16_moe_arg_t)base;
-    case W16_ROLE_SCALES: return (w16_moe_arg_t)(base + 1);
-    case W16_ROLE_QZEROS: return (w16_moe_arg_t)(base + 2);
-    default: return (w16_moe_arg_t)(base + 3); /* bias */
+    case W16_ROLE_QWEIGHT: return w13 ? W16_MOE_ARG_W13_QWEIGHT : W16_MOE_ARG_W2_QWEIGHT;
+    case W16_ROLE_SCALES: return w13 ? W16_MOE_ARG_W13_SCALES : W16_MOE_ARG_W2_SCALES;
+    case W16_ROLE_QZEROS: return w13 ? W16_MOE_ARG_W13_QZEROS : W16_MOE_ARG_W2_QZEROS;
+    case W16_ROLE_G_IDX: return w13 ? W16_MOE_ARG_W13_G_IDX : W16_MOE_ARG_W2_G_IDX;
+    case W16_ROLE_SORT_IDX:
+        return w13 ? W16_MOE_ARG_W13_SORT_IDX : W16_MOE_ARG_W2_SORT_IDX;
+    default: return w13 ? W16_MOE_ARG_W13_BIAS : W16_MOE_ARG_W2_BIAS;
     }
 }
 
 /* The roles a fused MoE reads, in argument order. */
-static const w16_role_t weight_roles[4] = {W16_ROLE_QWEIGHT, W16_ROLE_SCALES,
-                                           W16_ROLE_QZEROS, W16_ROLE_BIAS};
+#define N_WEIGHT_ROLES 6
+static const w16_role_t weight_roles[N_WEIGHT_ROLES] = {
+    W16_ROLE_QWEIGHT, W16_ROLE_SCALES, W16_ROLE_QZEROS, W16_ROLE_BIAS,
+    W16_ROLE_G_IDX, W16_ROLE_SORT_IDX};
 
 typedef struct mb {
     const w16_moe_request_t *req;
@@ -84,12 +88,18 @@ typedef struct mb {
 
 /* ---- checks and naming --------------------------------------------------- */
 
-static bool reads_role(const w16_problem_t *p, w16_role_t r)
+/* Act order: each K row's group from the g_idx layout; where the spec
+ * stores K sorted by group (act_order_sort, Marlin), row j of the codes is
+ * input channel perm[j] of the g_idx_sort_indices layout. */
+static bool reads_role(const wna16_spec_t *s, const w16_problem_t *p,
+                       w16_role_t r)
 {
     switch (r) {
     case W16_ROLE_QWEIGHT: case W16_ROLE_SCALES: return true;
     case W16_ROLE_QZEROS: return p->zp;
     case W16_ROLE_BIAS: return p->bias;
+    case W16_ROLE_G_IDX: return p->act_order;
+    case W16_ROLE_SORT_IDX: return p->act_order && s->act_order_sort;
     default: return false;
     }
 }
@@ -110,9 +120,14 @@ wna16_status_t w16_moe_check(const w16_moe_request_t *req, wna16_error_t *err)
         return w16_err(err, WNA16_EUNSUPPORTED, "%s stores one tensor per "
                        "expert and projection; the generated fused MoE reads "
                        "stacked layouts", s->name);
-    if (p.act_order)
-        return w16_err(err, WNA16_EUNSUPPORTED, "the generated fused MoE "
-                       "does not read act-order (g_idx) weights yet");
+    if (p.act_order && !s->layouts[W16_ROLE_G_IDX])
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s stores no g_idx layout: "
+                       "the generated fused MoE cannot read act-order weights "
+                       "in it", s->name);
+    if (p.act_order && s->act_order_sort && !s->layouts[W16_ROLE_SORT_IDX])
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s stores act-order K "
+                       "sorted (act_order_sort) but no g_idx_sort_indices "
+                       "layout", s->name);
     if (!wna16_activation_name(mp->activation))
         return w16_err(err, WNA16_EINVAL, "moe: invalid activation %d",
                        (int)mp->activation);
@@ -130,9 +145,9 @@ wna16_status_t w16_moe_check(const w16_moe_request_t *req, wna16_error_t *err)
         wna16_status_t st = w16_spec_bind(s, &p, (wna16_gemm_t)g, v, err);
         if (st != WNA16_OK)
             return st;
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < N_WEIGHT_ROLES; i++) {
             w16_role_t r = weight_roles[i];
-            if (!reads_role(&p, r))
+            if (!reads_role(s, &p, r))
                 continue;
             const w16_layout_t *l = s->layouts[r];
             if (!w16_layout_present(l, v))
@@ -691,9 +706,9 @@ static wna16_status_t setup(mb_t *B, wna16_context_t *ctx,
         if ((st = w16_spec_bind(req->backend, &B->p, (wna16_gemm_t)g, B->v[g],
                                 err)) != WNA16_OK)
             return st;
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < N_WEIGHT_ROLES; i++) {
             w16_role_t r = weight_roles[i];
-            if (!(B->reads[g][r] = reads_role(&B->p, r)))
+            if (!(B->reads[g][r] = reads_role(req->backend, &B->p, r)))
                 continue;
             const w16_layout_t *l = req->backend->layouts[r];
             B->dtype[g][r] = req->dtype[g][r] ? req->dtype[g][r] : l->dtypes[0];
@@ -703,7 +718,9 @@ static wna16_status_t setup(mb_t *B, wna16_context_t *ctx,
                 WNA16_OK)
                 return st;
         }
-        if ((B->word_elems[g] = word_elems(B, g)))
+        /* act order reads K rows one by one (their groups and inputs
+         * through g_idx and the permutation), never as words */
+        if (!B->p.act_order && (B->word_elems[g] = word_elems(B, g)))
             B->word_codes[g] = 32 / w16_layout_code_bits(
                 &B->lay[g][W16_ROLE_QWEIGHT], B->dtype[g][W16_ROLE_QWEIGHT],
                 B->v[g]);
@@ -722,7 +739,7 @@ static wna16_status_t finish(mb_t *B, const char *comment, wna16_error_t *err)
 
 static void declare_weights(mb_t *B, int g)
 {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < N_WEIGHT_ROLES; i++) {
         w16_role_t r = weight_roles[i];
         if (B->reads[g][r])
             arg(B, w16_moe_weight_arg((wna16_gemm_t)g, r), KIR_PARAM_BUFFER,
@@ -941,9 +958,11 @@ static void k_loop(mb_t *B, int g, const coord_t *e, const lane_rows_t *lr,
     B->body = &loop->body;
     const kir_expr_t *k0 = w16_ir_mul(k, kir_ref(k, kc), ik(B, S));
     w16_range_t rk = {0, KL - 1};
-    /* one zero/scale load per storage element when its codes share a group */
+    /* one zero/scale load per storage element when its codes share a group
+     * (never under act order: each K row has its own from g_idx) */
     group_q_t q[MAX_LANE_ROWS] = {{0}};
-    bool shared = GSE % S == 0;
+    bool act = B->p.act_order, sorted = B->reads[g][W16_ROLE_SORT_IDX];
+    bool shared = GSE % S == 0 && !act;
     char tag[16];
     for (int j = 0; shared && j < rows; j++) {
         snprintf(tag, sizeof tag, "r%d", j);
@@ -952,11 +971,26 @@ static void k_loop(mb_t *B, int g, const coord_t *e, const lane_rows_t *lr,
     for (int sl = 0; sl < S && !B->fail; sl++) {
         const kir_expr_t *kk = w16_ir_add(k, k0, ik(B, sl));
         const kir_expr_t *w[MAX_LANE_ROWS];
+        /* act order: row kk's group (g_idx), and its input channel when K
+         * is stored sorted (the permutation; checked to be one, and g_idx
+         * to hold groups, when the layer was created) */
+        const kir_expr_t *grp = NULL, *xat = NULL;
+        coord_t ck[2] = {*e, {kk, KL - 1}};
+        if (act) {
+            snprintf(tag, sizeof tag, "gi%d", sl);
+            grp = let(B, tag, element(B, g, W16_ROLE_G_IDX, ck, NULL));
+        }
+        if (act && sorted) {
+            snprintf(tag, sizeof tag, "pk%d", sl);
+            xat = let(B, tag, slot_major(B, element(B, g, W16_ROLE_SORT_IDX,
+                                                    ck, NULL), S, KL));
+        }
         for (int j = 0; j < rows; j++) {
             snprintf(tag, sizeof tag, "r%d", j);
             if (!shared)
                 q[j] = group_at(B, g, e, &lr->n[j],
-                                w16_ir_floordiv(&B->L, kk, GSE, rk), tag);
+                                grp ? grp : w16_ir_floordiv(&B->L, kk, GSE, rk),
+                                tag);
             char name[24];
             snprintf(name, sizeof name, "w%d_%d", sl, j);
             w[j] = let(B, name, weight(B, g, e, &lr->n[j], kk, q[j]));
@@ -965,8 +999,10 @@ static void k_loop(mb_t *B, int g, const coord_t *e, const lane_rows_t *lr,
         for (int t = 0; t < BM; t++) {
             char name[24];
             snprintf(name, sizeof name, "x%d_%d", sl, t);
-            const kir_expr_t *xv = let(B, name, load(B, in, w16_ir_add(k, s[t].base,
-                w16_ir_add(k, kir_ref(k, kc), ik(B, sl * (KL / S))))));
+            const kir_expr_t *xo = xat ? xat
+                : w16_ir_add(k, kir_ref(k, kc), ik(B, sl * (KL / S)));
+            const kir_expr_t *xv = let(B, name, load(B, in,
+                                                     w16_ir_add(k, s[t].base, xo)));
             for (int j = 0; j < rows; j++)
                 kir_assign(k, B->body, acc[t][j],
                            bin(B, KIR_OP_FADD, kir_ref(k, acc[t][j]),

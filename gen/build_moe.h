@@ -76,6 +76,10 @@ const char *w16_moe_stage_name(w16_moe_stage_t s);
     X(W2_QZEROS, "w2_qzeros")                                                \
     X(W2_BIAS, "w2_bias")                                                    \
     X(MAX_TOKENS, "max_tokens") /* scalar (batched) */                      \
+    X(W13_G_IDX, "w13_g_idx")   /* act order: group of each K row */         \
+    X(W13_SORT_IDX, "w13_g_idx_sort_indices") /* act order, sorted K */     \
+    X(W2_G_IDX, "w2_g_idx")                                                  \
+    X(W2_SORT_IDX, "w2_g_idx_sort_indices")                                  \
     X(ROUTE_INFO, "route_info") /* i32 {positions, blocks} (device_route) */
 
 typedef enum w16_moe_arg {
@@ -85,14 +89,16 @@ typedef enum w16_moe_arg {
     W16_MOE_ARG_COUNT
 } w16_moe_arg_t;
 
-/* The weight tensor of role r (qweight, scales, qzeros, bias) of operand g. */
+/* The weight tensor of role r (qweight, scales, qzeros, bias, g_idx,
+ * g_idx_sort_indices) of operand g. */
 w16_moe_arg_t w16_moe_weight_arg(wna16_gemm_t g, w16_role_t r);
 
 /* One fused-MoE configuration. */
 typedef struct w16_moe_request {
     const wna16_spec_t *backend; /* stacked layout the weights are in */
     /* E, H, I, BITS, GS, zp, bias; `ungated` follows the activation and
-     * act_order must be false */
+     * act_order needs the backend's g_idx layout (and its sort indices
+     * where the spec stores K sorted: act_order_sort) */
     w16_problem_t problem;
     /* Storage dtypes of the weight tensors, per operand and role (the
      * layout's first dtype when 0). */

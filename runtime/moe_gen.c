@@ -115,13 +115,21 @@ struct wna16_moe_layer {
     uint64_t device_calls; /* calls routed on the device (w16_moe_layer_device_calls) */
 };
 
-static const w16_role_t roles[4] = {W16_ROLE_QWEIGHT, W16_ROLE_SCALES,
-                                    W16_ROLE_QZEROS, W16_ROLE_BIAS};
+#define N_ROLES 6
+static const w16_role_t roles[N_ROLES] = {
+    W16_ROLE_QWEIGHT, W16_ROLE_SCALES, W16_ROLE_QZEROS, W16_ROLE_BIAS,
+    W16_ROLE_G_IDX, W16_ROLE_SORT_IDX};
 
-static bool layer_reads(const w16_problem_t *p, w16_role_t r)
+/* The roles a layer's kernels read: act order adds g_idx, and the sort
+ * indices where the backend stores K sorted (act_order_sort). */
+static bool layer_reads(const wna16_moe_layer_t *L, w16_role_t r)
 {
+    const w16_problem_t *p = &L->problem;
     return r == W16_ROLE_QWEIGHT || r == W16_ROLE_SCALES ||
-           (r == W16_ROLE_QZEROS && p->zp) || (r == W16_ROLE_BIAS && p->bias);
+           (r == W16_ROLE_QZEROS && p->zp) || (r == W16_ROLE_BIAS && p->bias) ||
+           (r == W16_ROLE_G_IDX && p->act_order) ||
+           (r == W16_ROLE_SORT_IDX && p->act_order &&
+            L->backend->act_order_sort);
 }
 
 /* ---- binding the tensors -------------------------------------------------- */
@@ -233,6 +241,61 @@ static wna16_status_t bind_tensor(wna16_moe_layer_t *L,
     return w16_moe_check_tensor_dtype(l, L->model_dtype, name, t->dtype, err);
 }
 
+/* Act order: the kernels index scales by g_idx and inputs by the sort
+ * indices without bounds checks, so the values are checked once here:
+ * every g_idx a group of the layer, every row of sort indices a
+ * permutation (the tensors must not change while the layer lives). */
+static wna16_status_t check_act_order(const wna16_moe_layer_t *L,
+                                      const char *prefix, wna16_error_t *err)
+{
+    for (int g = 0; g < 2; g++) {
+        int64_t v[W16_VAR_COUNT];
+        wna16_status_t st = w16_spec_bind(L->backend, &L->problem,
+                                          (wna16_gemm_t)g, v, err);
+        if (st != WNA16_OK)
+            return st;
+        int64_t E = v[W16_VAR_E], K = v[W16_VAR_K], G = v[W16_VAR_G];
+        const int32_t *gi = L->data[g][W16_ROLE_G_IDX];
+        const int32_t *pm = L->data[g][W16_ROLE_SORT_IDX];
+        if ((size_t)(E * K) * 4 > L->nbytes[g][W16_ROLE_G_IDX] ||
+            (pm && (size_t)(E * K) * 4 > L->nbytes[g][W16_ROLE_SORT_IDX]))
+            return w16_err(err, WNA16_EFORMAT, "%s.%s: act-order tensors "
+                           "hold fewer than E x K = %lld x %lld values",
+                           prefix, g ? "w2" : "w13", (long long)E,
+                           (long long)K);
+        uint8_t *seen = pm ? calloc((size_t)K, 1) : NULL;
+        if (pm && !seen)
+            return w16_err_nomem(err, "checking act-order sort indices");
+        for (int64_t e = 0; e < E; e++) {
+            if (seen)
+                memset(seen, 0, (size_t)K);
+            for (int64_t k = 0; k < K; k++) {
+                int32_t a = gi[e * K + k];
+                if (a < 0 || a >= G) {
+                    free(seen);
+                    return w16_err(err, WNA16_EFORMAT, "%s: %s g_idx[%lld][%lld]"
+                                   " = %d is not a group of the layer (0..%lld)",
+                                   prefix, g ? "w2" : "w13", (long long)e,
+                                   (long long)k, a, (long long)(G - 1));
+                }
+                if (!pm)
+                    continue;
+                int32_t b = pm[e * K + k];
+                if (b < 0 || b >= K || seen[b]++) {
+                    free(seen);
+                    return w16_err(err, WNA16_EFORMAT, "%s: %s "
+                                   "g_idx_sort_indices[%lld] is not a "
+                                   "permutation of 0..%lld (at %lld: %d)",
+                                   prefix, g ? "w2" : "w13", (long long)e,
+                                   (long long)(K - 1), (long long)k, b);
+                }
+            }
+        }
+        free(seen);
+    }
+    return WNA16_OK;
+}
+
 /* A request for the layer with default run parameters (for the checks). */
 static w16_moe_request_t base_request(const wna16_moe_layer_t *L)
 {
@@ -257,8 +320,8 @@ static w16_moe_request_t base_request(const wna16_moe_layer_t *L)
 static wna16_status_t put_weights(wna16_moe_layer_t *L, wna16_error_t *err)
 {
     for (int g = 0; g < 2; g++)
-        for (int i = 0; i < 4; i++)
-            if (layer_reads(&L->problem, roles[i])) {
+        for (int i = 0; i < N_ROLES; i++)
+            if (layer_reads(L, roles[i])) {
                 w16_role_t r = roles[i];
                 wna16_status_t st = L->T->put(L->stream, L->data[g][r],
                                               L->nbytes[g][r], &L->dev[g][r],
@@ -398,9 +461,11 @@ wna16_status_t wna16_moe_layer_create(wna16_context_t *ctx,
     if (st == WNA16_OK)
         st = find_gating(L, tensors, prefix, err);
     for (int g = 0; g < 2 && st == WNA16_OK; g++)
-        for (int i = 0; i < 4 && st == WNA16_OK; i++)
-            if (layer_reads(&L->problem, roles[i]))
+        for (int i = 0; i < N_ROLES && st == WNA16_OK; i++)
+            if (layer_reads(L, roles[i]))
                 st = bind_tensor(L, tensors, prefix, g, roles[i], err);
+    if (st == WNA16_OK && L->problem.act_order)
+        st = check_act_order(L, prefix, err);
     if (st == WNA16_OK) {
         w16_moe_request_t req = base_request(L);
         st = w16_moe_check(&req, err);
@@ -703,7 +768,7 @@ static wna16_status_t launch(wna16_moe_layer_t *L, const stage_fn_t *f,
     value[W16_MOE_ARG_COUNTS] = PTR(c->counts);
     value[W16_MOE_ARG_OUT] = PTR(c->out);
     for (int g = 0; g < 2; g++)
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < N_ROLES; i++)
             value[w16_moe_weight_arg((wna16_gemm_t)g, roles[i])] =
                 PTR(L->data[g][roles[i]]);
     value[W16_MOE_ARG_MAX_TOKENS] = (uint64_t)c->max_tokens;
@@ -1108,7 +1173,7 @@ static wna16_status_t run_device(wna16_moe_layer_t *L,
     mv[W16_MOE_ARG_OUT] = out;
     mv[W16_MOE_ARG_MAX_TOKENS] = (uint64_t)c->max_tokens;
     for (int g = 0; g < 2; g++)
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < N_ROLES; i++)
             mv[w16_moe_weight_arg((wna16_gemm_t)g, roles[i])] = L->dev[g][roles[i]];
     const struct {
         const stage_fn_t *f;

@@ -122,7 +122,7 @@ static bool case_valid(const fm_case_t *c)
         return false;
     if (g > 0 && (c->H % g || c->I % g))
         return false;
-    if (c->q.act_order && g <= 0)
+    if (c->q.act_order && (g <= 0 || !c->spec->caps.act_order))
         return false;
     if (c->batched && (c->map || c->topk != 1))
         return false;
@@ -211,8 +211,10 @@ static void draw(wna16_context_t *ctx, fz_rng_t *r, const wna16_spec_t *fixed,
     c->q.group_size = gss[fz_below(r, 4)];
     /* the CUDA kernels hold 4-bit zero points only */
     c->q.zero_point = fz_below(r, 2) && (!gpu || c->q.bits == 4);
-    /* the generated fused MoE refuses act-order (documented) */
-    c->q.act_order = gpu && c->q.group_size > 0 && fz_below(r, 5) == 0;
+    /* act order where the layout holds it (Marlin's sorted K and g_idx:
+     * the CUDA kernels, and the CPU's generated kernels code by code) */
+    c->q.act_order = c->q.group_size > 0 && fz_below(r, 5) == 0 &&
+                     (gpu || (c->spec && c->spec->caps.act_order));
     c->q.bias = fz_below(r, 3) == 0;
     c->dtype = fz_below(r, 2) ? WNA16_DTYPE_BF16 : WNA16_DTYPE_F16;
     c->scales = fz_below(r, 3) ? c->dtype

@@ -264,11 +264,14 @@ static int cmp_cand(const void *x, const void *y)
 
 /* The first backend in that order that the target runs well; each one
  * before it goes into c->skipped with its reason. Without one, `why` says
- * why the first that would be fast cannot run ("name: reason"). */
+ * why the first that would be fast cannot run ("name: reason"), and
+ * *slow_ok is the first that runs at all (act-order layers on the CPU:
+ * only the Marlin layouts hold them, read code by code), else NULL. */
 static const wna16_spec_t *first_good(wna16_context_t *ctx, run_choice_t *c,
                                       const run_layer_t *L, char *why,
-                                      size_t n)
+                                      size_t n, const wna16_spec_t **slow_ok)
 {
+    *slow_ok = NULL;
     cand_t cands[64];
     size_t nc = 0;
     for (size_t i = 0; i < wna16_spec_count(ctx) && nc < 64; i++) {
@@ -286,6 +289,8 @@ static const wna16_spec_t *first_good(wna16_context_t *ctx, run_choice_t *c,
         fit(c, b, L, &f);
         if (f.runs && f.fast)
             return b;
+        if (f.runs && !*slow_ok)
+            *slow_ok = b;
         if (f.fast && !why[0])
             snprintf(why, n, "%s: %s", b->name, f.why_not);
         if (c->n_skipped < RUN_MAX_SKIPPED) {
@@ -370,7 +375,21 @@ int run_choose_backend(wna16_context_t *ctx, const run_opts_t *o,
         }
     }
     char why[512] = "";
-    c->backend = first_good(ctx, c, L, why, sizeof why);
+    const wna16_spec_t *slow_ok = NULL;
+    c->backend = first_good(ctx, c, L, why, sizeof why, &slow_ok);
+    if (!c->backend && slow_ok) {
+        /* no fast layout holds the layer: the first that runs, said so */
+        c->backend = slow_ok;
+        c->substituted = sel != slow_ok;
+        snprintf(c->why, sizeof c->why, "no layout the %s target reads fast "
+                 "holds this layer (%s%s%s); running %s's layout, the first in "
+                 "vLLM's CUDA priority order that the target runs, read code "
+                 "by code (slow)", wna16_target_name(c->target),
+                 sel ? sel->name : "", sel ? ": " : "", sel ? f.why_not : why,
+                 slow_ok->name);
+        run_log_more(log, "%s", c->why);
+        return CLI_OK;
+    }
     if (!c->backend) {
         /* selection's reason, and the first fast layout's when it differs
          * (the target's own refusals are the same for every layout) */

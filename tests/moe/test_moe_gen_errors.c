@@ -2,7 +2,8 @@
  * test_moe_gen_errors.c - bad arguments to the generated fused MoE:
  *  - wna16_moe_layer_create refuses, with a message naming the culprit,
  *    NULL arguments, targets other than the CPU, per-expert layouts,
- *    layouts without codes, act-order, what the layout cannot hold, and
+ *    layouts without codes, act-order where the layout has no g_idx, what
+ *    the layout cannot hold, and
  *    missing, misshapen or mistyped tensors;
  *  - wna16_moe_layer_run and _run_batched refuse exactly what the
  *    reference refuses, with the same status and message (they share the
@@ -13,7 +14,11 @@
  *    model refuses f16 scales in a model-dtype layout (triton) and f16
  *    activations, naming both, and runs bf16 ones; the CPU layout's F32
  *    scales are not the model's dtype and are taken; a dtype other than
- *    F16/BF16 is refused; without one, either activation dtype runs.
+ *    F16/BF16 is refused; without one, either activation dtype runs;
+ *  - act order on the Marlin layout (sorted K): a layer whose g_idx holds
+ *    a value outside the layer's groups, or whose sort indices are not a
+ *    permutation, is refused naming the tensor and the position (the
+ *    kernels index with them unchecked).
  * Skips (77) without LLVM.
  */
 #include "moe_util.h"
@@ -353,6 +358,89 @@ static void model_dtype(void)
     wna16_qlayer_free(&L);
 }
 
+/* Act order on the Marlin layout (K sorted by group): the layer reads
+ * g_idx and the sort indices without bounds checks, so creating it checks
+ * their values: a group past the layer's and a row of sort indices that
+ * is not a permutation are refused naming the tensor and the position. */
+static void act_order_values(void)
+{
+    enum { AE = 2, AH = 128, AI = 64 }; /* I that Marlin does not pad */
+    wna16_error_t err;
+    wna16_qlayer_t L = {.E = AE, .H = AH, .I = AI};
+    TU_OK(wna16_qweight_alloc(&L.w13, AE, 2 * AI, AH, 4, 32, false, true,
+                              false, &err), &err);
+    TU_OK(wna16_qweight_alloc(&L.w2, AE, AH, AI, 4, 32, false, true, false,
+                              &err), &err);
+    wna16_qweight_t *q[2] = {&L.w13, &L.w2};
+    for (int o = 0; o < 2; o++) {
+        for (size_t i = 0; i < (size_t)q[o]->E * q[o]->N * q[o]->K; i++)
+            q[o]->codes[i] = (uint8_t)tu_rng_below(&rng, 16);
+        for (size_t i = 0; i < (size_t)q[o]->E * q[o]->G * q[o]->N; i++)
+            q[o]->scales[i] = 0.0625f;
+        /* a shuffled assignment of channels to groups, gs per group */
+        for (int32_t e = 0; e < q[o]->E; e++) {
+            int32_t *gi = q[o]->g_idx + (size_t)e * q[o]->K;
+            for (int32_t k = 0; k < q[o]->K; k++)
+                gi[k] = k / 32;
+            for (int32_t k = q[o]->K - 1; k > 0; k--) {
+                int32_t j = (int32_t)tu_rng_below(&rng, (uint32_t)k + 1);
+                int32_t t = gi[k];
+                gi[k] = gi[j];
+                gi[j] = t;
+            }
+        }
+        q[o]->g_idx_stored = true;
+    }
+    const wna16_spec_t *marlin = wna16_spec_find(ctx, WNA16_SPEC_BACKEND,
+                                                 "marlin");
+    wna16_tensor_set_t *set = NULL;
+    TU_OK(wna16_tensor_set_create(ctx, &set, &err), &err);
+    TU_OK(wna16_ref_encode(ctx, marlin, &L, "m", set, &err), &err);
+    wna16_quant_desc_t qd = {.bits = 4, .group_size = 32, .act_order = true,
+                             .g_idx_stored = true};
+    wna16_moe_layer_t *layer = NULL;
+    TU_OK(wna16_moe_layer_create(ctx, marlin, set, "m", AE, AH, AI, &qd,
+                                 WNA16_TARGET_CPU, &layer, &err), &err);
+    wna16_moe_layer_destroy(layer);
+    /* the same tensors with one value damaged */
+    static const struct {
+        const char *tensor;
+        size_t at;
+        int32_t value;
+        const char *needle;
+    } bad[] = {
+        {"m.w13_g_idx", 5, AH / 32, "w13 g_idx[0][5] = 4 is not a group of "
+                                    "the layer (0..3)"},
+        {"m.w2_g_idx", 70, -1, "w2 g_idx[1][6] = -1 is not a group"},
+        {"m.w13_g_idx_sort_indices", 3, 0, "w13 g_idx_sort_indices[0] is not "
+                                           "a permutation of 0..127"},
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        wna16_tensor_set_t *copy = NULL;
+        int32_t *data = NULL;
+        TU_OK(wna16_tensor_set_create(ctx, &copy, &err), &err);
+        for (size_t i = 0; i < wna16_tensor_set_count(set); i++) {
+            wna16_tensor_t t = *wna16_tensor_set_at(set, i);
+            if (strcmp(t.name, bad[b].tensor) == 0) {
+                data = malloc(t.nbytes);
+                TU_CHECK(data != NULL);
+                memcpy(data, t.data, t.nbytes);
+                data[bad[b].at] = bad[b].value;
+                t.data = data;
+            }
+            TU_OK(wna16_tensor_set_add_view(copy, &t, &err), &err);
+        }
+        TU_CHECK_MSG(data != NULL, "no tensor %s", bad[b].tensor);
+        expect(wna16_moe_layer_create(ctx, marlin, copy, "m", AE, AH, AI, &qd,
+                                      WNA16_TARGET_CPU, &layer, &err),
+               WNA16_EFORMAT, &err, bad[b].needle, bad[b].tensor);
+        wna16_tensor_set_destroy(copy);
+        free(data);
+    }
+    wna16_tensor_set_destroy(set);
+    wna16_qlayer_free(&L);
+}
+
 int main(void)
 {
 #ifndef WNA16_HAVE_LLVM
@@ -364,6 +452,7 @@ int main(void)
     run_errors();
     ungated();
     model_dtype();
+    act_order_values();
     wna16_context_destroy(ctx);
     return tu_finish("test_moe_gen_errors");
 }
