@@ -496,14 +496,14 @@ static void print_xpu_route(void)
     const w16_target_t *ocl = w16_target_find(WNA16_TARGET_OCL);
     if (ocl)
         printf("kernels: the ocl target runs the repack and the generated "
-               "fused MoE (SPIR-V through llvm-spirv-15 and OpenCL: PoCL on "
-               "the CPU)%s\n",
-               ze ? "; the xpu target (SPIR-V through Level Zero) runs the "
-                    "repack on an Intel GPU, not yet the fused MoE" : "");
+               "fused MoE, routed on the device (SPIR-V through llvm-spirv-15 "
+               "and OpenCL: PoCL on the CPU)%s\n",
+               ze ? "; the xpu target (SPIR-V through Level Zero) runs both "
+                    "on an Intel GPU, in its memory" : "");
     else if (ze)
         printf("kernels: the xpu target (SPIR-V through Level Zero) runs the "
-               "repack on an Intel GPU, not yet the fused MoE; this build "
-               "has no OpenCL route\n");
+               "repack and the generated fused MoE, routed on the device, on "
+               "an Intel GPU; this build has no OpenCL route\n");
     else
         printf("kernels: this build has no target for xpu\n");
 }

@@ -1,11 +1,13 @@
 /*
- * run_moe_cpu.c - the generated fused MoE of `wna16 run` on a target whose
- * kernels address host memory (the CPU: LLVM JIT on all cores; ocl: the
- * SPIR-V through OpenCL): the wna16_moe_layer_* API (kernels generated
- * from the backend's layout spec, compiled through the kernel cache),
- * timed by run_time_calls.
+ * run_moe_cpu.c - the generated fused MoE of `wna16 run` on a target that
+ * runs it (the CPU: LLVM JIT on all cores, routed on the host; ocl and xpu:
+ * the SPIR-V through OpenCL or Level Zero, routed on the device): the
+ * wna16_moe_layer_* API (kernels generated from the backend's layout spec,
+ * compiled through the kernel cache), timed by run_time_calls; it says
+ * where the calls were routed.
  */
 #include "run.h"
+#include "runtime/ref/moe.h"
 #include "runtime/targets.h"
 
 #include <stdlib.h>
@@ -61,6 +63,7 @@ int run_moe_cpu(wna16_context_t *ctx, const run_layer_t *L,
     } else {
         rc = run_time_calls(ctx, call_cpu, &call, out, f);
     }
+    uint64_t on_device = w16_moe_layer_device_calls(call.layer);
     wna16_moe_layer_destroy(call.layer);
     free(call.scratch);
     if (rc == CLI_OK)
@@ -71,5 +74,9 @@ int run_moe_cpu(wna16_context_t *ctx, const run_layer_t *L,
                      : f->cache_hit ? "kernels from the kernel cache: hit"
                                     : "kernels compiled: cache miss",
                      f->cached_ms, f->calls, f->best_ms);
+    if (rc == CLI_OK && T->moe_orch == W16_MOE_ORCH_DEVICE)
+        run_log_more(log, "routing on the device: %llu calls, each a routing "
+                     "kernel and four stages with no host read between "
+                     "launches", (unsigned long long)on_device);
     return rc;
 }
