@@ -74,18 +74,7 @@ unsigned w16_moe_cpu_isa(const char *f)
 
 /* ---- the plan: what the layout's maps say ---------------------------------- */
 
-/* One operand's VNNI blocks, found by evaluating its layouts. Offsets are
- * in storage elements (bytes for codes and zeros, floats for scales and
- * bias) from the tensor's start. */
-typedef struct mc_op {
-    int64_t N, K, G, GSE, bk, KC, NB; /* NB = N / 32 column blocks */
-    int64_t q0, q_e, q_nb, q_kc;      /* block (e, nb, kc) at q0 + ... */
-    int64_t s0, s_e, s_nb, s_g;       /* scales (e, n, g) */
-    int64_t z0, z_e, z_nb, z_g;       /* zeros */
-    int64_t b0, b_e;                  /* bias (e, n) */
-    bool zp, bias;
-    int zero; /* the zero point without zero-point tensors */
-} mc_op_t;
+typedef w16_moe_cpu_op_t mc_op_t;
 
 typedef struct mc_plan {
     w16_moe_stage_t stage;
@@ -158,16 +147,13 @@ static wna16_dtype_t dtype_of(const w16_moe_request_t *req, int g,
     return req->dtype[g][r] ? req->dtype[g][r] : l->dtypes[0];
 }
 
-/* The e values a probe walks: the first, the second and the last. */
+/* The e values a probe walks: the first and the last (the strides come
+ * from the first two). */
 static int probe_experts(int64_t E, int64_t *out)
 {
-    int n = 0;
-    out[n++] = 0;
-    if (E > 1)
-        out[n++] = 1;
-    if (E > 2)
-        out[n++] = E - 1;
-    return n;
+    out[0] = 0;
+    out[1] = E - 1;
+    return E > 1 ? 2 : 1;
 }
 
 /* Checks that the float (or zero-point) layout of role r stores (e, n, g)
@@ -191,9 +177,10 @@ static const char *probe_vec32(const w16_layout_t *l, const int64_t *v,
         *sg = f - f0;
     int64_t es[3];
     int ne = probe_experts(E, es);
+    int64_t gs[2] = {0, o->G - 1};
     for (int i = 0; i < ne; i++)
-        for (int64_t g = 0; g < o->G; g++)
-            for (int64_t n = 0; n < o->N; n++) {
+        for (int gi = 0; gi < (o->G > 1 ? 2 : 1); gi++)
+            for (int64_t n = 0, g = gs[gi]; n < o->N; n++) {
                 int64_t want = f0 + es[i] * *se + (n / 32) * *snb + g * *sg +
                                n % 32, bit = 0;
                 if (!locate(l, v, shape, es[i], n, 0, g, &f, &bit) ||
@@ -234,8 +221,9 @@ static const char *probe_codes(const w16_moe_request_t *req,
     int ne = probe_experts(p->E, es);
     for (int i = 0; i < ne; i++) {
         int64_t e = es[i];
-        /* every block's base and compensation place */
-        for (int64_t nb = 0; nb < o->NB; nb++)
+        /* every block's base and compensation place (the first expert;
+         * the last one's corners below) */
+        for (int64_t nb = 0; nb < o->NB && i == 0; nb++)
             for (int64_t kc = 0; kc < o->KC; kc++) {
                 int64_t base = o->q0 + e * o->q_e + nb * o->q_nb + kc * o->q_kc;
                 if (!locate(l, v, shape, e, nb * 32, kc * o->bk, 0, &f, &bit) ||
@@ -245,11 +233,11 @@ static const char *probe_codes(const w16_moe_request_t *req,
                     f != base + o->bk * 16 + 4 * 31)
                     return "its compensation sums do not follow the block's codes";
             }
-        /* every code of the first and the last column block, first and
-         * last k block */
+        /* every code of the first block (column block 0, k block 0) and
+         * of the last */
         int64_t nbs[2] = {0, o->NB - 1}, kcs[2] = {0, o->KC - 1};
         for (int a = 0; a < 2; a++)
-            for (int b = 0; b < 2; b++)
+            for (int b = a; b == a; b++)
                 for (int64_t nn = 0; nn < 32; nn++)
                     for (int64_t kk = 0; kk < o->bk; kk++) {
                         int64_t n = nbs[a] * 32 + nn, k = kcs[b] * o->bk + kk;
@@ -260,9 +248,9 @@ static const char *probe_codes(const w16_moe_request_t *req,
                             f != want || bit != 4 * ((nn % 16) / 8))
                             return "its 64-byte lines do not hold 4 k x 32 "
                                    "columns in VNNI order";
+                        int64_t blk = want - 4 * (8 * (nn / 16) + nn % 8);
                         if (kk == 0 && (!locate_sum(l, v, shape, e, n, kcs[b], &f) ||
-                                        f != want - 4 * (8 * (nn / 16) + nn % 8) -
-                                             64 * 0 + o->bk * 16 + 4 * nn))
+                                        f != blk + o->bk * 16 + 4 * nn))
                             return "its compensation sums are not in column "
                                    "order";
                     }
@@ -342,20 +330,32 @@ static bool activation_ok(wna16_activation_t a)
 
 static wna16_status_t make_plan(const w16_moe_request_t *req,
                                 wna16_numerics_t numerics, unsigned isa,
+                                const w16_moe_cpu_layout_t *probed,
                                 mc_plan_t *P, wna16_error_t *err)
 {
     memset(P, 0, sizeof *P);
     wna16_status_t st = w16_moe_check(req, err);
     if (st != WNA16_OK)
         return st;
-    if (numerics != WNA16_NUMERICS_INT8_DYNAMIC)
+    if (numerics != WNA16_NUMERICS_INT8_DYNAMIC &&
+        numerics != WNA16_NUMERICS_BF16_EXACT)
         return w16_err(err, WNA16_EUNSUPPORTED, "the dedicated CPU kernels "
-                       "compute int8-dynamic only (asked: %s)",
+                       "compute int8-dynamic and bf16-exact (asked: %s)",
                        wna16_numerics_name(numerics) ? wna16_numerics_name(numerics)
                                                      : "?");
-    if (!(isa & W16_CPU_ISA_AVX512_VNNI))
+    if (numerics == WNA16_NUMERICS_INT8_DYNAMIC &&
+        !(isa & W16_CPU_ISA_AVX512_VNNI))
         return w16_err(err, WNA16_EUNSUPPORTED, "the host CPU has no "
                        "AVX512-VNNI (vpdpbusd on zmm)");
+    if (numerics == WNA16_NUMERICS_BF16_EXACT &&
+        !(isa & W16_CPU_ISA_AVX512_BF16))
+        return w16_err(err, WNA16_EUNSUPPORTED, "the host CPU has no "
+                       "AVX512-BF16 (vdpbf16ps on zmm)");
+    if (numerics == WNA16_NUMERICS_BF16_EXACT &&
+        req->params.act_dtype != WNA16_DTYPE_BF16)
+        return w16_err(err, WNA16_EUNSUPPORTED, "bf16-exact multiplies bf16 "
+                       "activations; these are %s",
+                       wna16_dtype_name(req->params.act_dtype));
     if (!activation_ok(req->params.activation))
         return w16_err(err, WNA16_EUNSUPPORTED, "the dedicated CPU kernels do "
                        "not compute the %s activation",
@@ -379,6 +379,10 @@ static wna16_status_t make_plan(const w16_moe_request_t *req,
     P->I = p.I;
     P->BM = req->block_m < 1 ? 1 : req->block_m > 4 ? 4 : req->block_m;
     for (int g = 0; g < 2; g++) {
+        if (probed) {
+            P->op[g] = probed->op[g];
+            continue;
+        }
         const char *why = probe_op(req, &p, g, &P->op[g]);
         if (why)
             return w16_err(err, WNA16_EUNSUPPORTED, "%s: the %s layout's maps "
@@ -391,16 +395,27 @@ static wna16_status_t make_plan(const w16_moe_request_t *req,
         return w16_err(err, WNA16_EUNSUPPORTED, "%s pads the intermediate "
                        "size (%lld to %lld); the CPU kernels take it unpadded",
                        req->backend->name, (long long)P->I, (long long)P->IP);
+    if (P->I % 32)
+        return w16_err(err, WNA16_EUNSUPPORTED, "the CPU kernels take gemm1's "
+                       "output channels 32 at a time (gate and up from blocks "
+                       "of the same columns); I = %lld is not a multiple of "
+                       "32", (long long)P->I);
     P->TB = P->op[1].NB % 4 == 0 ? 4 : P->op[1].NB % 2 == 0 ? 2 : 1;
     return WNA16_OK;
 }
 
-wna16_status_t w16_moe_cpu_check(const w16_moe_request_t *req,
+wna16_status_t w16_moe_cpu_probe(const w16_moe_request_t *req,
                                  wna16_numerics_t numerics, unsigned isa,
+                                 w16_moe_cpu_layout_t *out,
                                  wna16_error_t *err)
 {
     mc_plan_t P;
-    return make_plan(req, numerics, isa, &P, err);
+    wna16_status_t st = make_plan(req, numerics, isa, NULL, &P, err);
+    if (st == WNA16_OK && out) {
+        out->op[0] = P.op[0];
+        out->op[1] = P.op[1];
+    }
+    return st;
 }
 
 /* ---- LLVM emission ------------------------------------------------------- */
@@ -803,6 +818,19 @@ static LLVMValueRef quantize_row(cg_t *G, const row_src_t *s, int64_t n,
     return scale;
 }
 
+/* bf16-exact: a row of n values (activation bits, or float32 values of
+ * bf16 numbers) as bf16 bits at q. */
+static void to_bf16_row(cg_t *G, const row_src_t *s, int64_t n, LLVMValueRef q)
+{
+    loop_t C;
+    LLVMValueRef c = loop_open(G, &C, ci64(G, 0), ci64(G, n / 16), 1);
+    LLVMValueRef x = round_act(G, row_chunk(G, s, c)); /* exact: bf16 values */
+    LLVMValueRef u = LLVMBuildLShr(G->b, LLVMBuildBitCast(G->b, x, G->v16i32, ""),
+                                   vi32(G, 16), "");
+    st(G, LLVMBuildTrunc(G->b, u, G->v16i16, ""), at(G, q, mul(G, c, ci64(G, 32))), 2);
+    loop_close(G, &C);
+}
+
 /* ---- the stages ---- */
 
 /* The entry point: for gid in [gb, ge): body(gid). */
@@ -844,9 +872,13 @@ static void emit_input(cg_t *G, const char *symbol)
         s.weight = round_act(G, ld(G, G->f32, wp, 4));
     }
     LLVMValueRef xq = at(G, arg_ptr(G, W16_MOE_ARG_X), mul(G, row, ci64(G, 4 * P->H)));
-    LLVMValueRef sc = quantize_row(G, &s, P->H, P->op[0].bk, xq,
-                                   at(G, xq, ci64(G, P->H + 4)));
-    st(G, sc, at(G, xq, ci64(G, P->H)), 4);
+    if (P->numerics == WNA16_NUMERICS_BF16_EXACT) {
+        to_bf16_row(G, &s, P->H, xq);
+    } else {
+        LLVMValueRef sc = quantize_row(G, &s, P->H, P->op[0].bk, xq,
+                                       at(G, xq, ci64(G, P->H + 4)));
+        st(G, sc, at(G, xq, ci64(G, P->H)), 4);
+    }
     close_entry(G, &L);
 }
 
@@ -938,6 +970,85 @@ static void block_gemm(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
     loop_close(G, &K);
 }
 
+/* bf16-exact: facc[r][0|1] += the bf16 products of column block nb over
+ * K, in k order as vdpbf16ps sums a pair (odd k, then even k), each weight
+ * bf16((code - zero) * scale). */
+static void block_gemm_bf16(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
+                            const prow_t *rows, int BM, LLVMValueRef facc[][2])
+{
+    const mc_op_t *o = &G->P->op[g];
+    LLVMValueRef qw = arg_ptr(G, w16_moe_weight_arg((wna16_gemm_t)g, W16_ROLE_QWEIGHT));
+    LLVMValueRef sw = arg_ptr(G, w16_moe_weight_arg((wna16_gemm_t)g, W16_ROLE_SCALES));
+    LLVMValueRef zw = o->zp ? arg_ptr(G, w16_moe_weight_arg((wna16_gemm_t)g,
+                                                            W16_ROLE_QZEROS)) : NULL;
+    for (int t = 0; t < BM; t++)
+        for (int h = 0; h < 2; h++)
+            st(G, vf32(G, 0.0), facc[t][h], 64);
+    LLVMValueRef qe = add(G, ci64(G, o->q0), add(G, mul(G, e, ci64(G, o->q_e)),
+                                                 mul(G, nb, ci64(G, o->q_nb))));
+    loop_t K;
+    LLVMValueRef kc = loop_open(G, &K, ci64(G, 0), ci64(G, o->KC), 1);
+    LLVMValueRef base = at(G, qw, add(G, qe, mul(G, kc, ci64(G, o->q_kc))));
+    LLVMValueRef qoff = mul(G, kc, ci64(G, o->bk));
+    LLVMValueRef grp = LLVMBuildUDiv(G->b, qoff, ci64(G, o->GSE), "");
+    LLVMValueRef so = add(G, ci64(G, o->s0), add(G, add(G, mul(G, e, ci64(G, o->s_e)),
+        mul(G, nb, ci64(G, o->s_nb))), mul(G, grp, ci64(G, o->s_g))));
+    LLVMValueRef sp = at(G, sw, mul(G, so, ci64(G, 4)));
+    LLVMValueRef s0 = ld(G, G->v16f32, sp, 4);
+    LLVMValueRef s1 = ld(G, G->v16f32, at(G, sp, ci64(G, 64)), 4);
+    LLVMValueRef scale[2] = {shuf(G, s0, s1, G->perm_lo), shuf(G, s0, s1, G->perm_hi)};
+    LLVMValueRef zf[2];
+    if (o->zp) {
+        LLVMValueRef zo = add(G, ci64(G, o->z0), add(G, add(G, mul(G, e, ci64(G, o->z_e)),
+            mul(G, nb, ci64(G, o->z_nb))), mul(G, grp, ci64(G, o->z_g))));
+        LLVMValueRef z = ld(G, G->v32i8, at(G, zw, zo), 1);
+        for (int h = 0; h < 2; h++)
+            zf[h] = LLVMBuildSIToFP(G->b, LLVMBuildSExt(G->b,
+                        shuf(G, z, NULL, h ? G->perm_hi : G->perm_lo), G->v16i32, ""),
+                        G->v16f32, "");
+    } else {
+        zf[0] = zf[1] = vf32(G, o->zero);
+    }
+    LLVMTypeRef v32bf = LLVMVectorType(LLVMBFloatTypeInContext(G->c), 32);
+    int il[32];
+    for (int i = 0; i < 16; i++) {
+        il[2 * i] = i;
+        il[2 * i + 1] = 16 + i;
+    }
+    LLVMValueRef inter = mask(G, il, 32);
+    loop_t T;
+    LLVMValueRef tt = loop_open(G, &T, ci64(G, 0), ci64(G, o->bk / 4), 1);
+    LLVMValueRef line = ld(G, G->v16i32, at(G, base, mul(G, tt, ci64(G, 64))), 1);
+    LLVMValueRef koff = add(G, qoff, mul(G, tt, ci64(G, 4)));
+    for (int h = 0; h < 2; h++) {
+        LLVMValueRef nib = LLVMBuildAnd(G->b, h ? LLVMBuildLShr(G->b, line, vi32(G, 4), "")
+                                                : line, vi32(G, 0x0f0f0f0f), "");
+        for (int pr = 0; pr < 2; pr++) {
+            LLVMValueRef w[2];
+            for (int u = 0; u < 2; u++) {
+                LLVMValueRef c = LLVMBuildAnd(G->b, LLVMBuildLShr(G->b, nib,
+                    vi32(G, 16 * pr + 8 * u), ""), vi32(G, 0xff), "");
+                w[u] = fmul(G, fsub(G, LLVMBuildSIToFP(G->b, c, G->v16f32, ""), zf[h]),
+                            scale[h]);
+            }
+            LLVMValueRef ops2[2] = {w[1], w[0]};
+            LLVMValueRef wb = intrinsic(G, "llvm.x86.avx512bf16.cvtne2ps2bf16.512",
+                                        NULL, 0, ops2, 2);
+            LLVMValueRef wi = shuf(G, wb, NULL, inter);
+            LLVMValueRef kp = mul(G, add(G, koff, ci64(G, 2 * pr)), ci64(G, 2));
+            for (int t = 0; t < BM; t++) {
+                LLVMValueRef xp = LLVMBuildBitCast(G->b,
+                    splat(G, ld(G, G->i32, at(G, rows[t].q, kp), 2), 16), v32bf, "");
+                LLVMValueRef ops3[3] = {ld(G, G->v16f32, facc[t][h], 64), xp, wi};
+                st(G, intrinsic(G, "llvm.x86.avx512bf16.dpbf16ps.512", NULL, 0,
+                                ops3, 3), facc[t][h], 64);
+            }
+        }
+    }
+    loop_close(G, &T);
+    loop_close(G, &K);
+}
+
 /* h = facc (+ bias) (rounded when the outputs are), lo/hi lanes. */
 static void block_out(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
                       LLVMValueRef facc[2], LLVMValueRef out[2])
@@ -971,6 +1082,15 @@ static void store_natural(cg_t *G, LLVMValueRef v[2], LLVMValueRef p)
     st(G, shuf(G, v[0], v[1], G->perm_hi), at(G, p, ci64(G, 64)), 4);
 }
 
+static void gemm_block(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
+                       const prow_t *rows, int BM, LLVMValueRef facc[][2])
+{
+    if (G->P->numerics == WNA16_NUMERICS_BF16_EXACT)
+        block_gemm_bf16(G, g, e, nb, rows, BM, facc);
+    else
+        block_gemm(G, g, e, nb, rows, BM, facc);
+}
+
 static void emit_gemm(cg_t *G, const char *symbol, bool first)
 {
     const mc_plan_t *P = G->P;
@@ -992,7 +1112,7 @@ static void emit_gemm(cg_t *G, const char *symbol, bool first)
     /* gemm2's quantized rows, in stack buffers */
     LLVMValueRef qbuf = NULL, sbuf = NULL;
     if (!first) {
-        qbuf = array(G, G->i8, BM * P->I, 64);
+        qbuf = array(G, G->i8, 2 * BM * P->I, 64);
         sbuf = array(G, G->i32, BM * o->KC, 64);
     }
     LLVMValueRef facc[4][2], gate[4][2];
@@ -1011,12 +1131,20 @@ static void emit_gemm(cg_t *G, const char *symbol, bool first)
         rows[t].valid = LLVMBuildICmp(G->b, LLVMIntSLT, a, p1, "");
         LLVMValueRef ac = sel(G, rows[t].valid, a, last);
         rows[t].slot = LLVMBuildSExt(G->b, ld(G, G->i32, at(G, sorted, mul(G, ac, ci64(G, 4))), 4), G->i64, "");
+        bool bf16 = P->numerics == WNA16_NUMERICS_BF16_EXACT;
         if (first) {
             LLVMValueRef xr = xdiv ? LLVMBuildUDiv(G->b, rows[t].slot, ci64(G, P->topk), "")
                                    : rows[t].slot;
             rows[t].q = at(G, in, mul(G, xr, ci64(G, 4 * P->H)));
-            rows[t].scale = ld(G, G->f32, at(G, rows[t].q, ci64(G, P->H)), 4);
-            rows[t].sums = at(G, rows[t].q, ci64(G, P->H + 4));
+            if (!bf16) {
+                rows[t].scale = ld(G, G->f32, at(G, rows[t].q, ci64(G, P->H)), 4);
+                rows[t].sums = at(G, rows[t].q, ci64(G, P->H + 4));
+            }
+        } else if (bf16) {
+            row_src_t s = {.act = false};
+            s.base = at(G, in, mul(G, rows[t].slot, ci64(G, 4 * P->I)));
+            rows[t].q = at(G, qbuf, ci64(G, (int64_t)t * P->I * 2));
+            to_bf16_row(G, &s, P->I, rows[t].q);
         } else {
             row_src_t s = {.act = false};
             s.base = at(G, in, mul(G, rows[t].slot, ci64(G, 4 * P->I)));
@@ -1029,7 +1157,7 @@ static void emit_gemm(cg_t *G, const char *symbol, bool first)
         LLVMValueRef nbs[2] = {tile, add(G, tile, ci64(G, P->IP / 32))};
         int nblk = P->gated ? 2 : 1;
         for (int j = 0; j < nblk; j++) {
-            block_gemm(G, g, e, nbs[j], rows, BM, facc);
+            gemm_block(G, g, e, nbs[j], rows, BM, facc);
             for (int t = 0; t < BM; t++) {
                 LLVMValueRef h[2];
                 block_out(G, g, e, nbs[j], facc[t], h);
@@ -1052,7 +1180,7 @@ static void emit_gemm(cg_t *G, const char *symbol, bool first)
     } else {
         for (int j = 0; j < P->TB; j++) {
             LLVMValueRef nb = add(G, mul(G, tile, ci64(G, P->TB)), ci64(G, j));
-            block_gemm(G, g, e, nb, rows, BM, facc);
+            gemm_block(G, g, e, nb, rows, BM, facc);
             for (int t = 0; t < BM; t++) {
                 LLVMValueRef h[2];
                 block_out(G, g, e, nb, facc[t], h);
@@ -1072,10 +1200,14 @@ static wna16_status_t emit(const void *data, void *module, const char *symbol,
                            const char *features, wna16_error_t *err)
 {
     const mc_plan_t *P = data;
-    if (features && !(w16_moe_cpu_isa(features) & W16_CPU_ISA_AVX512_VNNI))
+    unsigned need = P->numerics == WNA16_NUMERICS_BF16_EXACT
+                        ? W16_CPU_ISA_AVX512_BF16 : W16_CPU_ISA_AVX512_VNNI;
+    if (features && !(w16_moe_cpu_isa(features) & need))
         return w16_err(err, WNA16_EUNSUPPORTED, "the dedicated CPU MoE "
-                       "kernels need AVX512-VNNI, which the features %s lack",
-                       features);
+                       "kernels (%s) need %s, which the features %s lack",
+                       wna16_numerics_name(P->numerics),
+                       need == W16_CPU_ISA_AVX512_BF16 ? "AVX512-BF16"
+                                                       : "AVX512-VNNI", features);
     cg_t G = {.P = P, .m = module};
     G.c = LLVMGetModuleContext(G.m);
     G.b = LLVMCreateBuilderInContext(G.c);
@@ -1174,6 +1306,7 @@ static bool shell_param(kir_kernel_t *k, mc_plan_t *P, w16_moe_kernel_t *out,
 wna16_status_t w16_build_moe_cpu(wna16_context_t *ctx,
                                  const w16_moe_request_t *req,
                                  wna16_numerics_t numerics, unsigned isa,
+                                 const w16_moe_cpu_layout_t *layout,
                                  w16_moe_stage_t stage, w16_moe_kernel_t *out,
                                  wna16_error_t *err)
 {
@@ -1186,7 +1319,7 @@ wna16_status_t w16_build_moe_cpu(wna16_context_t *ctx,
         return w16_err(err, WNA16_EINVAL, "moe_cpu: stage %s is not one of "
                        "the dedicated CPU generator's", w16_moe_stage_name(stage));
     mc_plan_t plan;
-    wna16_status_t st = make_plan(req, numerics, isa, &plan, err);
+    wna16_status_t st = make_plan(req, numerics, isa, layout, &plan, err);
     if (st != WNA16_OK)
         return st;
     plan.stage = stage;
@@ -1194,7 +1327,7 @@ wna16_status_t w16_build_moe_cpu(wna16_context_t *ctx,
         plan.param[a] = -1;
     char name[240];
     w16_moe_kernel_name(name, sizeof name - 16, req, stage);
-    strcat(name, "_cpu_i8");
+    strcat(name, numerics == WNA16_NUMERICS_BF16_EXACT ? "_cpu_bf16" : "_cpu_i8");
     kir_kernel_t *k = out->kernel = kir_kernel_new(ctx, name, 1);
     if (!k)
         return w16_err_nomem(err, "creating a CPU MoE kernel");
@@ -1243,6 +1376,15 @@ wna16_status_t w16_build_moe_cpu(wna16_context_t *ctx,
     *kept = plan;
     *nat = (kir_native_t){.text = t, .emit_llvm = emit, .data = kept};
     k->native = nat;
+    if (numerics == WNA16_NUMERICS_BF16_EXACT)
+        k->comment = stage == W16_MOE_INPUT
+                         ? "fused MoE input (bf16-exact): x rows as bf16"
+                     : stage == W16_MOE_GEMM1
+                         ? "fused MoE gemm1 (bf16-exact): bf16((q - z) s) "
+                           "from the VNNI blocks, vdpbf16ps, act"
+                         : "fused MoE gemm2 (bf16-exact): a rows as bf16, "
+                           "vdpbf16ps over the VNNI blocks";
+    else
     k->comment = stage == W16_MOE_INPUT
                      ? "fused MoE input (int8-dynamic): x rows quantized to "
                        "u8 per token, scale and block code sums"

@@ -35,21 +35,46 @@ unsigned w16_moe_cpu_isa(const char *llvm_features);
 /* Bump when the generated code changes (it is in every kernel's text). */
 #define W16_MOE_CPU_VERSION 1
 
+/* One operand's VNNI blocks, found by evaluating its layouts' maps.
+ * Offsets are in storage elements (bytes for codes and zeros, floats for
+ * scales and bias) from the tensor's start. */
+typedef struct w16_moe_cpu_op {
+    int64_t N, K, G, GSE, bk, KC, NB; /* NB = N / 32 column blocks */
+    int64_t q0, q_e, q_nb, q_kc;      /* block (e, nb, kc) at q0 + ... */
+    int64_t s0, s_e, s_nb, s_g;       /* scales (e, n, g) */
+    int64_t z0, z_e, z_nb, z_g;       /* zeros */
+    int64_t b0, b_e;                  /* bias (e, n) */
+    bool zp, bias;
+    int zero; /* the zero point without zero-point tensors */
+} w16_moe_cpu_op_t;
+
+/* What probing found for both operands (w13, w2). */
+typedef struct w16_moe_cpu_layout {
+    w16_moe_cpu_op_t op[2];
+} w16_moe_cpu_layout_t;
+
 /* Can the generator build req's input and GEMM kernels under `numerics`
- * on a CPU with `isa`? WNA16_OK, else EUNSUPPORTED with the reason (the
- * host lacks an instruction, the layout's maps do not have the block
- * structure, an activation it does not compute, ...), for the log. */
-wna16_status_t w16_moe_cpu_check(const w16_moe_request_t *req,
+ * on a CPU with `isa`? WNA16_OK with the probed blocks in *out (may be
+ * NULL), else EUNSUPPORTED with the reason (the host lacks an
+ * instruction, the layout's maps do not have the block structure, ...),
+ * for the log. The probe evaluates the maps at every block's base and
+ * at every code of the first and the last block (tens of milliseconds on
+ * a large layer): keep its result for the builds. */
+wna16_status_t w16_moe_cpu_probe(const w16_moe_request_t *req,
                                  wna16_numerics_t numerics, unsigned isa,
+                                 w16_moe_cpu_layout_t *out,
                                  wna16_error_t *err);
 
 /* Builds `stage` (INPUT, GEMM1 or GEMM2; COMBINE is build_moe.c's) as a
  * kernel-IR kernel whose code is written by this generator
  * (kir_kernel_t.native): parameters, tiles and argument map as
- * w16_build_moe gives them. */
+ * w16_build_moe gives them. `layout`: what w16_moe_cpu_probe found for a
+ * request of the same layer (problem, backend, dtypes and gating), or
+ * NULL to probe again. */
 wna16_status_t w16_build_moe_cpu(wna16_context_t *ctx,
                                  const w16_moe_request_t *req,
                                  wna16_numerics_t numerics, unsigned isa,
+                                 const w16_moe_cpu_layout_t *layout,
                                  w16_moe_stage_t stage, w16_moe_kernel_t *out,
                                  wna16_error_t *err);
 

@@ -1204,7 +1204,8 @@ wna16_status_t wna16_ref_moe(const wna16_qlayer_t *layer,
  *    codes, no act-order. Its error against F32 is that of 8-bit inputs:
  *    per GEMM output, up to max|x| / 254 times the sum of |w| over K.
  *  - BF16_EXACT ("bf16-exact"): as Marlin computes: bf16((code - zero) *
- *    scale) times the bf16 input, float32 sums of pairs of products. */
+ *    scale) times the bf16 input, summed in float32 in k order (a pair
+ *    of channels as vdpbf16ps: k + 1, then k). bf16 activations. */
 typedef enum wna16_numerics {
     WNA16_NUMERICS_INVALID = -1,
     WNA16_NUMERICS_F32 = 0,

@@ -94,6 +94,7 @@ struct wna16_moe_layer {
      * the host's vector features `isa` (choose_numerics). */
     wna16_numerics_t numerics;
     unsigned isa;
+    w16_moe_cpu_layout_t cpu_layout; /* what the probe found */
     variant_t *variants;
     int n_variants, cap_variants;
     /* scratch, grown as needed */
@@ -366,16 +367,25 @@ static void choose_numerics(wna16_moe_layer_t *L, void *inst)
                      s->name, wna16_numerics_name(n));
             continue;
         }
+        if (n == WNA16_NUMERICS_BF16_EXACT &&
+            L->model_dtype != WNA16_DTYPE_BF16) {
+            snprintf(why, sizeof why, "bf16-exact multiplies bf16 "
+                     "activations: the layer's model dtype (quant->"
+                     "model_dtype) must be bfloat16");
+            continue;
+        }
         w16_moe_request_t req = base_request(L);
         req.params.activation = L->problem.ungated ? WNA16_ACT_SILU_NO_MUL
                                                    : WNA16_ACT_SILU;
+        req.params.act_dtype = WNA16_DTYPE_BF16;
         wna16_error_t e = {0};
         if (!dev.cpu_features) {
             snprintf(why, sizeof why, "the %s target runs the portable "
                      "kernels only", L->T->name);
             break;
         }
-        if (w16_moe_cpu_check(&req, n, L->isa, &e) == WNA16_OK) {
+        if (w16_moe_cpu_probe(&req, n, L->isa, &L->cpu_layout, &e) ==
+            WNA16_OK) {
             L->numerics = n;
             break;
         }
@@ -562,7 +572,7 @@ static wna16_status_t stage_build(void *user, w16_key_t key, void **blob,
     w16_moe_kernel_t mk;
     wna16_status_t st = native_stage(J->L, J->stage)
         ? w16_build_moe_cpu(J->L->ctx, J->req, J->L->numerics, J->L->isa,
-                            J->stage, &mk, err)
+                            &J->L->cpu_layout, J->stage, &mk, err)
         : w16_build_moe(J->L->ctx, J->req, J->stage, &mk, err);
     if (st != WNA16_OK)
         return st;

@@ -163,6 +163,9 @@ typedef struct run_choice {
     char sel_error[WNA16_ERROR_MESSAGE_MAX];
     const wna16_spec_t *backend; /* the layout the fused MoE runs */
     bool substituted;            /* backend is not selection's answer */
+    /* the CPU's vector features for the dedicated CPU kernels
+     * (gen/moe_cpu.h), 0 on other targets */
+    unsigned cpu_isa;
     char why[1024];              /* why, when substituted (or a note) */
     /* when substituted: the layouts tried before it, and why not */
     size_t n_skipped;
@@ -197,6 +200,9 @@ typedef struct run_figures {
     bool cache_hit;                /* none compiled */
     char cache_dir[4096];          /* "" when memory only */
     int threads;                   /* CPU target's threads */
+    /* the numeric contract the GEMMs computed (wna16_moe_layer_numerics;
+     * the reference runs under it) */
+    wna16_numerics_t numerics;
     char kernels[2][160];          /* CUDA: the GEMM kernels */
     /* bandwidth: weights of the experts the routing touches */
     int32_t experts_touched;

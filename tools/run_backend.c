@@ -11,12 +11,15 @@
  * layout when it can run it well:
  *   - CUDA: the tensor-core templates read the layouts whose spec has a
  *     tiling table (the Marlin family) in the standard activation format;
- *   - CPU: the generated kernels read any stacked layout through its maps,
- *     but they vectorize the dot products over k, so they are fast only on
+ *   - CPU: the dedicated CPU kernels (gen/moe_cpu.h: AVX512-VNNI dot
+ *     products) read the layouts whose maps have vLLM's VNNI block
+ *     structure (the CPU backend's own) under the contracts the spec lists;
+ *     the portable generated kernels read any stacked layout through its
+ *     maps but vectorize the dot products over k, so they are fast only on
  *     layouts that pack each row's codes in k order ("K-major", e.g. the
- *     N-first Triton layout) and read the others code by code (the CPU
- *     backend's VNNI blocks, an order of magnitude slower: Qwen3-30B-A3B
- *     at M = 1, 35 ms against 1.2 ms in Triton's layout, under load).
+ *     N-first Triton layout) and read the others code by code (the VNNI
+ *     blocks on a host without AVX512-VNNI: an order of magnitude slower,
+ *     Qwen3-30B-A3B at M = 1, 35 ms against 1.2 ms in Triton's layout).
  * When selection's answer is not such a layout (or selection finds none),
  * the run says so and uses the first layout, in vLLM's CUDA priority
  * order, that the target runs well and that holds the layer. --backend
@@ -25,6 +28,7 @@
  */
 #include "run.h"
 #include "gen/build_moe.h"
+#include "gen/moe_cpu.h"
 #include "spec/spec.h"
 #include "runtime/ref/ref.h"
 #include "runtime/targets.h"
@@ -212,6 +216,19 @@ typedef struct fit {
     char why_slow[512]; /* why it is slow */
 } fit_t;
 
+/* Do the dedicated CPU kernels run this layout here, under one of the
+ * numeric contracts its spec lists (what wna16_moe_layer_create decides)? */
+static bool dedicated(const run_choice_t *c, const wna16_spec_t *b,
+                      const w16_moe_request_t *req)
+{
+    for (int i = 0; !c->native_moe && c->cpu_isa && i < b->caps.n_numerics; i++)
+        if (b->caps.numerics[i] != WNA16_NUMERICS_F32 &&
+            w16_moe_cpu_probe(req, b->caps.numerics[i], c->cpu_isa, NULL, NULL) ==
+                WNA16_OK)
+            return true;
+    return false;
+}
+
 static void fit(const run_choice_t *c, const wna16_spec_t *b,
                 const run_layer_t *L, fit_t *f)
 {
@@ -240,7 +257,7 @@ static void fit(const run_choice_t *c, const wna16_spec_t *b,
     } else {
         f->runs = true;
     }
-    f->fast = c->native_moe ||
+    f->fast = c->native_moe || (f->runs && dedicated(c, b, &req)) ||
               (b->stacked &&
                k_major(b, &p, WNA16_GEMM_W13, f->why_slow, sizeof f->why_slow) &&
                k_major(b, &p, WNA16_GEMM_W2, f->why_slow, sizeof f->why_slow));
@@ -324,6 +341,16 @@ int run_choose_backend(wna16_context_t *ctx, const run_opts_t *o,
                  err.message);
     }
     const wna16_spec_t *sel = c->sel_status == WNA16_OK ? c->sel.backend : NULL;
+    if (!c->native_moe) { /* the host CPU's features, for `dedicated` */
+        const w16_target_t *T;
+        void *inst;
+        w16_target_device_t d = {0};
+        if (w16_target_probe(ctx, c->target, &T, &inst, &err) == WNA16_OK &&
+            T->describe) {
+            T->describe(inst, &d);
+            c->cpu_isa = w16_moe_cpu_isa(d.cpu_features);
+        }
+    }
     char plat[48];
     snprintf(plat, sizeof plat, "%s", wna16_platform_name(c->platform));
     if (c->platform == WNA16_PLATFORM_CUDA)

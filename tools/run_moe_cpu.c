@@ -61,6 +61,15 @@ int run_moe_cpu(wna16_context_t *ctx, const run_layer_t *L,
                                       &call.layer, &err) != WNA16_OK) {
         cli_fail(&err);
     } else {
+        f->numerics = wna16_moe_layer_numerics(call.layer);
+        run_log_more(log, "GEMMs: numeric contract %s (%s)",
+                     wna16_numerics_name(f->numerics),
+                     f->numerics == WNA16_NUMERICS_INT8_DYNAMIC
+                         ? "the dedicated CPU kernels: activations quantized "
+                           "per token to 8 bits, AVX512-VNNI dot products, "
+                           "vLLM's CPUExpertsInt4 arithmetic"
+                         : "the portable kernels: weights dequantized to "
+                           "float32, float32 FMA");
         rc = run_time_calls(ctx, call_cpu, &call, out, f);
     }
     uint64_t on_device = w16_moe_layer_device_calls(call.layer);

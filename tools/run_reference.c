@@ -1,7 +1,9 @@
 /*
  * run_reference.c - the check of `wna16 run`: the reference fused MoE
  * (wna16_ref_moe: scalar C, sums in double, the oracle of every kernel) on
- * the layer's logical form, against what the kernels returned.
+ * the layer's logical form, against what the kernels returned, under the
+ * numeric contract the kernels computed (wna16_ref_moe_numerics:
+ * int8-dynamic for the dedicated CPU kernels, else f32).
  *
  * The logical form is the embedded default's own (the truth its GPTQ
  * tensors encode), or, for a checkpoint, decoded from its tensors through
@@ -172,6 +174,7 @@ static wna16_status_t decode_routed(wna16_context_t *ctx, const run_layer_t *L,
 typedef struct ref_job {
     const wna16_qlayer_t *layer;
     const wna16_moe_params_t *p;
+    wna16_numerics_t numerics;
     const run_input_t *in;
     int32_t H, chunk;
     uint16_t *out;
@@ -184,9 +187,10 @@ static wna16_status_t ref_chunk(void *user, size_t i, wna16_error_t *err)
     if (m1 > j->in->M)
         m1 = j->in->M;
     size_t h = (size_t)m0 * (size_t)j->H, r = (size_t)m0 * (size_t)j->in->topk;
-    return wna16_ref_moe(j->layer, j->p, j->in->hidden + h, m1 - m0,
-                         j->in->ids + r, j->in->weights + r, j->in->topk,
-                         j->out + h, err);
+    return wna16_ref_moe_numerics(j->layer, j->p, j->numerics,
+                                  j->in->hidden + h, m1 - m0, j->in->ids + r,
+                                  j->in->weights + r, j->in->topk, j->out + h,
+                                  err);
 }
 
 static double act_value(wna16_dtype_t d, uint16_t v)
@@ -268,7 +272,11 @@ int run_reference(wna16_context_t *ctx, const run_layer_t *L,
         }
     }
     int32_t chunk = in->M / (4 * run_threads());
-    ref_job_t j = {layer, &p, in, L->H, chunk > 0 ? chunk : 1, ref};
+    ref_job_t j = {layer, &p, f->numerics, in, L->H, chunk > 0 ? chunk : 1,
+                   ref};
+    if (f->numerics != WNA16_NUMERICS_F32)
+        run_log_more(log, "reference under the kernels' numeric contract: %s",
+                     wna16_numerics_name(f->numerics));
     if (st == WNA16_OK)
         st = run_parallel((size_t)((in->M + j.chunk - 1) / j.chunk), ref_chunk,
                           &j, &err);

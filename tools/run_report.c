@@ -82,8 +82,9 @@ void run_report_human(const run_layer_t *L, const run_choice_t *c,
     char cache[4300];
     cache_text(f, cache, sizeof cache);
     FILE *o = stdout;
-    fprintf(o, "  figures (%s target, %s layout):\n",
-            wna16_target_name(c->target), wna16_spec_name(c->backend));
+    fprintf(o, "  figures (%s target, %s layout, %s numerics):\n",
+            wna16_target_name(c->target), wna16_spec_name(c->backend),
+            wna16_numerics_name(f->numerics));
     fprintf(o, "     max abs error        %.4g\n", f->max_abs);
     fprintf(o, "     max rel error        %.4g (of max |reference| %.4g; "
             "passes at most 2^-5 = %.5f)\n", f->max_rel, f->max_ref,
@@ -185,6 +186,7 @@ void run_report_json(const run_opts_t *o, const run_layer_t *L,
     }
     fputs(c->sel.n_passed_over ? "]" : "[]", j.f);
     jstr(&j, "backend", wna16_spec_name(c->backend));
+    jstr(&j, "numerics", wna16_numerics_name(f->numerics));
     key(&j, "layouts_passed_over");
     for (size_t i = 0; i < c->n_skipped; i++) {
         fputs(i ? ", {\"backend\": " : "[{\"backend\": ", j.f);

@@ -22,8 +22,8 @@
  * 128 sum (code - zero) (the layout's compensation), and the block's
  * float(sum) * scale_x * scale_w is added into a float32 accumulator in
  * block order; "bf16-exact" rounds each dequantized weight (code - zero) *
- * scale and each GEMM input to bf16 and sums their products in float32
- * pairs of input channels at a time, in order, as vdpbf16ps does.
+ * scale and each GEMM input to bf16 and sums their products in float32,
+ * a pair of input channels at a time in vdpbf16ps's order (k + 1, then k).
  */
 #include "runtime/ref/moe.h"
 #include "spec/spec.h"
@@ -511,17 +511,17 @@ static float int8_dot(const wna16_qweight_t *qw, int32_t e, int32_t n,
 
 static float bf16_round(float v) { return round_act(WNA16_DTYPE_BF16, v); }
 
-/* Row n (dequantized in w's buffer) against x, both rounded to bf16, summed
- * in float32 two input channels at a time (vdpbf16ps: acc + (a0 b0 + a1
- * b1), the pair's products exact in float32). */
+/* Row n (dequantized in w's buffer) against x, both rounded to bf16,
+ * summed in float32 in the order vdpbf16ps takes a pair of input channels:
+ * acc += x[k+1] w[k+1], then acc += x[k] w[k] (each product exact in
+ * float32, each sum rounded). */
 static float bf16_dot(const float *x, const float *row, int32_t K)
 {
     float acc = 0.0f;
     for (int32_t k = 0; k < K; k += 2) {
-        float p = bf16_round(x[k]) * bf16_round(row[k]);
         if (k + 1 < K)
-            p += bf16_round(x[k + 1]) * bf16_round(row[k + 1]);
-        acc += p;
+            acc += bf16_round(x[k + 1]) * bf16_round(row[k + 1]);
+        acc += bf16_round(x[k]) * bf16_round(row[k]);
     }
     return acc;
 }
