@@ -122,7 +122,7 @@ static bool case_valid(const fm_case_t *c)
         return false;
     if (g > 0 && (c->H % g || c->I % g))
         return false;
-    if (c->q.act_order && (g <= 0 || !c->spec->caps.act_order))
+    if (c->q.act_order && g <= 0)
         return false;
     if (c->batched && (c->map || c->topk != 1))
         return false;
