@@ -12,7 +12,10 @@
  * backend's layout with the reference encoder, runs the same call on the
  * kernel path and on the reference, and requires the same refusal (status
  * and message) or outputs within a bound carried through both GEMMs from
- * the numerics each target documents. A failing case is shrunk (fewer
+ * the numerics each target documents; the reference runs under the
+ * numeric contract the layer reports (wna16_moe_layer_numerics:
+ * int8-dynamic or bf16-exact where the dedicated CPU kernels serve the
+ * layout). A failing case is shrunk (fewer
  * experts, tokens and slots, smaller shapes, fewer options) while it
  * still fails and printed as a one-line reproducer for --case.
  */
@@ -615,7 +618,7 @@ static void add_row(fm_bound_t *b, const fm_inputs_t *in, int32_t e,
 /* bound[rows][H]; false when out of memory. */
 static bool compute_bound(const fm_case_t *c, const wna16_qlayer_t *L,
                           const fm_inputs_t *in, wna16_target_t target,
-                          double *bound)
+                          wna16_numerics_t nu, double *bound)
 {
     fm_bound_t b = {.c = c, .L = L, .p = &in->p,
                     .gated = wna16_activation_is_gated(c->act)};
@@ -630,6 +633,12 @@ static bool compute_bound(const fm_case_t *c, const wna16_qlayer_t *L,
         b.eps2 = c->I * 0x1p-23;
     }
     b.eps13 = c->H * 0x1p-23;
+    /* int8-dynamic against its own reference: the same int32 sums and
+     * float order (h bit-identical); a flip of a's rounding (the kernels'
+     * vector exp and erf) can move that row's 8-bit code of a by one:
+     * at most max|a| / 127 times |W2| (tests/moe/test_moe_gen.c) */
+    if (nu == WNA16_NUMERICS_INT8_DYNAMIC)
+        b.eps2 += 0x1p-6;
     b.w13 = malloc((size_t)N13 * c->H * sizeof(float));
     b.w2 = malloc((size_t)c->H * c->I * sizeof(float));
     double *scratch = malloc(((size_t)N13 * 2 + (size_t)c->I * 2) *
@@ -720,15 +729,24 @@ static wna16_status_t kernel_run(fm_kernel_t *k, const fm_case_t *c,
                               in->topk, in->got, err);
 }
 
+/* The numeric contract the kernel path computes (the CPU layer says;
+ * the CUDA kernels' rounding is in the bound). */
+static wna16_numerics_t kernel_numerics(const fm_kernel_t *k)
+{
+    return k->layer ? wna16_moe_layer_numerics(k->layer) : WNA16_NUMERICS_F32;
+}
+
 static wna16_status_t ref_run(const wna16_qlayer_t *L, const fm_case_t *c,
                               const fm_inputs_t *in,
-                              const wna16_moe_params_t *p, wna16_error_t *err)
+                              const wna16_moe_params_t *p,
+                              wna16_numerics_t nu, wna16_error_t *err)
 {
     return c->batched
-        ? wna16_ref_moe_batched(L, p, in->hidden, c->M, in->counts,
-                                c->weights ? in->w : NULL, in->ref, err)
-        : wna16_ref_moe(L, p, in->hidden, c->M, in->ids, in->w, in->topk,
-                        in->ref, err);
+        ? wna16_ref_moe_batched_numerics(L, p, nu, in->hidden, c->M,
+                                         in->counts, c->weights ? in->w : NULL,
+                                         in->ref, err)
+        : wna16_ref_moe_numerics(L, p, nu, in->hidden, c->M, in->ids, in->w,
+                                 in->topk, in->ref, err);
 }
 
 /* --inject-fault: one output element made wrong in every case of two
@@ -821,7 +839,7 @@ static fz_outcome_t run_case(wna16_context_t *ctx, const fm_case_t *c,
     wna16_moe_params_t p = in.p;
     spoil_params(c, &p);
     e1.message[0] = e2.message[0] = '\0';
-    wna16_status_t r1 = ref_run(&L, c, &in, &p, &e1);
+    wna16_status_t r1 = ref_run(&L, c, &in, &p, kernel_numerics(&k), &e1);
     wna16_status_t r2 = kernel_run(&k, c, &in, &p, &e2);
     if (r1 != r2) {
         snprintf(msg, n, "reference %s%s%s, kernel %s%s%s",
@@ -854,7 +872,7 @@ static fz_outcome_t run_case(wna16_context_t *ctx, const fm_case_t *c,
         in.got[nout / 2] = act_bits(c->dtype, v >= 0 ? v - 512.0f : v + 512.0f);
     }
     bound = calloc(nout ? nout : 1, sizeof *bound);
-    if (!bound || !compute_bound(c, &L, &in, target, bound)) {
+    if (!bound || !compute_bound(c, &L, &in, target, kernel_numerics(&k), bound)) {
         snprintf(msg, n, "out of memory (the bound)");
         goto done;
     }
