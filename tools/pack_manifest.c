@@ -35,9 +35,9 @@
  *
  * Every family field but "name", "kind" and "models" may be one value or
  * a list (the family is their product); "targets" defaults to all of the
- * manifest's. "act_order" of a fused-MoE family is the CUDA units' (the
- * generated fused MoE reads no act-order weights: such configurations are
- * refused there); "format" does not change a CUDA unit (the batched
+ * manifest's. "act_order" of a fused-MoE family is expanded for the CUDA
+ * target's units (for the generated fused MoE such configurations are
+ * counted as refused); "format" does not change a CUDA unit (the batched
  * format and the expert map are kernel arguments), so one set of units
  * serves both. A model's "dtype" is the torch_dtype of the checkpoints the
  * pack serves (scales and biases are held in it, and it is part of every
@@ -927,8 +927,9 @@ static bool load_family(ml_t *L, const cJSON *f, const char *path,
         }
         if (ao[o]) {
             wna16_error_t ae = {.status = WNA16_EUNSUPPORTED};
-            snprintf(ae.message, sizeof ae.message, "the generated fused MoE "
-                     "reads no act-order weights");
+            snprintf(ae.message, sizeof ae.message, "act-order layers of "
+                     "the generated fused MoE are not expanded into packs "
+                     "(their requests carry g_idx and sort tensors)");
             refuse(m, name[0], ft[t]->T->name, &ae);
             continue;
         }

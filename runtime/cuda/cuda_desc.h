@@ -41,7 +41,7 @@ int w16_cuda_loaded_count(const w16_cuda_loaded_t *l);
 /* Unloads the module and frees the unit. NULL is fine. */
 void w16_cuda_loaded_free(w16_cuda_loaded_t *l);
 
-/* ---- kernel packs (cuda_desc.c, cuda_kernels.c) -------------------------
+/* ---- kernel packs (cuda_kernels.c; w16_cuda_pack_unit: cuda_desc.c) -----
  * A pack entry for sm_XY holds a blob without PTX, one for compute_XY a
  * blob without CUBIN. */
 

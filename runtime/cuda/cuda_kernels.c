@@ -260,6 +260,30 @@ wna16_status_t w16_cuda_module_get(wna16_context_t *ctx, const char *unit,
 
 /* ---- units from kernel packs ------------------------------------------- */
 
+/* Here rather than beside the descriptor (cuda_desc.c calls into this
+ * file, never the other way). */
+int w16_cuda_pack_arches_cc(int major, int minor, const char **out, int max)
+{
+    static const char *const sm[] = {
+        "sm_100", "sm_90a", "sm_90", "sm_89", "sm_87", "sm_86", "sm_80",
+        "sm_75", "sm_70"};
+    static const int sm_cc[] = {100, 90, 90, 89, 87, 86, 80, 75, 70};
+    static const char *const ptx[] = {"compute_100", "compute_90",
+                                      "compute_89", "compute_86",
+                                      "compute_80", "compute_75",
+                                      "compute_70"};
+    static const int ptx_cc[] = {100, 90, 89, 86, 80, 75, 70};
+    int cc = major * 10 + minor, n = 0;
+    for (size_t i = 0; i < sizeof sm / sizeof sm[0] && n < max; i++)
+        if (sm_cc[i] / 10 == major && sm_cc[i] % 10 <= minor)
+            out[n++] = sm[i];
+    for (size_t i = 0; i < sizeof ptx / sizeof ptx[0] && n < max; i++)
+        if (ptx_cc[i] <= cc)
+            out[n++] = ptx[i];
+    return n;
+}
+
+
 typedef struct packed_job {
     wna16_context_t *ctx;
     w16_cuda_t *cuda;
