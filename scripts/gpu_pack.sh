@@ -23,9 +23,16 @@
 #      skipped once (WNA16_LOG_LEVEL=info);
 #   4. the same with the PTX entries only (a pack without sm_90 CUBINs:
 #      the driver compiles the PTX; still no NVRTC);
-#   5. `wna16 run --target cuda` in the namespace: recorded, not required
-#      to pass (the tensor-core fused MoE's units are not packed yet: it
-#      must fail naming the unit and NVRTC, not crash).
+#   5. `wna16 run --target cuda` (the embedded default: Qwen3-30B-A3B's
+#      layer, GPTQ 4-bit g128, bfloat16) in the namespace with WNA16_JIT=0
+#      from a pack of packs/default.json's CUDA families (the repack
+#      kernels and the tensor-core fused MoE's units: CUBINs for sm_80,
+#      sm_89, sm_90, sm_90a and compute_80 PTX): result OK at 16, 256 and
+#      512 tokens (routing blocks 8 and 24 on mma.sync, 48 on wgmma), every
+#      kernel from the pack (the run's lines say so), nothing compiled;
+#   6. the same run on the check's checkpoint with the first pack, which
+#      holds no fused-MoE unit: it fails naming the unit and that JIT is
+#      off, no crash.
 set -uo pipefail
 build=${1:?usage: scripts/gpu_pack.sh BUILD_DIR [WORK_DIR]}
 work=${2:-$build/gpu-pack}
@@ -116,8 +123,35 @@ WNA16_JIT=0 WNA16_PACK_PATH=$work/ptx.w16pack no_nvrtc "$wna16" repack "$work/ck
 same_tensors "$work/ptx.safetensors" "$work/ref.safetensors" || fail "PTX repack differs"
 echo "ok: PTX entries"
 
-say "5. wna16 run --target cuda without NVRTC (recorded; the tensor-core MoE is not packed yet)"
+say "5. wna16 run --target cuda (the embedded default) from packs/default.json's CUDA kernels, JIT off, no NVRTC"
+# default.json's CUDA target and the families that name it (a build
+# without LLVM packs no CPU kernels)
+python3 - "$root/packs/default.json" "$work/default_cuda.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["name"] = "default-cuda"
+d["targets"] = {"cuda": d["targets"]["cuda"]}
+d["families"] = [dict(f, targets=["cuda"]) for f in d["families"] if "cuda" in f.get("targets", ["cuda"])]
+json.dump(d, open(sys.argv[2], "w"), indent=1)
+PY
+/usr/bin/time -f "build: %e s" "$wna16" pack build "$work/default_cuda.json" -o "$work/default_cuda.w16pack" 2>&1 | tail -2 || fail "default CUDA pack build"
+"$wna16" pack list "$work/default_cuda.w16pack" | awk 'NR > 4 {n[$5]++; b[$5] += $4} END {for (f in n) printf "  %-22s %5d entries %8.2f MB\n", f, n[f], b[f] / 1e6}' | sort
+"$wna16" pack verify "$work/default_cuda.w16pack" | tail -2
+for t in 16 256 512; do
+  export WNA16_CACHE_DIR=$work/cache-run-$t
+  WNA16_LOG_LEVEL=info WNA16_JIT=0 WNA16_PACK_PATH=$work/default_cuda.w16pack no_nvrtc "$wna16" run --target cuda --tokens "$t" > "$work/run-$t.log" 2>&1; rc=$?
+  grep -E "repack:|kernels:|fused MoE|kernels: w16|first call|result:" "$work/run-$t.log"
+  [ $rc = 0 ] && grep -q "result: OK" "$work/run-$t.log" || { cat "$work/run-$t.log"; fail "run --target cuda --tokens $t from the pack (exit $rc)"; }
+  grep -Eq "kernels: [1-9][0-9]* from kernel packs, 0 from the kernel cache, 0 compiled" "$work/run-$t.log" || fail "--tokens $t: the repack's kernels did not all come from the pack"
+  grep -Eq "units: [1-9][0-9]* from kernel packs, 0 from the kernel cache, 0 compiled by NVRTC" "$work/run-$t.log" || fail "--tokens $t: the fused MoE's units did not all come from the pack"
+  [ -z "$(find "$WNA16_CACHE_DIR" -name '*.wk' 2>/dev/null)" ] || fail "--tokens $t: kernels were compiled"
+  echo "ok: --tokens $t: result OK, every kernel and unit from the pack, nothing compiled"
+done
+
+say "6. a pack without the fused MoE's units, JIT off, no NVRTC: the run names the missing unit"
 export WNA16_CACHE_DIR=$work/cache-run
-WNA16_JIT=0 WNA16_PACK_PATH=$work/gpu.w16pack no_nvrtc "$wna16" run "$work/ckpt" --target cuda 2>&1 | tail -6
-echo "exit: ${PIPESTATUS[0]}"
+out=$(WNA16_JIT=0 WNA16_PACK_PATH=$work/gpu.w16pack no_nvrtc "$wna16" run "$work/ckpt" --target cuda 2>&1); rc=$?
+echo "$out" | tail -2
+[ $rc = 1 ] && echo "$out" | grep -Eq "CUDA unit w16_moe_[a-z0-9_]+: in no kernel pack of this context .* JIT compilation is disabled" || fail "expected a refusal naming the unit (exit $rc)"
+echo "ok: refused, naming the unit"
 echo "gpu_pack: all required checks passed"
