@@ -1,6 +1,7 @@
 /*
  * names.c - the name tables of the public enums that every layer prints or
- * parses: activations, platforms, 8-bit input variants, targets (the
+ * parses: activations, numeric contracts, platforms, 8-bit input
+ * variants, targets (the
  * dtype and status tables are in dtype.c). One table per enum, generated
  * from the X-macro lists in wna16.h where one exists.
  */
@@ -42,6 +43,25 @@ wna16_activation_t wna16_activation_from_name(const char *name)
 bool wna16_activation_is_gated(wna16_activation_t act)
 {
     return act_valid(act) && act_table[act].gated;
+}
+
+/* ---- numeric contracts ------------------------------------------------------- */
+
+/* ORDER NUMERICS: indexed by wna16_numerics_t. */
+static const char *const numerics_names[WNA16_NUMERICS_COUNT_] = {
+    "f32", "int8-dynamic", "bf16-exact"};
+
+const char *wna16_numerics_name(wna16_numerics_t n)
+{
+    return (int)n >= 0 && n < WNA16_NUMERICS_COUNT_ ? numerics_names[n] : NULL;
+}
+
+wna16_numerics_t wna16_numerics_from_name(const char *name)
+{
+    for (int i = 0; name && i < WNA16_NUMERICS_COUNT_; i++)
+        if (strcmp(name, numerics_names[i]) == 0)
+            return (wna16_numerics_t)i;
+    return WNA16_NUMERICS_INVALID;
 }
 
 /* ---- platforms and input variants ---------------------------------------- */

@@ -804,11 +804,12 @@ static LLVMValueRef quantize_row(cg_t *G, const row_src_t *s, int64_t n,
     LLVMTypeRef vt = G->v16f32;
     LLVMValueRef ax = intrinsic(G, "llvm.fabs", &vt, 1, &x, 1);
     LLVMValueRef cur = ld(G, vt, amax, 64);
-    st(G, sel(G, fcmp(G, LLVMRealOGT, ax, cur), ax, cur), amax, 64);
+    /* a NaN sticks (unordered compare), as in the reference */
+    st(G, sel(G, fcmp(G, LLVMRealUGT, ax, cur), ax, cur), amax, 64);
     loop_close(G, &L);
     LLVMValueRef am = ld(G, vt, amax, 64);
-    LLVMValueRef m = intrinsic(G, "llvm.vector.reduce.fmax", &vt, 1, &am, 1);
-    m = sel(G, fcmp(G, LLVMRealOGT, m, cf32(G, 1e-7)), m, cf32(G, 1e-7f));
+    LLVMValueRef m = intrinsic(G, "llvm.vector.reduce.fmaximum", &vt, 1, &am, 1);
+    m = sel(G, fcmp(G, LLVMRealUGT, m, cf32(G, 1e-7f)), m, cf32(G, 1e-7f));
     LLVMValueRef inv = splat(G, LLVMBuildFDiv(G->b, cf32(G, 127.0), m, ""), 16);
     LLVMValueRef scale = LLVMBuildFDiv(G->b, m, cf32(G, 127.0), "");
     loop_t K;
@@ -819,6 +820,7 @@ static LLVMValueRef quantize_row(cg_t *G, const row_src_t *s, int64_t n,
     LLVMValueRef ch = add(G, mul(G, kc, ci64(G, bk / 16)), j);
     LLVMValueRef y = fmul(G, row_chunk(G, s, ch), inv);
     y = intrinsic(G, "llvm.roundeven", &vt, 1, &y, 1);
+    y = sel(G, fcmp(G, LLVMRealUNO, y, y), vf32(G, 0.0), y); /* NaN: code 128 */
     LLVMValueRef qi = add(G, LLVMBuildFPToSI(G->b, y, G->v16i32, ""), vi32(G, 128));
     st(G, add(G, ld(G, G->v16i32, sum, 64), qi), sum, 64);
     st(G, LLVMBuildTrunc(G->b, qi, G->v16i8, ""),

@@ -33,7 +33,7 @@ enum {
 unsigned w16_moe_cpu_isa(const char *llvm_features);
 
 /* Bump when the generated code changes (it is in every kernel's text). */
-#define W16_MOE_CPU_VERSION 1
+#define W16_MOE_CPU_VERSION 2
 
 /* One operand's VNNI blocks, found by evaluating its layouts' maps.
  * Offsets are in storage elements (bytes for codes and zeros, floats for

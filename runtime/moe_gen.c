@@ -379,6 +379,12 @@ static void choose_numerics(wna16_moe_layer_t *L, void *inst)
                                                    : WNA16_ACT_SILU;
         req.params.act_dtype = WNA16_DTYPE_BF16;
         wna16_error_t e = {0};
+        if (L->ctx->no_jit) {
+            snprintf(why, sizeof why, "JIT compilation is disabled "
+                     "(WNA16_JIT=0): the dedicated CPU kernels are compiled "
+                     "for the host, kernel packs hold the portable ones");
+            break;
+        }
         if (!dev.cpu_features) {
             snprintf(why, sizeof why, "the %s target runs the portable "
                      "kernels only", L->T->name);

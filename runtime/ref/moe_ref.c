@@ -281,22 +281,6 @@ static int32_t int8_block(const wna16_qweight_t *qw)
     return gse < 128 ? gse : 128;
 }
 
-static const char *const numerics_names[WNA16_NUMERICS_COUNT_] = {
-    "f32", "int8-dynamic", "bf16-exact"};
-
-const char *wna16_numerics_name(wna16_numerics_t n)
-{
-    return n >= 0 && n < WNA16_NUMERICS_COUNT_ ? numerics_names[n] : NULL;
-}
-
-wna16_numerics_t wna16_numerics_from_name(const char *name)
-{
-    for (int i = 0; name && i < WNA16_NUMERICS_COUNT_; i++)
-        if (strcmp(name, numerics_names[i]) == 0)
-            return (wna16_numerics_t)i;
-    return WNA16_NUMERICS_INVALID;
-}
-
 /* What a contract needs of the layer: int8-dynamic is defined for 4-bit
  * codes (u8 x s4 products) without act-order, its blocks of min(group,
  * 128) channels inside one group. */
@@ -472,16 +456,20 @@ static double dot(const float *x, const float *row, int32_t n,
 
 /* ---- numeric contracts other than f32 --------------------------------- */
 
-/* vLLM's quantize_row_int8: per row, u8 codes around 128 and the scale. */
+/* vLLM's quantize_row_int8: per row, u8 codes around 128 and the scale.
+ * A NaN in the row makes the scale NaN (so the row's outputs are NaN, as
+ * under f32; its codes are then 128), an infinity makes it infinite. */
 static float quantize_row(const float *x, int32_t n, uint8_t *q)
 {
     float amax = 0.0f;
     for (int32_t k = 0; k < n; k++)
-        amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
-    amax = amax > 1e-7f ? amax : 1e-7f;
+        amax = fabsf(x[k]) > amax || isnan(x[k]) ? fabsf(x[k]) : amax;
+    amax = amax > 1e-7f || isnan(amax) ? amax : 1e-7f;
     float inv = 127.0f / amax;
-    for (int32_t k = 0; k < n; k++)
-        q[k] = (uint8_t)((int32_t)nearbyintf(x[k] * inv) + 128);
+    for (int32_t k = 0; k < n; k++) {
+        float v = x[k] * inv;
+        q[k] = (uint8_t)((isnan(v) ? 0 : (int32_t)nearbyintf(v)) + 128);
+    }
     return amax / 127.0f;
 }
 
