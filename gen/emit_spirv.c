@@ -240,6 +240,7 @@ typedef struct semit {
     uint32_t ocl;          /* the OpenCL.std import, 0 until used */
     uint32_t builtin[BI_COUNT]; /* Input variables, 0 until used */
     uint32_t *vars;        /* Function variables by var index (live ones) */
+    uint32_t *var_version; /* stores to each so far (load numbering) */
     uint32_t *params;      /* parameters by index */
     uint32_t *shared;      /* Workgroup variables, 0 until used */
     uint32_t *ctables;     /* UniformConstant variables, 0 until used */
@@ -247,8 +248,20 @@ typedef struct semit {
     uint32_t scratch;      /* the f16 conversions' i16 variable, 0 until used */
     bool int8, int16, int64, half; /* capabilities the types need */
     bool dead;             /* the current block has ended (a return) */
+    /* Values of pure instructions already emitted where the current block
+     * sees them (scoped value numbering, see pure()): entries on a stack,
+     * chained per bucket, popped when a block that dominates nothing after
+     * it ends. */
+    uint32_t *cse_bucket;  /* CSE_BUCKETS heads: entry index + 1, 0 = none */
+    struct cse_entry {
+        uint32_t hash, id, key, next; /* key: offset in cse_keys */
+    } *cse;
+    size_t cse_len, cse_cap;
+    w16_words_t cse_keys;  /* op, type, n, operands of each entry */
     const char *fail;
 } semit_t;
+
+enum { CSE_BUCKETS = 1 << 12 };
 
 static void efail(semit_t *E, const char *why)
 {
@@ -324,6 +337,79 @@ static uint32_t value(semit_t *E, SpvOp op, uint32_t type, const uint32_t *ops,
     w16_words_append(w, ops, n);
     end(E, w, at);
     return id;
+}
+
+static uint32_t key_hash(SpvOp op, uint32_t type, const uint32_t *ops,
+                         size_t n);
+
+/* value() for an instruction without side effects whose result depends on
+ * its operands alone (arithmetic, comparisons, selects, conversions,
+ * address computations, OpenCL.std math, loads of the constant builtin
+ * variables; `salt`, also compared, tells apart loads of a variable
+ * between stores, see load_var): the id of the same instruction emitted before in a block
+ * that dominates this one, else a new one. The IR is a tree, so the
+ * builders repeat subexpressions (a Marlin index formula per code of a
+ * word); numbering them here is what keeps the modules small: the
+ * marlin -> cpu repack went from 82,816 words to the figure in
+ * bench/README.md. Memory reads are never numbered (stores may change
+ * what they read), nor are the f16 conversions (they go through a
+ * variable). */
+static uint32_t pure_salted(semit_t *E, SpvOp op, uint32_t type,
+                            const uint32_t *ops, size_t n, uint32_t salt)
+{
+    if (E->fail)
+        return 0;
+    uint32_t h = key_hash(op, type, ops, n) ^ (salt * 0x9E3779B1u);
+    for (uint32_t i = E->cse_bucket[h & (CSE_BUCKETS - 1)]; i;
+         i = E->cse[i - 1].next) {
+        const struct cse_entry *c = &E->cse[i - 1];
+        const uint32_t *key = E->cse_keys.data + c->key;
+        if (c->hash == h && key[0] == (uint32_t)op && key[1] == type &&
+            key[2] == n && key[3] == salt &&
+            memcmp(key + 4, ops, n * sizeof *ops) == 0)
+            return c->id;
+    }
+    uint32_t id = value(E, op, type, ops, n);
+    if (E->cse_len == E->cse_cap) {
+        size_t cap = E->cse_cap ? 2 * E->cse_cap : 1024;
+        struct cse_entry *c = w16_alloc(E->ctx, cap * sizeof *c);
+        if (!c) {
+            efail(E, "out of memory");
+            return 0;
+        }
+        if (E->cse_len)
+            memcpy(c, E->cse, E->cse_len * sizeof *c);
+        w16_free(E->ctx, E->cse, E->cse_cap * sizeof *E->cse);
+        E->cse = c;
+        E->cse_cap = cap;
+    }
+    uint32_t *head = &E->cse_bucket[h & (CSE_BUCKETS - 1)];
+    E->cse[E->cse_len] = (struct cse_entry){h, id, (uint32_t)E->cse_keys.len,
+                                            *head};
+    w16_words_push(&E->cse_keys, (uint32_t)op);
+    w16_words_push(&E->cse_keys, type);
+    w16_words_push(&E->cse_keys, (uint32_t)n);
+    w16_words_push(&E->cse_keys, salt);
+    w16_words_append(&E->cse_keys, ops, n);
+    *head = (uint32_t)++E->cse_len;
+    return id;
+}
+
+static uint32_t pure(semit_t *E, SpvOp op, uint32_t type, const uint32_t *ops,
+                     size_t n)
+{
+    return pure_salted(E, op, type, ops, n, 0);
+}
+
+/* Forgets the values numbered since `mark` (E->cse_len then): the block
+ * they were emitted in does not dominate what follows. */
+static void cse_pop(semit_t *E, size_t mark)
+{
+    while (E->cse_len > mark) {
+        const struct cse_entry *c = &E->cse[--E->cse_len];
+        E->cse_bucket[c->hash & (CSE_BUCKETS - 1)] = c->next;
+        E->cse_keys.len = c->key;
+    }
 }
 
 static void name(semit_t *E, uint32_t id, const char *s)
@@ -505,8 +591,9 @@ static uint32_t builtin_x(semit_t *E, builtin_t b)
         name(E, var, BUILTINS[b].name);
         E->builtin[b] = var;
     }
-    uint32_t vec = value(E, SpvOpLoad, v3, OPS(E->builtin[b]));
-    return value(E, SpvOpCompositeExtract, i64, OPS(vec, 0));
+    /* the builtin variables are constant (decorated so): numbered */
+    uint32_t vec = pure(E, SpvOpLoad, v3, OPS(E->builtin[b]));
+    return pure(E, SpvOpCompositeExtract, i64, OPS(vec, 0));
 }
 
 /* A workgroup-shared array, declared on first use. */
@@ -577,16 +664,38 @@ static void store(semit_t *E, kir_type_t t, uint32_t ptr, uint32_t v)
          OPS(ptr, v, (uint32_t)SpvMemoryAccessAlignedMask, elem_bytes(t)));
 }
 
-/* A variable of the function (no alignment: a bool has no size). */
-static uint32_t load_var(semit_t *E, kir_type_t t, uint32_t var)
+/* Variable i of the function (no alignment: a bool has no size). Its
+ * loads are numbered (pure()) with the variable's version, which every
+ * store to it changes, so a load is reused only where no store came in
+ * between on the way from it; a loop first changes the versions of what
+ * it stores (bump_stored), as a later iteration sees those stores. */
+static uint32_t load_var(semit_t *E, kir_type_t t, int i)
 {
     uint32_t ty = type_id(E, t);
-    return value(E, SpvOpLoad, ty, OPS(var));
+    return pure_salted(E, SpvOpLoad, ty, OPS(E->vars[i]),
+                       E->var_version[i] + 1);
 }
 
-static void store_var(semit_t *E, uint32_t var, uint32_t v)
+static void store_var(semit_t *E, int i, uint32_t v)
 {
-    inst(E, SEC_BODY, SpvOpStore, OPS(var, v));
+    inst(E, SEC_BODY, SpvOpStore, OPS(E->vars[i], v));
+    E->var_version[i]++;
+}
+
+/* The variables a block stores to (its loops' variables too) get new
+ * versions. */
+static void bump_stored(semit_t *E, const kir_block_t *blk)
+{
+    for (int i = 0; i < blk->count; i++) {
+        const kir_stmt_t *s = blk->items[i];
+        if ((s->kind == KIR_S_LET || s->kind == KIR_S_ASSIGN ||
+             s->kind == KIR_S_FOR) && s->var)
+            E->var_version[s->var->index]++;
+        if (s->kind == KIR_S_IF || s->kind == KIR_S_FOR) {
+            bump_stored(E, &s->body);
+            bump_stored(E, &s->else_body);
+        }
+    }
 }
 
 /* &buffer[index] for a CrossWorkgroup pointer to elements of type t. */
@@ -594,7 +703,7 @@ static uint32_t element(semit_t *E, kir_type_t t, uint32_t base, uint32_t index)
 {
     uint32_t elem = type_id(E, t);
     uint32_t ptr = ptr_type(E, SpvStorageClassCrossWorkgroup, elem);
-    return value(E, SpvOpInBoundsPtrAccessChain, ptr, OPS(base, index));
+    return pure(E, SpvOpInBoundsPtrAccessChain, ptr, OPS(base, index));
 }
 
 /* &array[index] for a module-scope array variable of class sc. */
@@ -603,7 +712,7 @@ static uint32_t array_element(semit_t *E, SpvStorageClass sc, kir_type_t t,
 {
     uint32_t elem = type_id(E, t);
     uint32_t ptr = ptr_type(E, sc, elem);
-    return value(E, SpvOpInBoundsAccessChain, ptr, OPS(var, index));
+    return pure(E, SpvOpInBoundsAccessChain, ptr, OPS(var, index));
 }
 
 /* ---- f16 ------------------------------------------------------------------
@@ -678,19 +787,19 @@ static uint32_t emit_convert(semit_t *E, const kir_expr_t *e, uint32_t a)
         if (from == KIR_I1) { /* i1 as an integer: 0 or 1 (-1) */
             uint32_t one = const_int(E, to, e->op == KIR_OP_SEXT ? -1 : 1);
             uint32_t zero = const_int(E, to, 0);
-            return value(E, SpvOpSelect, ty, OPS(a, one, zero));
+            return pure(E, SpvOpSelect, ty, OPS(a, one, zero));
         }
-        return value(E, e->op == KIR_OP_SEXT ? SpvOpSConvert : SpvOpUConvert,
-                     ty, OPS(a));
+        return pure(E, e->op == KIR_OP_SEXT ? SpvOpSConvert : SpvOpUConvert,
+                    ty, OPS(a));
     case KIR_OP_TRUNC:
         if (to == KIR_I1) { /* the low bit */
             uint32_t fty = type_id(E, from);
             uint32_t one = const_int(E, from, 1);
             uint32_t zero = const_int(E, from, 0);
-            uint32_t bit = value(E, SpvOpBitwiseAnd, fty, OPS(a, one));
-            return value(E, SpvOpINotEqual, ty, OPS(bit, zero));
+            uint32_t bit = pure(E, SpvOpBitwiseAnd, fty, OPS(a, one));
+            return pure(E, SpvOpINotEqual, ty, OPS(bit, zero));
         }
-        return value(E, SpvOpUConvert, ty, OPS(a));
+        return pure(E, SpvOpUConvert, ty, OPS(a));
     case KIR_OP_SITOF:
     case KIR_OP_FTOSI:
     case KIR_OP_FCONV:
@@ -710,7 +819,7 @@ static uint32_t emit_convert(semit_t *E, const kir_expr_t *e, uint32_t a)
     case KIR_OP_BITCAST: {
         uint32_t fty = type_id(E, from);
         return fty == ty ? a /* bf16 <-> i16: the same bits, one type */
-                         : value(E, SpvOpBitcast, ty, OPS(a));
+                         : pure(E, SpvOpBitcast, ty, OPS(a));
     }
     default:
         efail(E, "internal: not a conversion");
@@ -731,14 +840,14 @@ static uint32_t emit_expr(semit_t *E, const kir_expr_t *e)
             return 0;
         }
         return const_int(E, e->type, e->ival);
-    case KIR_OP_VAR: return load_var(E, e->type, E->vars[e->var->index]);
+    case KIR_OP_VAR: return load_var(E, e->type, e->var->index);
     case KIR_OP_PARAM: return E->params[e->param->index];
     case KIR_OP_GROUP_ID: return builtin_x(E, BI_WORKGROUP_ID);
     case KIR_OP_NUM_GROUPS: return builtin_x(E, BI_NUM_WORKGROUPS);
     case KIR_OP_LANE_ID: {
         uint32_t x = builtin_x(E, BI_LOCAL_ID);
         uint32_t i32 = type_id(E, KIR_I32);
-        return value(E, SpvOpUConvert, i32, OPS(x));
+        return pure(E, SpvOpUConvert, i32, OPS(x));
     }
     case KIR_OP_LOAD: {
         uint32_t i = emit_expr(E, e->a);
@@ -775,7 +884,7 @@ static uint32_t emit_expr(semit_t *E, const kir_expr_t *e)
         uint32_t a = emit_expr(E, e->b);
         uint32_t b = emit_expr(E, e->c);
         uint32_t ty = type_id(E, e->type);
-        return value(E, SpvOpSelect, ty, OPS(c, a, b));
+        return pure(E, SpvOpSelect, ty, OPS(c, a, b));
     }
     case KIR_OP_FMAX: case KIR_OP_FMIN: {
         /* a > b ? a : b (a < b for fmin): NaN semantics of the CPU target
@@ -784,10 +893,10 @@ static uint32_t emit_expr(semit_t *E, const kir_expr_t *e)
         uint32_t a = emit_expr(E, e->a);
         uint32_t b = emit_expr(E, e->b);
         uint32_t ty = type_id(E, e->type);
-        uint32_t c = value(E, e->op == KIR_OP_FMAX ? SpvOpFOrdGreaterThan
-                                                   : SpvOpFOrdLessThan,
-                           type_id(E, KIR_I1), OPS(a, b));
-        return E->fail ? 0 : value(E, SpvOpSelect, ty, OPS(c, a, b));
+        uint32_t c = pure(E, e->op == KIR_OP_FMAX ? SpvOpFOrdGreaterThan
+                                                  : SpvOpFOrdLessThan,
+                          type_id(E, KIR_I1), OPS(a, b));
+        return E->fail ? 0 : pure(E, SpvOpSelect, ty, OPS(c, a, b));
     }
     case KIR_OP_ZEXT: case KIR_OP_SEXT: case KIR_OP_TRUNC: case KIR_OP_SITOF:
     case KIR_OP_FTOSI: case KIR_OP_FCONV: case KIR_OP_BITCAST: {
@@ -807,15 +916,15 @@ static uint32_t emit_expr(semit_t *E, const kir_expr_t *e)
     if (L->ocl_plus_1) {
         uint32_t set = ocl_import(E);
         uint32_t fn = (uint32_t)(L->ocl_plus_1 - 1);
-        return arity == 2 ? value(E, SpvOpExtInst, ty, OPS(set, fn, a, b))
-                          : value(E, SpvOpExtInst, ty, OPS(set, fn, a));
+        return arity == 2 ? pure(E, SpvOpExtInst, ty, OPS(set, fn, a, b))
+                          : pure(E, SpvOpExtInst, ty, OPS(set, fn, a));
     }
     SpvOp op = e->a->type == KIR_I1 ? L->on_bool : L->op;
     if (op == SpvOpNop) {
         efail(E, "unsupported operator");
         return 0;
     }
-    return arity == 2 ? value(E, op, ty, OPS(a, b)) : value(E, op, ty, OPS(a));
+    return arity == 2 ? pure(E, op, ty, OPS(a, b)) : pure(E, op, ty, OPS(a));
 }
 
 /* ---- statements ---------------------------------------------------------- */
@@ -841,13 +950,16 @@ static void emit_if(semit_t *E, const kir_stmt_t *s)
     inst(E, SEC_BODY, SpvOpSelectionMerge,
          OPS(merge, (uint32_t)SpvSelectionControlMaskNone));
     inst(E, SEC_BODY, SpvOpBranchConditional, OPS(c, then, els));
+    size_t mark = E->cse_len; /* neither arm dominates the merge */
     label(E, then);
     emit_block(E, &s->body);
+    cse_pop(E, mark);
     if (!E->dead)
         branch(E, merge);
     if (s->else_body.count) {
         label(E, els);
         emit_block(E, &s->else_body);
+        cse_pop(E, mark);
         if (!E->dead)
             branch(E, merge);
     }
@@ -862,9 +974,11 @@ static void emit_if(semit_t *E, const kir_stmt_t *s)
 static void emit_for(semit_t *E, const kir_stmt_t *s)
 {
     kir_type_t t = s->var->type;
-    uint32_t var = E->vars[s->var->index];
+    int var = s->var->index;
     uint32_t lo = emit_expr(E, s->a);
     store_var(E, var, lo);
+    bump_stored(E, &s->body); /* what the body stores, the header sees */
+    E->var_version[var]++;    /* and the continue block's increment */
     uint32_t header = new_id(E), body = new_id(E), cont = new_id(E),
              merge = new_id(E);
     branch(E, header);
@@ -877,8 +991,12 @@ static void emit_for(semit_t *E, const kir_stmt_t *s)
          OPS(merge, cont, (uint32_t)(s->unroll ? SpvLoopControlUnrollMask
                                                : SpvLoopControlMaskNone)));
     inst(E, SEC_BODY, SpvOpBranchConditional, OPS(c, body, merge));
+    /* the header dominates body, continue and merge; the body and the
+     * continue block dominate nothing after the loop */
+    size_t mark = E->cse_len;
     label(E, body);
     emit_block(E, &s->body);
+    cse_pop(E, mark);
     if (!E->dead)
         branch(E, cont);
     label(E, cont);
@@ -899,7 +1017,7 @@ static void emit_stmt(semit_t *E, const kir_stmt_t *s)
         if (!E->read[s->var->index])
             return; /* nobody reads it (expressions have no side effects) */
         uint32_t v = emit_expr(E, s->a);
-        store_var(E, E->vars[s->var->index], v);
+        store_var(E, s->var->index, v);
         return;
     }
     case KIR_S_STORE: {
@@ -1040,7 +1158,7 @@ static void emit_function(semit_t *E)
          * initialized Function variable into a module-scope global (shared
          * by the work-items) and takes no scalar OpConstantNull */
         uint32_t zero = t == KIR_F32 ? const_f32(E, 0.0) : const_int(E, t, 0);
-        store_var(E, id, zero);
+        store_var(E, i, zero);
     }
     emit_block(E, &k->body);
     if (!E->dead)
@@ -1102,12 +1220,17 @@ static wna16_status_t emit_module(const kir_kernel_t *k, w16_words_t *mod,
     for (int s = 0; s < SEC_COUNT; s++)
         w16_words_init(&E.sec[s], ctx);
     w16_words_init(&E.keys, ctx);
+    w16_words_init(&E.cse_keys, ctx);
+    E.cse_bucket = w16_calloc(ctx, CSE_BUCKETS, sizeof *E.cse_bucket);
     E.vars = w16_calloc(ctx, (size_t)k->n_vars + 1, sizeof *E.vars);
+    E.var_version = w16_calloc(ctx, (size_t)k->n_vars + 1,
+                               sizeof *E.var_version);
     E.params = w16_calloc(ctx, (size_t)k->n_params + 1, sizeof *E.params);
     E.shared = w16_calloc(ctx, (size_t)k->n_shared + 1, sizeof *E.shared);
     E.ctables = w16_calloc(ctx, (size_t)k->n_ctables + 1, sizeof *E.ctables);
     E.read = w16_calloc(ctx, (size_t)k->n_vars + 1, sizeof *E.read);
-    if (!E.vars || !E.params || !E.shared || !E.ctables || !E.read) {
+    if (!E.vars || !E.params || !E.shared || !E.ctables || !E.read ||
+        !E.cse_bucket || !E.var_version) {
         efail(&E, "out of memory");
     } else {
         while (mark_block(&k->body, E.read))
@@ -1116,14 +1239,19 @@ static wna16_status_t emit_module(const kir_kernel_t *k, w16_words_t *mod,
         if (!E.fail)
             finish(&E, mod);
     }
-    bool nomem = E.keys.failed || mod->failed;
+    bool nomem = E.keys.failed || E.cse_keys.failed || mod->failed;
     for (int s = 0; s < SEC_COUNT; s++) {
         nomem |= E.sec[s].failed;
         w16_words_free(&E.sec[s]);
     }
     w16_words_free(&E.keys);
+    w16_words_free(&E.cse_keys);
+    w16_free(ctx, E.cse_bucket, CSE_BUCKETS * sizeof *E.cse_bucket);
+    w16_free(ctx, E.cse, E.cse_cap * sizeof *E.cse);
     w16_free(ctx, E.table, E.table_cap * sizeof *E.table);
     w16_free(ctx, E.vars, ((size_t)k->n_vars + 1) * sizeof *E.vars);
+    w16_free(ctx, E.var_version,
+             ((size_t)k->n_vars + 1) * sizeof *E.var_version);
     w16_free(ctx, E.params, ((size_t)k->n_params + 1) * sizeof *E.params);
     w16_free(ctx, E.shared, ((size_t)k->n_shared + 1) * sizeof *E.shared);
     w16_free(ctx, E.ctables, ((size_t)k->n_ctables + 1) * sizeof *E.ctables);
