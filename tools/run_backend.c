@@ -341,7 +341,9 @@ int run_choose_backend(wna16_context_t *ctx, const run_opts_t *o,
                  err.message);
     }
     const wna16_spec_t *sel = c->sel_status == WNA16_OK ? c->sel.backend : NULL;
-    if (!c->native_moe) { /* the host CPU's features, for `dedicated` */
+    /* the host CPU's features, for `dedicated`; with JIT off the layer
+     * keeps to the portable kernels (kernel packs hold those), so none */
+    if (!c->native_moe && !ctx->no_jit) {
         const w16_target_t *T;
         void *inst;
         w16_target_device_t d = {0};

@@ -152,7 +152,9 @@ damaged)
   name=$(echo "$out" | sed -n 's/^entry [0-9]* \([a-z0-9_]*\) (cpu x86-64-v3): damaged.*/\1/p')
   [ -n "$name" ] || fail "no entry named: $out"
   out=$(WNA16_PACK_PATH=$work/damaged.w16pack "$wna16" repack "$ckpt" --to triton --target cpu -o "$work/d.safetensors" 2>&1); rc1=$?
-  out2=$(WNA16_PACK_PATH=$work/damaged.w16pack "$wna16" run "$ckpt" --target cpu 2>&1); rc2=$?
+  # --backend triton: the pack's layout (on an AVX512-VNNI host `run`
+  # would run selection's cpu layout with its dedicated kernels)
+  out2=$(WNA16_PACK_PATH=$work/damaged.w16pack "$wna16" run "$ckpt" --target cpu --backend triton 2>&1); rc2=$?
   all="$out
 $out2"
   n=$(echo "$all" | grep -c "kernel pack $work/damaged.w16pack: entry $name (cpu x86-64-v3) is damaged (checksum mismatch); compiling the kernel instead")
