@@ -142,6 +142,15 @@ typedef struct w16_pack_hit {
     w16_pack_entry_t entry;
 } w16_pack_hit_t;
 
+/* The "compile" of a memory table of packed kernels: checks the hit's
+ * entry against its checksum (EFORMAT naming pack, entry, target and arch
+ * when damaged) and hands over a copy of the hit as the blob (*size its
+ * size; the bytes stay in the mapping). The copy is the table's, freed
+ * with w16_free(ctx, blob, *size). */
+wna16_status_t w16_pack_hit_fetch(wna16_context_t *ctx,
+                                  const w16_pack_hit_t *hit, void **blob,
+                                  size_t *size, wna16_error_t *err);
+
 /* Looks `request` up for `target`, trying arches[0 .. n) in order (the
  * best this device runs first) in each pack. *found is false when no pack
  * holds it. The first lookup of a context reads $WNA16_PACK_PATH

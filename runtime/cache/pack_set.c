@@ -286,3 +286,21 @@ void w16_packs_free(wna16_context_t *ctx)
     free(s);
     ctx->packs = NULL;
 }
+
+wna16_status_t w16_pack_hit_fetch(wna16_context_t *ctx,
+                                  const w16_pack_hit_t *hit, void **blob,
+                                  size_t *size, wna16_error_t *err)
+{
+    const w16_pack_entry_t *e = &hit->entry;
+    if (!w16_pack_entry_intact(hit->pack, hit->index))
+        return w16_err(err, WNA16_EFORMAT, "kernel pack %s: entry %s (%s %s) "
+                       "is damaged (checksum mismatch)", hit->pack_path,
+                       e->name, e->target, e->arch);
+    w16_pack_hit_t *h = w16_alloc(ctx, sizeof *h);
+    if (!h)
+        return w16_err_nomem(err, "loading a packed kernel");
+    *h = *hit;
+    *blob = h;
+    *size = sizeof *h;
+    return WNA16_OK;
+}

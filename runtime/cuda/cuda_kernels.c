@@ -299,18 +299,7 @@ static wna16_status_t packed_fetch(void *user, w16_key_t key, void **blob,
 {
     (void)key;
     packed_job_t *j = user;
-    const w16_pack_entry_t *e = &j->hit->entry;
-    if (!w16_pack_entry_intact(j->hit->pack, j->hit->index))
-        return w16_err(err, WNA16_EFORMAT, "kernel pack %s: entry %s (%s %s) "
-                       "is damaged (checksum mismatch)", j->hit->pack_path,
-                       e->name, e->target, e->arch);
-    w16_pack_hit_t *h = w16_alloc(j->ctx, sizeof *h);
-    if (!h)
-        return w16_err_nomem(err, "loading a packed CUDA unit");
-    *h = *j->hit;
-    *blob = h;
-    *size = sizeof *h;
-    return WNA16_OK;
+    return w16_pack_hit_fetch(j->ctx, j->hit, blob, size, err);
 }
 
 static wna16_status_t packed_load(void *user, const void *blob, size_t size,
