@@ -736,6 +736,8 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
      * the one of this tile */
     wna16_status_t cst = append_template(b, "moe_pdl.cu", err);
     if (cst == WNA16_OK)
+        cst = append_template(b, "moe_quant.cu", err);
+    if (cst == WNA16_OK)
         cst = append_template(b, "moe_gemm_common.cu", err);
     if (cst != WNA16_OK)
         return cst;

@@ -1,22 +1,15 @@
 // moe_gemm_common.cu - what the fused MoE's two GEMM templates share:
 // moe_marlin_gemm.cu (mma.sync) and moe_wgmma_gemm.cu (wgmma). The
 // generator (gen/moe_cuda.c) writes the prelude (namespace w16cfg: every
-// compile-time parameter, the kernel's name), then this text, then one of
-// the two templates. Here: the stage geometry both pipelines use, the
-// element types, the Marlin family's addresses (the specializer's
-// contract), the cp.async wrappers, the exact dequantization of a code
-// pair, the gated activations, the column of a CTA's tile, the epilogue
-// that turns a CTA's C tile into the GEMM's output, and GEMM 1's split-K
-// reduce kernel.
-
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+// compile-time parameter, the kernel's name), then moe_pdl.cu and
+// moe_quant.cu (element types, the Marlin family's addresses, the
+// exponent trick, the activations), then this text, then one of the two
+// templates. Here: the stage geometry both pipelines use, this operand's
+// scale permutation, the cp.async wrappers, the dequantization of a code
+// pair, the column of a CTA's tile, the epilogue that turns a CTA's C
+// tile into the GEMM's output, and GEMM 1's split-K reduce kernel.
 
 namespace w16 {
-
-using namespace w16cfg;
-typedef unsigned int u32;
-typedef unsigned long long u64;
 
 // ---- the stage geometry ----------------------------------------------------
 
@@ -38,73 +31,13 @@ constexpr int STAGE_BYTES = A_STAGE * 2 + B_STAGE * 16 + S_STAGE * 16;
 constexpr int PIPE_BYTES = STAGES * STAGE_BYTES;
 constexpr int C_BYTES = BM * C_LD * 4;
 
-static_assert(BITS == 4 || BITS == 8, "4- or 8-bit codes");
-static_assert(!(ZP && BITS != 4), "Marlin zero points are 4-bit");
 static_assert(GEMM == 2 || GATED, "GEMM 1 fuses a gated activation");
-static_assert(GEMM == 2 || ACTIVATION == ACT_SILU || ACTIVATION == ACT_GELU ||
-                  ACTIVATION == ACT_GELU_TANH || ACTIVATION == ACT_SWIGLUOAI ||
-                  ACTIVATION == ACT_SWIGLUSTEP, "a gated activation");
+static_assert(GEMM == 2 || GATED_ACTIVATION, "a gated activation");
 
-// ---- activation and scale element types -----------------------------------
-
-template <bool BF16> struct elem;
-template <> struct elem<false> {
-    typedef __half t;
-    typedef __half2 t2;
-    static __device__ __forceinline__ float to_f(t v) { return __half2float(v); }
-    static __device__ __forceinline__ t from_f(float v) { return __float2half_rn(v); }
-    static __device__ __forceinline__ t2 pair(t lo, t hi) { return __halves2half2(lo, hi); }
-};
-template <> struct elem<true> {
-    typedef __nv_bfloat16 t;
-    typedef __nv_bfloat162 t2;
-    static __device__ __forceinline__ float to_f(t v) { return __bfloat162float(v); }
-    static __device__ __forceinline__ t from_f(float v) { return __float2bfloat16_rn(v); }
-    static __device__ __forceinline__ t2 pair(t lo, t hi) { return __halves2bfloat162(lo, hi); }
-};
-
-typedef elem<ACT_BF16> act;
-typedef elem<SCALE_BF16> sca;
-typedef elem<BIAS_BF16> bia;
-typedef bia::t bias_t;
-typedef act::t act_t;
-typedef act::t2 act2_t;
-typedef sca::t scale_t;
-constexpr bool SCALE_SAME = ACT_BF16 == SCALE_BF16;
-
-template <bool C, typename A, typename B> struct pick { typedef A t; };
-template <typename A, typename B> struct pick<false, A, B> { typedef B t; };
-
-template <typename T> __device__ __forceinline__ u32 as_u32(T v)
-{
-    static_assert(sizeof(T) == 4, "32-bit");
-    return *reinterpret_cast<const u32 *>(&v);
-}
-template <typename T> __device__ __forceinline__ T from_u32(u32 v)
-{
-    static_assert(sizeof(T) == 4, "32-bit");
-    return *reinterpret_cast<const T *>(&v);
-}
-
-// ---- addresses of the Marlin family (the specializer's contract) ----------
-
+// The scale permutation of this GEMM's operand (moe_quant.cu).
 __device__ __forceinline__ int scale_pos(int n)
 {
-    if (SCALE_LAYOUT == 0) // 8x8 transpose inside every 64 columns
-        return 64 * (n / 64) + 8 * (n % 8) + (n % 64) / 8;
-    return 32 * (n / 32) + 8 * ((n % 8) / 2) + 2 * ((n % 32) / 8) + n % 2;
-}
-
-__device__ __forceinline__ int bias_pos(int n)
-{
-    return 32 * (n / 32) + 8 * ((n % 8) / 2) + 2 * ((n % 32) / 8) + n % 2;
-}
-
-__device__ __forceinline__ int zero_at(const u32 *row, int n)
-{
-    int j = (n % 64) / 8;
-    int slot = (j % 2) * 4 + j / 2;
-    return (int)((row[8 * (n / 64) + n % 8] >> (4 * slot)) & 15u);
+    return scale_pos_in<SCALE_LAYOUT>(n);
 }
 
 // ---- PTX wrappers ---------------------------------------------------------
@@ -142,12 +75,6 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 // ---- dequantization --------------------------------------------------------
-
-// The exponent that turns a small code c in a 16-bit lane into a float of
-// value MAGIC + c (exact while c < 2^mantissa bits).
-constexpr u32 MAGIC_BITS = ACT_BF16 ? 0x4300u : 0x6400u; // 128 or 1024
-constexpr float MAGIC = ACT_BF16 ? 128.0f : 1024.0f;
-constexpr bool USE_MAGIC = !(ACT_BF16 && BITS == 8);
 
 __device__ __forceinline__ act2_t codes_minus_zero(u32 v, act2_t zb)
 {
@@ -188,44 +115,6 @@ __device__ __forceinline__ act2_t apply_scale(act2_t d, S lo, S hi)
         return act::pair(act::from_f(act::to_f(d.x) * lo),
                          act::from_f(act::to_f(d.y) * hi));
     }
-}
-
-// ---- the activation (gated: act(gate, up)) --------------------------------
-
-__device__ __forceinline__ float clamp_max(float x, float hi)
-{
-    return x > hi ? hi : x;
-}
-__device__ __forceinline__ float clamp_sym(float x, float lim)
-{
-    return x > lim ? lim : (x < -lim ? -lim : x);
-}
-__device__ __forceinline__ float silu_f(float x)
-{
-    return x / (1.0f + expf(-x));
-}
-
-__device__ __forceinline__ float activation(float g, float u, float limit,
-                                            float alpha, float beta)
-{
-    if constexpr (ACTIVATION == ACT_SILU) {
-        return silu_f(g) * u;
-    } else if constexpr (ACTIVATION == ACT_GELU) {
-        return 0.5f * g * (1.0f + erff(g * 0.70710678118654752440f)) * u;
-    } else if constexpr (ACTIVATION == ACT_GELU_TANH) {
-        float t = tanhf(0.79788456080286535588f * (g + 0.044715f * g * g * g));
-        return 0.5f * g * (1.0f + t) * u;
-    } else if constexpr (ACTIVATION == ACT_SWIGLUOAI) {
-        float gc = clamp_max(g, limit), uc = clamp_sym(u, limit);
-        return (uc + beta) * gc * (1.0f / (1.0f + expf(-alpha * gc)));
-    } else { // ACT_SWIGLUSTEP (checked above)
-        return clamp_max(silu_f(g), limit) * clamp_sym(u, limit);
-    }
-}
-
-__device__ __forceinline__ float round_act(float v)
-{
-    return act::to_f(act::from_f(v));
 }
 
 // Column of the first code of CTA tile tt, or -1 past the end of its piece.
