@@ -26,7 +26,10 @@
  * kernel without launch bounds). So does compiling the routing kernels in
  * pieces rather than in one unit, by the same measure.
  * Also checks the generator's refusals (bad configurations) and that the
- * names spell out the parameters. Skips (exit 77) without NVRTC.
+ * names spell out the parameters. A text compiles once for each kernel
+ * count and architecture: the routing units' images also serve the
+ * exports check and the split and pieces comparisons (kept_image). Skips
+ * (exit 77) without NVRTC.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "testutil.h"
@@ -78,45 +81,153 @@ static double now_s(void)
 static int n_units;
 static double worst_s, total_s;
 
-/* Compiles one unit for sm_80 and sm_90 (only sm_90, as sm_90a, for the
- * wgmma template) and checks the images. */
-static void compile_unit_on(wna16_context_t *ctx, const char *src,
-                            const char *name, const char *what,
-                            bool hopper_only)
+/* Images kept for a check that needs the same compile again: one compile
+ * a (text, kernel count, architecture), the image shared (the routing
+ * units: their own check, the exports check, the split and pieces
+ * comparisons). Compiles that nothing asks for twice (the GEMM units) are
+ * freed at once instead: hundreds of images would not fit. */
+typedef struct kept {
+    char *src;
+    int n_kernels, cc_major, cc_minor;
+    w16_cuda_image_t img;
+} kept_t;
+static kept_t **kept; /* each its own allocation: the images stay put */
+static int n_kept, cap_kept, n_reused;
+
+/* Compiles `src` (n_kernels kernels, the first `name`) for
+ * sm_<major><minor>, timing it; a unit compiled once counts in the
+ * figures printed at the end. */
+static wna16_status_t timed_compile(wna16_context_t *ctx, const char *src,
+                                    const char *name, int n_kernels,
+                                    int major, int minor,
+                                    w16_cuda_image_t *img, wna16_error_t *err)
 {
-    static const int archs[][2] = {{8, 0}, {9, 0}};
-    for (size_t a = hopper_only ? 1 : 0; a < W16_ARRAY_LEN(archs); a++) {
-        wna16_error_t err;
-        w16_cuda_image_t img;
-        double t0 = now_s();
-        wna16_status_t st = w16_nvrtc_compile(ctx, src, name, archs[a][0],
-                                              archs[a][1], &img, &err);
-        double dt = now_s() - t0;
-        TU_CHECK_MSG(st == WNA16_OK, "%s (%s) for sm_%d%d: %s", name, what,
-                     archs[a][0], archs[a][1], err.message);
-        if (st != WNA16_OK)
-            continue;
+    double t0 = now_s();
+    wna16_status_t st =
+        n_kernels == 1
+            ? w16_nvrtc_compile(ctx, src, name, major, minor, img, err)
+            : w16_nvrtc_compile_unit(ctx, src, name, n_kernels, major, minor,
+                                     img, err);
+    double dt = now_s() - t0;
+    if (st == WNA16_OK && n_kernels == 1) {
         n_units++;
         total_s += dt;
         if (dt > worst_s)
             worst_s = dt;
-        printf("  sm_%d%d %6.3f s  %s\n", archs[a][0], archs[a][1], dt, name);
-        TU_CHECK_MSG(img.log == NULL, "%s for sm_%d%d: NVRTC warned:\n%s", name,
-                     archs[a][0], archs[a][1], img.log ? img.log : "");
-        TU_CHECK(img.cubin && img.cubin_size > 0 && img.ptx);
-        if (img.ptx) {
-            char entry[200];
-            snprintf(entry, sizeof entry, ".entry %s", name);
-            TU_CHECK_MSG(strstr(img.ptx, entry) != NULL, "no %s", entry);
+        printf("  sm_%d%d %6.3f s  %s\n", major, minor, dt, name);
+    }
+    return st;
+}
+
+/* The image of `src` compiled as a unit of n_kernels kernels for
+ * sm_<major><minor>: compiled the first time, the same image after (NULL,
+ * the check failed, when it does not compile). */
+static const w16_cuda_image_t *kept_image(wna16_context_t *ctx,
+                                          const char *src, const char *name,
+                                          const char *what, int n_kernels,
+                                          int major, int minor)
+{
+    for (int i = 0; i < n_kept; i++)
+        if (kept[i]->n_kernels == n_kernels && kept[i]->cc_major == major &&
+            kept[i]->cc_minor == minor && strcmp(kept[i]->src, src) == 0) {
+            n_reused++;
+            return &kept[i]->img;
         }
+    if (n_kept == cap_kept) {
+        int cap = cap_kept ? 2 * cap_kept : 32;
+        kept_t **k = realloc(kept, (size_t)cap * sizeof *k);
+        TU_CHECK(k != NULL);
+        if (!k)
+            return NULL;
+        kept = k;
+        cap_kept = cap;
+    }
+    kept_t *k = calloc(1, sizeof *k);
+    TU_CHECK(k != NULL);
+    if (!k)
+        return NULL;
+    wna16_error_t err;
+    wna16_status_t st = timed_compile(ctx, src, name, n_kernels, major, minor,
+                                      &k->img, &err);
+    TU_CHECK_MSG(st == WNA16_OK, "%s (%s, %d kernels) for sm_%d%d: %s", name,
+                 what, n_kernels, major, minor, err.message);
+    k->src = st == WNA16_OK ? strdup(src) : NULL;
+    if (!k->src) {
+        w16_cuda_image_free(&k->img);
+        free(k);
+        return NULL;
+    }
+    k->n_kernels = n_kernels;
+    k->cc_major = major;
+    k->cc_minor = minor;
+    kept[n_kept++] = k;
+    return &k->img;
+}
+
+static void free_kept(void)
+{
+    for (int i = 0; i < n_kept; i++) {
+        free(kept[i]->src);
+        w16_cuda_image_free(&kept[i]->img);
+        free(kept[i]);
+    }
+    free(kept);
+    kept = NULL;
+    n_kept = cap_kept = 0;
+}
+
+/* An image of unit `name` holds a CUBIN and PTX naming the kernel, and
+ * NVRTC said nothing. */
+static void check_image(const w16_cuda_image_t *img, const char *name,
+                        int major, int minor)
+{
+    TU_CHECK_MSG(img->log == NULL, "%s for sm_%d%d: NVRTC warned:\n%s", name,
+                 major, minor, img->log ? img->log : "");
+    TU_CHECK(img->cubin && img->cubin_size > 0 && img->ptx);
+    if (img->ptx) {
+        char entry[200];
+        snprintf(entry, sizeof entry, ".entry %s", name);
+        TU_CHECK_MSG(strstr(img->ptx, entry) != NULL, "no %s", entry);
+    }
+}
+
+static const int ARCHS[][2] = {{8, 0}, {9, 0}};
+
+/* Compiles one unit for sm_80 and sm_90 (only sm_90, as sm_90a, for the
+ * wgmma template) and checks the images, which are not kept (the GEMM
+ * units). */
+static void compile_unit_on(wna16_context_t *ctx, const char *src,
+                            const char *name, const char *what,
+                            bool hopper_only)
+{
+    for (size_t a = hopper_only ? 1 : 0; a < W16_ARRAY_LEN(ARCHS); a++) {
+        wna16_error_t err;
+        w16_cuda_image_t img;
+        wna16_status_t st = timed_compile(ctx, src, name, 1, ARCHS[a][0],
+                                          ARCHS[a][1], &img, &err);
+        TU_CHECK_MSG(st == WNA16_OK, "%s (%s) for sm_%d%d: %s", name, what,
+                     ARCHS[a][0], ARCHS[a][1], err.message);
+        if (st != WNA16_OK)
+            continue;
+        check_image(&img, name, ARCHS[a][0], ARCHS[a][1]);
         w16_cuda_image_free(&img);
     }
 }
 
-static void compile_unit(wna16_context_t *ctx, const char *src,
-                         const char *name, const char *what)
+/* Compiles one unit for sm_80 and sm_90 and checks the images, which are
+ * kept (kept_image) for later checks of the same text: the sm_90 image is
+ * returned (NULL if it did not compile). */
+static const w16_cuda_image_t *compile_unit(wna16_context_t *ctx,
+                                            const char *src, const char *name,
+                                            const char *what)
 {
-    compile_unit_on(ctx, src, name, what, false);
+    const w16_cuda_image_t *img = NULL;
+    for (size_t a = 0; a < W16_ARRAY_LEN(ARCHS); a++) {
+        img = kept_image(ctx, src, name, what, 1, ARCHS[a][0], ARCHS[a][1]);
+        if (img)
+            check_image(img, name, ARCHS[a][0], ARCHS[a][1]);
+    }
+    return img;
 }
 
 static void compile_gemm(wna16_context_t *ctx, const w16_moe_gemm_cfg_t *c,
@@ -342,25 +453,21 @@ static void test_aux(wna16_context_t *ctx)
             w16_moe_aux_range(piece, &first, &n);
             TU_OK(w16_moe_aux_source(dts[i], piece, &b, &err), &err);
             /* compile_unit checks the first entry; the module exports the
-             * piece's kernels, and no other */
+             * piece's kernels, and no other (its sm_90 image) */
             if (!b.data || b.failed)
                 continue;
-            compile_unit(ctx, b.data, w16_moe_aux_names[first],
-                         w16_moe_aux_unit(dts[i], piece));
-            w16_cuda_image_t img;
-            if (w16_nvrtc_compile(ctx, b.data, "aux", 9, 0, &img, &err) ==
-                WNA16_OK) {
-                for (int k = 0; k < W16_AUX_COUNT; k++) {
-                    char entry[96];
-                    snprintf(entry, sizeof entry, ".entry %s(",
-                             w16_moe_aux_names[k]);
-                    bool want = k >= first && k < first + n;
-                    bool has = img.ptx && strstr(img.ptx, entry);
-                    TU_CHECK_MSG(want == has, "%s: %s %s",
-                                 w16_moe_aux_unit(dts[i], piece),
-                                 has ? "unexpected" : "no", entry);
-                }
-                w16_cuda_image_free(&img);
+            const w16_cuda_image_t *img =
+                compile_unit(ctx, b.data, w16_moe_aux_names[first],
+                             w16_moe_aux_unit(dts[i], piece));
+            for (int k = 0; img && k < W16_AUX_COUNT; k++) {
+                char entry[96];
+                snprintf(entry, sizeof entry, ".entry %s(",
+                         w16_moe_aux_names[k]);
+                bool want = k >= first && k < first + n;
+                bool has = img->ptx && strstr(img->ptx, entry);
+                TU_CHECK_MSG(want == has, "%s: %s %s",
+                             w16_moe_aux_unit(dts[i], piece),
+                             has ? "unexpected" : "no", entry);
             }
             w16_buf_free(&b);
         }
@@ -437,17 +544,14 @@ static void check_same_code(wna16_context_t *ctx, const char *src,
                             const char *unit, const char *const *names,
                             int n_names)
 {
-    wna16_error_t err;
-    w16_cuda_image_t one, split;
-    TU_OK(w16_nvrtc_compile_unit(ctx, src, unit, 1, 9, 0, &one, &err), &err);
-    TU_OK(w16_nvrtc_compile_unit(ctx, src, unit, n_names, 9, 0, &split, &err),
-          &err);
+    const w16_cuda_image_t *one, *split;
+    one = kept_image(ctx, src, names[0], unit, 1, 9, 0);
+    split = kept_image(ctx, src, names[0], unit, n_names, 9, 0);
     char what[240];
     snprintf(what, sizeof what, "%s, its compile split", unit);
-    for (int i = 0; i < n_names && one.cubin && split.cubin; i++)
-        check_same_section(&one, &split, names[i], what);
-    w16_cuda_image_free(&one);
-    w16_cuda_image_free(&split);
+    for (int i = 0; i < n_names && one && split && one->cubin && split->cubin;
+         i++)
+        check_same_section(one, split, names[i], what);
 }
 
 static void test_split_same_code(wna16_context_t *ctx)
@@ -491,33 +595,34 @@ static void test_aux_pieces_same_code(wna16_context_t *ctx)
         w16_buf_t b;
         w16_buf_init(&b, ctx);
         wna16_error_t err;
-        w16_cuda_image_t whole;
+        const w16_cuda_image_t *whole = NULL;
+        int first, n;
+        w16_moe_aux_range(W16_AUX_WHOLE, &first, &n);
         TU_OK(w16_moe_aux_source(dts[i], W16_AUX_WHOLE, &b, &err), &err);
-        if (b.failed || !b.data ||
-            w16_nvrtc_compile_unit(ctx, b.data, "aux", 1, 9, 0, &whole,
-                                   &err) != WNA16_OK) {
-            TU_CHECK_MSG(false, "the whole routing unit: %s", err.message);
+        if (!b.failed && b.data)
+            whole = kept_image(ctx, b.data, w16_moe_aux_names[first],
+                               w16_moe_aux_unit(dts[i], W16_AUX_WHOLE), 1, 9,
+                               0);
+        if (!whole || !whole->cubin) {
+            TU_CHECK_MSG(false, "the whole routing unit does not compile");
             w16_buf_free(&b);
             continue;
         }
         for (int piece = 0; piece < W16_AUX_PIECES; piece++) {
-            int first, n;
             w16_moe_aux_range(piece, &first, &n);
             const char *unit = w16_moe_aux_unit(dts[i], piece);
-            w16_cuda_image_t img;
             w16_buf_reset(&b);
             TU_OK(w16_moe_aux_source(dts[i], piece, &b, &err), &err);
             if (b.failed || !b.data)
                 continue;
-            TU_OK(w16_nvrtc_compile_unit(ctx, b.data, unit, n, 9, 0, &img,
-                                         &err), &err);
-            if (!img.cubin)
+            const w16_cuda_image_t *img =
+                kept_image(ctx, b.data, w16_moe_aux_names[first], unit, n, 9,
+                           0);
+            if (!img || !img->cubin)
                 continue;
             for (int k = first; k < first + n; k++)
-                check_same_section(&whole, &img, w16_moe_aux_names[k], unit);
-            w16_cuda_image_free(&img);
+                check_same_section(whole, img, w16_moe_aux_names[k], unit);
         }
-        w16_cuda_image_free(&whole);
         w16_buf_free(&b);
     }
 }
@@ -600,8 +705,10 @@ int main(void)
     test_variants_wgmma(ctx);
     if (n_units)
         printf("%d units compiled: %.3f s each on average, %.3f s the "
-               "slowest (%s)\n", n_units, total_s / n_units, worst_s,
-               w16_nvrtc_version());
+               "slowest (%s); %d compiles served again from a kept image\n",
+               n_units, total_s / n_units, worst_s, w16_nvrtc_version(),
+               n_reused);
+    free_kept();
     wna16_context_destroy(ctx);
     return tu_finish("test_moe_cuda_compile");
 }
