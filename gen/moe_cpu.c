@@ -915,6 +915,34 @@ static void prefetch(cg_t *G, LLVMValueRef p)
     intrinsic(G, "llvm.prefetch", &pt, 1, pa, 4);
 }
 
+/* The scales and zero points (int32) of column block nb of operand g for
+ * the group of input channel qoff, lo/hi lanes. Both GEMMs read them so. */
+static void group_params(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
+                         LLVMValueRef qoff, LLVMValueRef scale[2],
+                         LLVMValueRef zero[2])
+{
+    const mc_op_t *o = &G->P->op[g];
+    LLVMValueRef sw = arg_ptr(G, w16_moe_weight_arg((wna16_gemm_t)g, W16_ROLE_SCALES));
+    LLVMValueRef grp = LLVMBuildUDiv(G->b, qoff, ci64(G, o->GSE), "");
+    LLVMValueRef so = add(G, ci64(G, o->s0), add(G, add(G, mul(G, e, ci64(G, o->s_e)),
+        mul(G, nb, ci64(G, o->s_nb))), mul(G, grp, ci64(G, o->s_g))));
+    LLVMValueRef sp = at(G, sw, mul(G, so, ci64(G, 4)));
+    LLVMValueRef s0 = ld(G, G->v16f32, sp, 4);
+    LLVMValueRef s1 = ld(G, G->v16f32, at(G, sp, ci64(G, 64)), 4);
+    scale[0] = shuf(G, s0, s1, G->perm_lo);
+    scale[1] = shuf(G, s0, s1, G->perm_hi);
+    if (!o->zp) {
+        zero[0] = zero[1] = vi32(G, o->zero);
+        return;
+    }
+    LLVMValueRef zw = arg_ptr(G, w16_moe_weight_arg((wna16_gemm_t)g, W16_ROLE_QZEROS));
+    LLVMValueRef zo = add(G, ci64(G, o->z0), add(G, add(G, mul(G, e, ci64(G, o->z_e)),
+        mul(G, nb, ci64(G, o->z_nb))), mul(G, grp, ci64(G, o->z_g))));
+    LLVMValueRef z = ld(G, G->v32i8, at(G, zw, zo), 1);
+    zero[0] = LLVMBuildSExt(G->b, shuf(G, z, NULL, G->perm_lo), G->v16i32, "");
+    zero[1] = LLVMBuildSExt(G->b, shuf(G, z, NULL, G->perm_hi), G->v16i32, "");
+}
+
 /* facc[r][0|1] of column block nb of operand g for the pass's rows:
  * sum over the K blocks of float(C) * scale_x * scale_w. */
 static void block_gemm(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
@@ -922,10 +950,7 @@ static void block_gemm(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
 {
     const mc_op_t *o = &G->P->op[g];
     w16_moe_arg_t qa = w16_moe_weight_arg((wna16_gemm_t)g, W16_ROLE_QWEIGHT);
-    w16_moe_arg_t sa = w16_moe_weight_arg((wna16_gemm_t)g, W16_ROLE_SCALES);
-    w16_moe_arg_t za = w16_moe_weight_arg((wna16_gemm_t)g, W16_ROLE_QZEROS);
-    LLVMValueRef qw = arg_ptr(G, qa), sw = arg_ptr(G, sa);
-    LLVMValueRef zw = o->zp ? arg_ptr(G, za) : NULL;
+    LLVMValueRef qw = arg_ptr(G, qa);
     for (int t = 0; t < BM; t++)
         for (int h = 0; h < 2; h++)
             st(G, vf32(G, 0.0), facc[t][h], 64);
@@ -966,23 +991,8 @@ static void block_gemm(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
     LLVMValueRef c0 = ld(G, G->v16i32, cbase, 4);
     LLVMValueRef c1 = ld(G, G->v16i32, at(G, cbase, ci64(G, 64)), 4);
     LLVMValueRef comp[2] = {shuf(G, c0, c1, G->perm_lo), shuf(G, c0, c1, G->perm_hi)};
-    LLVMValueRef grp = LLVMBuildUDiv(G->b, qoff, ci64(G, o->GSE), "");
-    LLVMValueRef so = add(G, ci64(G, o->s0), add(G, add(G, mul(G, e, ci64(G, o->s_e)),
-        mul(G, nb, ci64(G, o->s_nb))), mul(G, grp, ci64(G, o->s_g))));
-    LLVMValueRef sp = at(G, sw, mul(G, so, ci64(G, 4)));
-    LLVMValueRef s0 = ld(G, G->v16f32, sp, 4);
-    LLVMValueRef s1 = ld(G, G->v16f32, at(G, sp, ci64(G, 64)), 4);
-    LLVMValueRef scale[2] = {shuf(G, s0, s1, G->perm_lo), shuf(G, s0, s1, G->perm_hi)};
-    LLVMValueRef zero[2];
-    if (o->zp) {
-        LLVMValueRef zo = add(G, ci64(G, o->z0), add(G, add(G, mul(G, e, ci64(G, o->z_e)),
-            mul(G, nb, ci64(G, o->z_nb))), mul(G, grp, ci64(G, o->z_g))));
-        LLVMValueRef z = ld(G, G->v32i8, at(G, zw, zo), 1);
-        zero[0] = LLVMBuildSExt(G->b, shuf(G, z, NULL, G->perm_lo), G->v16i32, "");
-        zero[1] = LLVMBuildSExt(G->b, shuf(G, z, NULL, G->perm_hi), G->v16i32, "");
-    } else {
-        zero[0] = zero[1] = vi32(G, o->zero);
-    }
+    LLVMValueRef scale[2], zero[2];
+    group_params(G, g, e, nb, qoff, scale, zero);
     for (int t = 0; t < BM; t++) {
         LLVMValueRef qs = splat(G, ld(G, G->i32, at(G, rows[t].sums,
                                                  mul(G, kc, ci64(G, 4))), 4), 16);
@@ -1007,9 +1017,6 @@ static void block_gemm_bf16(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
 {
     const mc_op_t *o = &G->P->op[g];
     LLVMValueRef qw = arg_ptr(G, w16_moe_weight_arg((wna16_gemm_t)g, W16_ROLE_QWEIGHT));
-    LLVMValueRef sw = arg_ptr(G, w16_moe_weight_arg((wna16_gemm_t)g, W16_ROLE_SCALES));
-    LLVMValueRef zw = o->zp ? arg_ptr(G, w16_moe_weight_arg((wna16_gemm_t)g,
-                                                            W16_ROLE_QZEROS)) : NULL;
     for (int t = 0; t < BM; t++)
         for (int h = 0; h < 2; h++)
             st(G, vf32(G, 0.0), facc[t][h], 64);
@@ -1019,25 +1026,10 @@ static void block_gemm_bf16(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
     LLVMValueRef kc = loop_open(G, &K, ci64(G, 0), ci64(G, o->KC), 1);
     LLVMValueRef base = at(G, qw, add(G, qe, mul(G, kc, ci64(G, o->q_kc))));
     LLVMValueRef qoff = mul(G, kc, ci64(G, o->bk));
-    LLVMValueRef grp = LLVMBuildUDiv(G->b, qoff, ci64(G, o->GSE), "");
-    LLVMValueRef so = add(G, ci64(G, o->s0), add(G, add(G, mul(G, e, ci64(G, o->s_e)),
-        mul(G, nb, ci64(G, o->s_nb))), mul(G, grp, ci64(G, o->s_g))));
-    LLVMValueRef sp = at(G, sw, mul(G, so, ci64(G, 4)));
-    LLVMValueRef s0 = ld(G, G->v16f32, sp, 4);
-    LLVMValueRef s1 = ld(G, G->v16f32, at(G, sp, ci64(G, 64)), 4);
-    LLVMValueRef scale[2] = {shuf(G, s0, s1, G->perm_lo), shuf(G, s0, s1, G->perm_hi)};
-    LLVMValueRef zf[2];
-    if (o->zp) {
-        LLVMValueRef zo = add(G, ci64(G, o->z0), add(G, add(G, mul(G, e, ci64(G, o->z_e)),
-            mul(G, nb, ci64(G, o->z_nb))), mul(G, grp, ci64(G, o->z_g))));
-        LLVMValueRef z = ld(G, G->v32i8, at(G, zw, zo), 1);
-        for (int h = 0; h < 2; h++)
-            zf[h] = LLVMBuildSIToFP(G->b, LLVMBuildSExt(G->b,
-                        shuf(G, z, NULL, h ? G->perm_hi : G->perm_lo), G->v16i32, ""),
-                        G->v16f32, "");
-    } else {
-        zf[0] = zf[1] = vf32(G, o->zero);
-    }
+    LLVMValueRef scale[2], zero[2], zf[2];
+    group_params(G, g, e, nb, qoff, scale, zero);
+    for (int h = 0; h < 2; h++)
+        zf[h] = LLVMBuildSIToFP(G->b, zero[h], G->v16f32, "");
     LLVMTypeRef v32bf = LLVMVectorType(LLVMBFloatTypeInContext(G->c), 32);
     int il[32];
     for (int i = 0; i < 16; i++) {
