@@ -35,7 +35,11 @@
  * distinct experts and MB of weights a call reads (experts x bytes of an
  * expert, scales and zero points included, the mean of the calls); weight
  * GB/s (those bytes / the median [best] time) and its % of the baseline's
- * best pass; the numeric contract of the kernels (bench_contract).
+ * best pass; "bound": the GFLOP/s that reading those bytes once at the
+ * baseline's best rate would allow (the row's FLOPs / (MB/call / baseline
+ * GB/s)), so a reader sees whether a GFLOP/s target is reachable at that
+ * M at all (it is not where the bound is below it); the numeric contract
+ * of the kernels (bench_contract).
  *
  *   bench_moe [--layout triton] [--bits 4] [--group 128] [--m 1,2,4,...]
  *             [--threads N] [--rounds 7] ...        (bench_moe --help)
@@ -936,9 +940,10 @@ static void row_print(row_t *r, const fleet_t *f, double stream_best,
                  r->min_dist < 2 * llc ? "!" : "");
     else if (!r->hot)
         snprintf(reuse, sizeof reuse, "never");
-    printf("%5d %-5s %9.3f [%8.3f] %8.1f %7.1f %8.1f %7.1f [%5.1f] %5.0f%% "
-           "[%4.0f%%] %6s  %s\n", r->M, r->hot ? "hot" : "fresh", tm * 1e3,
-           tb * 1e3, flops / tm / 1e9, experts,
+    printf("%5d %-5s %9.3f [%8.3f] %8.1f %7.0f %7.1f %8.1f %7.1f [%5.1f] "
+           "%5.0f%% [%4.0f%%] %6s  %s\n", r->M, r->hot ? "hot" : "fresh",
+           tm * 1e3, tb * 1e3, flops / tm / 1e9,
+           flops / (bytes / (stream_best * 1e9)) / 1e9, experts,
            experts * (double)f->expert_bytes / 1e6, gm, gb,
            100.0 * gm / stream_best, 100.0 * gb / stream_best, reuse,
            bench_contract(layer, r->M));
@@ -1133,12 +1138,13 @@ int main(int argc, char **argv)
     printf("%d rounds; each: %d baseline passes, then every row (the order "
            "reversed every other round), an untimed call, then its timed "
            "calls (>= 3, >= %.0f ms); time: median [best] of the calls; "
-           "GFLOP/s from the median; weight GB/s: MB/call / median [best] "
-           "time, and %% of the baseline's best\n", o.rounds,
+           "GFLOP/s from the median; bound: the GFLOP/s of reading MB/call "
+           "once at the baseline's best; weight GB/s: MB/call / median "
+           "[best] time, and %% of the baseline's best\n", o.rounds,
            o.passes, o.min_ms);
-    printf("%5s %-5s %20s %8s %7s %8s %15s %14s %6s  %s\n", "M", "row",
-           "time ms", "GFLOP/s", "experts", "MB/call", "weight GB/s",
-           "of baseline", "reuse", "contract");
+    printf("%5s %-5s %20s %8s %7s %7s %8s %15s %14s %6s  %s\n", "M", "row",
+           "time ms", "GFLOP/s", "bound", "experts", "MB/call",
+           "weight GB/s", "of baseline", "reuse", "contract");
     for (int i = 0; i < nrows; i++)
         row_print(&rows[i], f, sbest, llc, f->layers[0]);
     printf("load %.2f at the end\n", load_now());
