@@ -164,6 +164,47 @@ void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size);
 wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
                                    wna16_error_t *err);
 
+/* The one-kernel decode layer (templates/moe_decode.cu): routing, GEMM 1
+ * and the activation, GEMM 2 and the weighted top-k sums in one
+ * persistent kernel, for at most W16_MOE_DECODE_MAX_SLOTS routed slots
+ * and W16_MOE_DECODE_MAX_ROWS tokens (the runtime's choice at decode
+ * sizes, runtime/cuda/cuda_moe.c). What decides its unit: */
+typedef struct w16_moe_decode_cfg {
+    int bits;                        /* 4 or 8 */
+    bool zp;                         /* 4-bit zero points */
+    bool grouped;                    /* G > 1 */
+    int group_size;                  /* grouped: a multiple of 32; else 0 */
+    w16_moe_scales_t scales[2];      /* w13's and w2's permutations */
+    wna16_dtype_t act_dtype, scale_dtype, bias_dtype; /* F16 or BF16 */
+    wna16_activation_t activation;   /* gated */
+} w16_moe_decode_cfg_t;
+
+enum {
+    W16_MOE_DECODE_THREADS = 256,   /* a CTA: 8 warps */
+    W16_MOE_DECODE_MAX_SLOTS = 64,  /* routed slots (M x top-k) a run */
+    W16_MOE_DECODE_MAX_ROWS = 8,    /* tokens a run */
+    W16_MOE_DECODE_KC = 256,        /* K of a chunk, a split's unit */
+    W16_MOE_DECODE_CTAS = 2,        /* CTAs an SM (its launch bounds) */
+};
+
+/* The decode unit of a layer whose operands the contract checked (op[0]
+ * w13, op[1] w2) under quantization q, every byte of *c set (it is
+ * hashed into request keys). EUNSUPPORTED with the reason when the layer
+ * cannot run it: act order, a group size that is not a multiple of 32,
+ * an intermediate or hidden size that is not a multiple of 64, an
+ * activation that is not gated. */
+wna16_status_t w16_moe_decode_cfg(const w16_moe_operand_t op[2],
+                                  const w16_moe_unit_quant_t *q,
+                                  w16_moe_decode_cfg_t *c,
+                                  wna16_error_t *err);
+/* "w16_moe_decode_silu_bf16_b4_g128_t64t32_sbf16_bf16": every field. */
+void w16_moe_decode_name(const w16_moe_decode_cfg_t *c, char *out,
+                         size_t size);
+/* The unit's translation unit (NUL-terminated in b); EINVAL on a
+ * configuration the template cannot take, naming the field. */
+wna16_status_t w16_moe_decode_source(const w16_moe_decode_cfg_t *c,
+                                     w16_buf_t *b, wna16_error_t *err);
+
 /* The routing / gather / finalize kernels of templates/moe_aux.cu, in the
  * order of w16_moe_aux_names; specialized on the activation dtype only.
  * They compile in W16_AUX_PIECES units ("pieces"), each a run of this

@@ -134,6 +134,24 @@ w16_key_t w16_moe_cuda_aux_key(wna16_dtype_t act_dtype, int piece)
     return done("wna16 cuda moe aux unit", &f);
 }
 
+/* Tripwire as above, for the decode unit's configuration. */
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(sizeof(w16_moe_decode_cfg_t) == 36, "w16_moe_decode_cfg_t "
+               "changed: hash the new field in w16_moe_cuda_decode_key");
+#endif
+
+w16_key_t w16_moe_cuda_decode_key(const w16_moe_decode_cfg_t *c)
+{
+    fields_t f = {.n = 0};
+    const int64_t v[] = {c->bits,      c->zp,          c->grouped,
+                         c->group_size, c->scales[0],  c->scales[1],
+                         c->act_dtype, c->scale_dtype, c->bias_dtype,
+                         c->activation};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        put(&f, (uint64_t)v[i]);
+    return done("wna16 cuda moe decode unit", &f);
+}
+
 static uint64_t f32_bits(float x)
 {
     uint32_t bits;

@@ -50,5 +50,6 @@ w16_key_t w16_moe_request_key(const w16_moe_request_t *req,
  * architecture is the pack entry's (w16_pack_entry_key). */
 w16_key_t w16_moe_cuda_gemm_key(const w16_moe_gemm_cfg_t *c);
 w16_key_t w16_moe_cuda_aux_key(wna16_dtype_t act_dtype, int piece);
+w16_key_t w16_moe_cuda_decode_key(const w16_moe_decode_cfg_t *c);
 
 #endif /* W16_REQUEST_KEY_H */

@@ -18,11 +18,13 @@ static void usage(FILE *f)
         "                 [--bias] [--hidden H] [--intermediate I] [--experts E]\n"
         "                 [--tokens M] [--topk K] [--dtype F16|BF16]\n"
         "                 [--scale-dtype F16|BF16] [--activation NAME]\n"
-        "                 [--unit w13|w2|aux|aux_route|aux_finalize_small|\n"
-        "                  aux_gather_finalize] [--sm 80|90]\n\n"
+        "                 [--unit w13|w2|decode|aux|aux_route|\n"
+        "                  aux_finalize_small|aux_gather_finalize] [--sm 80|90]\n\n"
         "Prints the CUDA C translation unit of one kernel of the fused MoE on\n"
         "tensor cores: --unit w13 (default; GEMM 1 with the activation fused),\n"
-        "w2 (GEMM 2) or aux (routing, gather and finalize; the runtime\n"
+        "w2 (GEMM 2), decode (the whole layer in one persistent kernel, which\n"
+        "the runtime runs for up to 8 tokens and 64 routed slots) or aux\n"
+        "(routing, gather and finalize; the runtime\n"
         "compiles these in the three aux_* units). The layout is\n"
         "checked against what the template reads, and the tile comes from\n"
         "the spec's tiling table for the problem: --hidden, --intermediate\n"
@@ -125,8 +127,9 @@ static int parse(int argc, char **argv, moe_opts_t *o)
             return cli_usage_error("gen", "%s: bad value '%s'", opt, v);
     }
     bool aux = aux_piece(o->unit) >= 0;
-    if (strcmp(o->unit, "w13") && strcmp(o->unit, "w2") && !aux)
-        return cli_usage_error("gen", "--unit: w13, w2, aux, aux_route, "
+    if (strcmp(o->unit, "w13") && strcmp(o->unit, "w2") &&
+        strcmp(o->unit, "decode") && !aux)
+        return cli_usage_error("gen", "--unit: w13, w2, decode, aux, aux_route, "
                                "aux_finalize_small or aux_gather_finalize");
     if (!o->to || (!aux && (!o->bits || !o->gs_set)))
         return cli_usage_error("gen", "--to, --bits and --group-size are "
@@ -186,6 +189,34 @@ static int gemm_unit(wna16_context_t *ctx, const moe_opts_t *o,
     return CLI_OK;
 }
 
+/* The decode unit as the runtime would build it for this problem. */
+static int decode_unit(const moe_opts_t *o, const wna16_spec_t *spec,
+                       w16_buf_t *b)
+{
+    wna16_activation_t act = wna16_activation_from_name(o->activation);
+    if (act == WNA16_ACT_INVALID)
+        return cli_usage_error("gen", "--activation: unknown '%s'",
+                               o->activation);
+    w16_problem_t p = {o->experts, o->hidden, o->inter, o->bits, o->gs,
+                       o->zp, o->act_order, o->bias};
+    wna16_error_t err;
+    w16_moe_operand_t op[2];
+    w16_moe_unit_quant_t q = {
+        .bits = (int)o->bits, .zp = o->zp, .act_order = o->act_order,
+        .group_size = o->gs, .act_dtype = o->dtype,
+        .scale_dtype = o->scale_dtype, .bias_dtype = o->scale_dtype,
+        .activation = act};
+    w16_moe_decode_cfg_t c;
+    if (w16_moe_cuda_contract(spec, &p, WNA16_GEMM_W13, &op[0], &err) !=
+            WNA16_OK ||
+        w16_moe_cuda_contract(spec, &p, WNA16_GEMM_W2, &op[1], &err) !=
+            WNA16_OK ||
+        w16_moe_decode_cfg(op, &q, &c, &err) != WNA16_OK ||
+        w16_moe_decode_source(&c, b, &err) != WNA16_OK)
+        return cli_fail(&err);
+    return CLI_OK;
+}
+
 int cmd_gen_moe_cuda(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -214,6 +245,8 @@ int cmd_gen_moe_cuda(int argc, char **argv)
         if (w16_moe_aux_source(o.dtype, aux_piece(o.unit), &b, &err) !=
             WNA16_OK)
             rc = cli_fail(&err);
+    } else if (strcmp(o.unit, "decode") == 0) {
+        rc = decode_unit(&o, spec, &b);
     } else {
         rc = gemm_unit(ctx, &o, spec,
                        strcmp(o.unit, "w2") == 0 ? WNA16_GEMM_W2

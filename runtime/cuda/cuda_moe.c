@@ -77,6 +77,17 @@ struct wna16_cuda_moe {
     int n_memo, memo_next;
     w16_cuda_function_t *aux[2][W16_AUX_COUNT]; /* [bf16] */
     bool aux_ready[2][W16_AUX_PIECES];            /* [bf16][piece] */
+    /* the one-kernel decode layer (templates/moe_decode.cu): on with
+     * WNA16_CUDA_DECODE=1 only (experimental: slower than the chain so
+     * far); its functions by configuration, and the grid that keeps all
+     * its CTAs resident */
+    bool decode_off;
+    struct {
+        w16_moe_decode_cfg_t cfg;
+        w16_cuda_function_t *fn;
+        unsigned grid;
+    } dmemo[2];
+    int n_dmemo;
     /* what the last device run looked like, for sync's messages */
     int32_t last_topk;
     bool last_batched;
@@ -403,6 +414,16 @@ static wna16_status_t cm_create(wna16_context_t *ctx,
     m->H = H;
     m->I = I;
     m->quant = *quant;
+    const char *dec = getenv("WNA16_CUDA_DECODE");
+    if (dec && strcmp(dec, "0") != 0 && strcmp(dec, "1") != 0) {
+        w16_free(ctx, m, sizeof *m);
+        return w16_err(err, WNA16_EINVAL, "wna16_cuda_moe_create: "
+                       "WNA16_CUDA_DECODE='%s' (0 or unset: the kernel chain "
+                       "at every size; 1: the one-kernel decode layer where "
+                       "it applies, experimental: slower than the chain so "
+                       "far, docs/design-notes.md)", dec);
+    }
+    m->decode_off = !dec || strcmp(dec, "0") == 0;
     w16_problem_t p = {E, H, I, quant->bits, quant->group_size,
                        quant->zero_point, quant->act_order, quant->bias,
                        quant->zeros_stored, quant->g_idx_stored};
@@ -698,6 +719,173 @@ static int pick_split(const wna16_cuda_moe_t *m, int64_t blocks, int bm,
     return s;
 }
 
+/* ---- the one-kernel decode layer ------------------------------------------ */
+
+/* Does this run take the decode kernel (templates/moe_decode.cu)? At most
+ * W16_MOE_DECODE_MAX_ROWS tokens and W16_MOE_DECODE_MAX_SLOTS slots, the
+ * router weights on the output, and a layer the unit can read (else the
+ * reason is logged once and the chain runs). *c: its configuration. */
+static bool decode_applies(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
+                           const run_args_t *a, w16_moe_decode_cfg_t *c)
+{
+    if (m->decode_off || a->M > W16_MOE_DECODE_MAX_ROWS ||
+        (int64_t)a->M * a->topk > W16_MOE_DECODE_MAX_SLOTS ||
+        p->apply_router_weight_on_input)
+        return false;
+    w16_moe_unit_quant_t q = unit_quant(m, 0, p);
+    wna16_error_t why;
+    wna16_status_t st = WNA16_OK;
+    if (m->scale_dtype[0] != m->scale_dtype[1] ||
+        m->bias_dtype[0] != m->bias_dtype[1])
+        st = w16_err(&why, WNA16_EUNSUPPORTED, "the one-kernel decode layer "
+                     "takes one scale and one bias dtype for w13 and w2");
+    if (st == WNA16_OK)
+        st = w16_moe_decode_cfg(m->op, &q, c, &why);
+    if (st != WNA16_OK) {
+        w16_log_once(m->ctx, WNA16_LOG_INFO, "cuda-moe-decode",
+                     "cuda moe (%s): %s; decode sizes run the kernel chain",
+                     m->spec->name, why.message);
+        return false;
+    }
+    return true;
+}
+
+/* The decode unit of c and its grid: from the memo, a kernel pack, or
+ * compiled (*ms: NVRTC's time, 0 otherwise). */
+static wna16_status_t get_decode(wna16_cuda_moe_t *m,
+                                 const w16_moe_decode_cfg_t *c,
+                                 w16_cuda_function_t **fn, unsigned *grid,
+                                 double *ms, wna16_error_t *err)
+{
+    *ms = 0;
+    for (int i = 0; i < m->n_dmemo; i++)
+        if (memcmp(&m->dmemo[i].cfg, c, sizeof *c) == 0) {
+            *fn = m->dmemo[i].fn;
+            *grid = m->dmemo[i].grid;
+            return WNA16_OK;
+        }
+    char name[160];
+    w16_moe_decode_name(c, name, sizeof name);
+    const char *names[1] = {name};
+    bool packed = false;
+    wna16_status_t st = w16_cuda_unit_packed(
+        m->ctx, w16_moe_cuda_decode_key(c), name, names, 1, fn, &packed, err);
+    if (st == WNA16_OK && !packed) {
+        w16_buf_t src;
+        w16_buf_init(&src, m->ctx);
+        st = w16_moe_decode_source(c, &src, err);
+        if (st == WNA16_OK && src.failed)
+            st = w16_err_nomem(err, "writing the decode MoE kernel");
+        w16_cuda_unit_req_t req = {.unit = name, .source = src.data,
+                                   .fn_names = names, .n_fns = 1, .fns = fn};
+        if (st == WNA16_OK)
+            st = w16_cuda_modules_get(m->ctx, &req, 1, err);
+        if (st == WNA16_OK)
+            *ms = req.compile_ms;
+        w16_buf_free(&src);
+    }
+    if (st != WNA16_OK)
+        return st;
+    /* W16_MOE_DECODE_CTAS an SM (its launch bounds, and run_decode's
+     * shared memory): every CTA is resident at once, as the kernel's
+     * waits need (moe_decode.cu) */
+    *grid = (unsigned)(W16_MOE_DECODE_CTAS * w16_cuda_sm_count(m->cuda));
+    int slot = m->n_dmemo < 2 ? m->n_dmemo++ : 1;
+    memcpy(&m->dmemo[slot].cfg, c, sizeof *c);
+    m->dmemo[slot].fn = *fn;
+    m->dmemo[slot].grid = *grid;
+    return WNA16_OK;
+}
+
+/* The whole layer in one persistent launch (templates/moe_decode.cu). Its
+ * workspace: a2 [slots][IP], GEMM 1's split slabs [ks1][slots][2 IP] and
+ * GEMM 2's [ks2][slots][H] (float32); its counters in m->sem (zero
+ * between runs: the kernel resets each one it used). */
+static wna16_status_t run_decode(wna16_cuda_moe_t *m,
+                                 const wna16_moe_params_t *p,
+                                 const run_args_t *a,
+                                 const w16_moe_decode_cfg_t *c, int32_t n_ids,
+                                 wna16_error_t *err)
+{
+    wna16_cuda_moe_report_t rep = {0};
+    w16_cuda_function_t *fn = NULL;
+    unsigned grid = 0;
+    wna16_status_t st = get_decode(m, c, &fn, &grid, &rep.compile_ms[0], err);
+    uint64_t map = 0;
+    if (st == WNA16_OK)
+        st = sync_map(m, p, &map, err);
+    if (st != WNA16_OK)
+        return st;
+    const int64_t P = (int64_t)a->M * a->topk, H = m->H, IP = m->IP;
+    const int KC = W16_MOE_DECODE_KC, R = W16_MOE_DECODE_MAX_ROWS;
+    /* shared memory: an item's activation rows, group scales and zero
+     * points (at most max_chunks chunks of K), at least the warps' sums
+     * (8 x 8 x 128 floats) */
+    const size_t budget = w16_cuda_max_shared(m->cuda) / W16_MOE_DECODE_CTAS -
+                          8 * 1024;
+    const size_t gpc = c->grouped ? (size_t)(KC / c->group_size) : 0;
+    const size_t per_chunk = (size_t)R * KC * 2 + gpc * 128 * 2 +
+                             (c->zp ? gpc * 2 * 8 * 4 : 0);
+    const size_t fixed = (size_t)R * 8 * 2 + (c->zp ? 2 * 8 * 4 : 0);
+    int32_t max_chunks = (int32_t)((budget - fixed) / per_chunk);
+    const int32_t nch1 = (int32_t)((H + KC - 1) / KC);
+    const int32_t nch2 = (int32_t)((IP + KC - 1) / KC);
+    const int32_t nch = nch1 > nch2 ? nch1 : nch2;
+    if (max_chunks < 2) /* a window is a whole number of ring turns */
+        return w16_err(err, WNA16_ELIMIT, "the decode MoE kernel: %s has %zu "
+                       "bytes of shared memory a block", w16_cuda_device_name(
+                           m->cuda), w16_cuda_max_shared(m->cuda));
+    max_chunks = max_chunks < nch ? max_chunks : nch;
+    size_t smem = fixed + (size_t)max_chunks * per_chunk;
+    smem = smem > 8 * 8 * 128 * 4 ? smem : 8 * 8 * 128 * 4;
+    ws_plan_t w = {0};
+    size_t o_a2 = ws_take(&w, (size_t)(P * IP) * 2);
+    /* a tile's fragments: at most one a chunk of K (stream-K) */
+    size_t o_part = ws_take(&w, (size_t)(nch1 * P * 2 * IP) * 4);
+    size_t o_y = ws_take(&w, (size_t)(nch2 * P * H) * 4);
+    const int64_t n_sem = P * (IP / 64) + P + H / 64 + 1;
+    if ((st = ensure_ws(m, w.size, a->stream, err)) != WNA16_OK ||
+        (st = ensure_sem(m, n_sem, a->stream, err)) != WNA16_OK)
+        return st;
+    m->ws_stream = a->stream;
+    uint64_t d_a2 = m->ws + o_a2, d_part = m->ws + o_part, d_y = m->ws + o_y;
+    uint64_t nul = 0;
+    uint64_t *t1 = m->t[0], *t2 = m->t[1];
+    int32_t M = a->M, topk = a->topk, iH = (int32_t)H, iIP = (int32_t)IP;
+    int32_t G1 = (int32_t)m->op[0].G, G2 = (int32_t)m->op[1].G;
+    float limit = p->swiglu_limit, alpha = p->swiglu_alpha;
+    float beta = p->swiglu_beta;
+    int32_t round = p->round_gemm_outputs;
+    bool zp = m->quant.zero_point, bias = m->quant.bias;
+    void *args[] = {(void *)&a->hidden, &M, &topk, (void *)&a->ids, &map,
+                    &n_ids, (void *)&a->weights,
+                    &t1[W16_ROLE_QWEIGHT], &t1[W16_ROLE_SCALES],
+                    zp ? &t1[W16_ROLE_QZEROS] : &nul,
+                    bias ? &t1[W16_ROLE_BIAS] : &nul,
+                    &t2[W16_ROLE_QWEIGHT], &t2[W16_ROLE_SCALES],
+                    zp ? &t2[W16_ROLE_QZEROS] : &nul,
+                    bias ? &t2[W16_ROLE_BIAS] : &nul,
+                    &iH, &iIP, &G1, &G2, &limit, &alpha, &beta, &round,
+                    &max_chunks, &d_a2, &d_part, &d_y, &m->sem,
+                    &m->err_dev, (void *)&a->out};
+    st = w16_cuda_launch_chained(m->cuda, fn, grid, W16_MOE_DECODE_THREADS,
+                                 (unsigned)smem, a->stream, args, err);
+    if (st != WNA16_OK)
+        return st;
+    m->last_topk = a->topk;
+    m->last_batched = false;
+    w16_moe_decode_name(c, rep.kernel[0], sizeof rep.kernel[0]);
+    snprintf(rep.kernel[1], sizeof rep.kernel[1], "%s", rep.kernel[0]);
+    snprintf(rep.tile_rule[0], sizeof rep.tile_rule[0], "decode: %u CTAs",
+             grid);
+    snprintf(rep.tile_rule[1], sizeof rep.tile_rule[1], "decode");
+    rep.block_m = W16_MOE_DECODE_MAX_ROWS;
+    rep.split_k[0] = 0; /* stream-K: the kernel splits from the routing */
+    rep.split_k[1] = 0;
+    m->report = rep;
+    return WNA16_OK;
+}
+
 static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                           const run_args_t *a, wna16_error_t *err)
 {
@@ -727,6 +915,10 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
         return w16_err(err, WNA16_EINVAL, "moe: hidden (device address "
                        "0x%llx) must be 16-byte aligned",
                        (unsigned long long)a->hidden);
+
+    w16_moe_decode_cfg_t dcfg;
+    if (!a->batched && decode_applies(m, p, a, &dcfg))
+        return run_decode(m, p, a, &dcfg, n_ids, err);
 
     /* tiles: block_m from the routed slots per expert, shared by both.
      * Uniform routing over the n_ids experts of the ids puts P / n_ids

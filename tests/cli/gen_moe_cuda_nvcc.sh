@@ -33,6 +33,8 @@ unit b8_gelu_w13 -arch=sm_80 --to batched_marlin --bits 8 --group-size -1 \
 unit wgmma_w13 "-gencode arch=compute_90a,code=sm_90a" --to marlin --bits 4 \
   --group-size 128 $MIX --tokens 4096 --sm 90
 unit aux -arch=sm_80 --to marlin --unit aux --dtype F16
+unit decode -arch=sm_80 --to marlin --bits 4 --group-size 128 --zero-point \
+  --unit decode
 grep -q "_wg" "$D/wgmma_w13.cu" || { echo "FAIL: not a wgmma unit"; exit 1; }
 if "$NVCC" -std=c++17 -arch=sm_90a -c "$D/wgmma_w13.cu" -o "$D/x.o" \
      > "$D/x.log" 2>&1; then

@@ -15,7 +15,9 @@
  *     w13 row's full-K tile;
  *   - the routing/gather/finalize kernels for both activation dtypes, in
  *     one unit and in the runtime's pieces (gen/moe_cuda.h: each piece
- *     exports its kernels and no other).
+ *     exports its kernels and no other);
+ *   - the one-kernel decode layer (moe_decode.cu): every value of each of
+ *     its configuration's fields across four units.
  * Each image must hold a CUBIN and PTX naming the kernel, and an empty
  * NVRTC log. The cold compile time of each unit is printed (the aim is
  * 0.5 s a unit; this machine's figure is reported, not asserted).
@@ -689,6 +691,57 @@ static void test_refusals(wna16_context_t *ctx)
                         "bf16_m16n128k64_w2x2_p3") == 0, "%s", name);
 }
 
+/* The one-kernel decode layer (templates/moe_decode.cu): every value of
+ * every field across four units (4/8 bits, zero points, grouped and
+ * channelwise, both scale permutations of each operand, F16/BF16
+ * activations, scales and biases, four gated activations), its refusals
+ * and its name. */
+static void test_decode(wna16_context_t *ctx)
+{
+    static const w16_moe_decode_cfg_t cfgs[] = {
+        {4, false, true, 128, {W16_MOE_SCALES_T64, W16_MOE_SCALES_T64},
+         BF16, BF16, BF16, WNA16_ACT_SILU},
+        {4, true, true, 32, {W16_MOE_SCALES_T64, W16_MOE_SCALES_T32}, F16,
+         F16, BF16, WNA16_ACT_GELU},
+        {8, false, false, 0, {W16_MOE_SCALES_T32, W16_MOE_SCALES_T32}, F16,
+         BF16, F16, WNA16_ACT_SWIGLUOAI},
+        {8, false, true, 64, {W16_MOE_SCALES_T32, W16_MOE_SCALES_T64}, BF16,
+         F16, F16, WNA16_ACT_SWIGLUSTEP},
+    };
+    w16_buf_t b;
+    w16_buf_init(&b, ctx);
+    wna16_error_t err;
+    char name[160];
+    for (size_t i = 0; i < W16_ARRAY_LEN(cfgs); i++) {
+        w16_buf_reset(&b);
+        w16_moe_decode_name(&cfgs[i], name, sizeof name);
+        TU_OK(w16_moe_decode_source(&cfgs[i], &b, &err), &err);
+        TU_CHECK(!b.failed);
+        if (!b.failed && b.data && tu_failures == 0)
+            compile_unit_on(ctx, b.data, name, "decode", false);
+    }
+    w16_moe_decode_cfg_t c;
+#define EXPECT_REFUSED(stmt, needle)                                        \
+    do {                                                                    \
+        c = cfgs[0];                                                        \
+        stmt;                                                               \
+        w16_buf_reset(&b);                                                  \
+        wna16_status_t st_ = w16_moe_decode_source(&c, &b, &err);           \
+        TU_CHECK_MSG(st_ == WNA16_EINVAL && strstr(err.message, needle),    \
+                     "%s: %s", #stmt, err.message);                         \
+    } while (0)
+    EXPECT_REFUSED(c.bits = 3, "bits");
+    EXPECT_REFUSED((c.bits = 8, c.zp = true), "zero points");
+    EXPECT_REFUSED(c.group_size = 48, "group_size");
+    EXPECT_REFUSED(c.activation = WNA16_ACT_SILU_NO_MUL, "activation");
+    EXPECT_REFUSED(c.act_dtype = WNA16_DTYPE_F32, "dtypes");
+#undef EXPECT_REFUSED
+    w16_buf_free(&b);
+    w16_moe_decode_name(&cfgs[1], name, sizeof name);
+    TU_CHECK_MSG(strcmp(name, "w16_moe_decode_gelu_f16_b4_zp_g32_t6432_sf16_"
+                        "bf16") == 0, "%s", name);
+}
+
 int main(void)
 {
     wna16_error_t err;
@@ -703,6 +756,7 @@ int main(void)
     test_tiling_rows(ctx);
     test_variants(ctx);
     test_variants_wgmma(ctx);
+    test_decode(ctx);
     if (n_units)
         printf("%d units compiled: %.3f s each on average, %.3f s the "
                "slowest (%s); %d compiles served again from a kept image\n",
