@@ -133,30 +133,14 @@ __device__ __forceinline__ int ld_acquire(const int *p)
                  : "=r"(v) : "l"(p) : "memory");
     return v;
 }
-template <u32 B, u32 C> __device__ __forceinline__ u32 lop3_and_or(u32 a)
-{
-    u32 d;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "n"(B), "n"(C));
-    return d;
-}
-// D = A * B + D (zc: + 0), m16n8k16, float32 accumulate
+// D = A * B + D (zc: + 0), m16n8k16, float32 accumulate (moe_quant.cu)
 __device__ __forceinline__ void mma(float (&d)[4], const u32 (&a)[4], u32 b0,
                                     u32 b1, bool zc)
 {
-    const float c0 = zc ? 0.0f : d[0], c1 = zc ? 0.0f : d[1];
-    const float c2 = zc ? 0.0f : d[2], c3 = zc ? 0.0f : d[3];
-#define W16_MMA(T)                                                           \
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 "     \
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "                     \
-                 "{%10,%11,%12,%13};\n"                                        \
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])             \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),       \
-                   "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3))
-    if constexpr (ACT_BF16)
-        W16_MMA("bf16");
+    if (zc)
+        mma16816_c(d, a, b0, b1, 0.0f, 0.0f, 0.0f, 0.0f);
     else
-        W16_MMA("f16");
-#undef W16_MMA
+        mma16816_c(d, a, b0, b1, d[0], d[1], d[2], d[3]);
 }
 
 // (q - z) of a pair of codes in 16-bit lanes (v: the codes, zb: MAGIC + z

@@ -134,24 +134,6 @@ __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void *p)
                  : "memory");
 }
 
-// D = A * B + C, m16n8k16, fp32 accumulate (C may be D itself)
-__device__ __forceinline__ void mma16816_c(float (&d)[4], const u32 (&a)[4],
-                                           u32 b0, u32 b1, float c0, float c1,
-                                           float c2, float c3)
-{
-#define W16_MMA(T)                                                           \
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 "     \
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "                     \
-                 "{%10,%11,%12,%13};\n"                                        \
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])             \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),       \
-                   "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3))
-    if constexpr (ACT_BF16)
-        W16_MMA("bf16");
-    else
-        W16_MMA("f16");
-#undef W16_MMA
-}
 // D = A * B + D
 __device__ __forceinline__ void mma16816(float (&d)[4], const u32 (&a)[4],
                                          u32 b0, u32 b1)

@@ -1,8 +1,9 @@
 // moe_quant.cu - what every CUDA fused-MoE template that reads the Marlin
 // family shares: the element types of activations, scales and biases, the
 // Marlin family's addresses (scales, bias, zero points: the specializer's
-// contract, gen/moe_cuda.c), the exponent trick's constants and the exact
-// dequantization of a code pair, and the gated activations. The generator
+// contract, gen/moe_cuda.c), the m16n8k16 tensor-core product, the
+// exponent trick's constants and the exact dequantization of a code pair,
+// and the gated activations. The generator
 // writes the prelude (namespace w16cfg: ACT_BF16, SCALE_BF16, BIAS_BF16,
 // BITS, ACTIVATION and the ACT_* numbers), then moe_pdl.cu, then this
 // text, then the template: moe_gemm_common.cu with moe_marlin_gemm.cu or
@@ -87,6 +88,26 @@ __device__ __forceinline__ int zero_at(const u32 *row, int n)
     return (int)((row[8 * (n / 64) + n % 8] >> (4 * slot)) & 15u);
 }
 
+// ---- the tensor-core product ------------------------------------------------
+
+// D = A * B + C, m16n8k16, fp32 accumulate (C may be D itself)
+__device__ __forceinline__ void mma16816_c(float (&d)[4], const u32 (&a)[4],
+                                           u32 b0, u32 b1, float c0, float c1,
+                                           float c2, float c3)
+{
+#define W16_MMA(T)                                                           \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 "     \
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "                     \
+                 "{%10,%11,%12,%13};\n"                                        \
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])             \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),       \
+                   "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3))
+    if constexpr (ACT_BF16)
+        W16_MMA("bf16");
+    else
+        W16_MMA("f16");
+#undef W16_MMA
+}
 // ---- dequantization --------------------------------------------------------
 
 // The exponent that turns a small code c in a 16-bit lane into a float of

@@ -63,7 +63,15 @@ typedef struct moe_opts {
     long bits, gs, hidden, inter, experts, tokens, topk, sm;
     bool zp, act_order, bias, gs_set;
     wna16_dtype_t dtype, scale_dtype;
+    wna16_activation_t act; /* from `activation` */
 } moe_opts_t;
+
+/* The problem the options describe (gen/moe_cuda.h's contract input). */
+static w16_problem_t problem_of(const moe_opts_t *o)
+{
+    return (w16_problem_t){o->experts, o->hidden, o->inter, o->bits, o->gs,
+                           o->zp, o->act_order, o->bias};
+}
 
 static bool parse_dtype(const char *v, wna16_dtype_t *out)
 {
@@ -136,6 +144,10 @@ static int parse(int argc, char **argv, moe_opts_t *o)
                                "required (--unit aux: --to)");
     if (!o->scale_dtype)
         o->scale_dtype = o->dtype;
+    o->act = wna16_activation_from_name(o->activation);
+    if (o->act == WNA16_ACT_INVALID)
+        return cli_usage_error("gen", "--activation: unknown '%s'",
+                               o->activation);
     return CLI_OK;
 }
 
@@ -143,12 +155,8 @@ static int parse(int argc, char **argv, moe_opts_t *o)
 static int gemm_unit(wna16_context_t *ctx, const moe_opts_t *o,
                      const wna16_spec_t *spec, wna16_gemm_t g, w16_buf_t *b)
 {
-    wna16_activation_t act = wna16_activation_from_name(o->activation);
-    if (act == WNA16_ACT_INVALID)
-        return cli_usage_error("gen", "--activation: unknown '%s'",
-                               o->activation);
-    w16_problem_t p = {o->experts, o->hidden, o->inter, o->bits, o->gs,
-                       o->zp, o->act_order, o->bias};
+    wna16_activation_t act = o->act;
+    w16_problem_t p = problem_of(o);
     wna16_error_t err;
     w16_moe_operand_t op;
     if (w16_moe_cuda_contract(spec, &p, g, &op, &err) != WNA16_OK)
@@ -193,12 +201,8 @@ static int gemm_unit(wna16_context_t *ctx, const moe_opts_t *o,
 static int decode_unit(const moe_opts_t *o, const wna16_spec_t *spec,
                        w16_buf_t *b)
 {
-    wna16_activation_t act = wna16_activation_from_name(o->activation);
-    if (act == WNA16_ACT_INVALID)
-        return cli_usage_error("gen", "--activation: unknown '%s'",
-                               o->activation);
-    w16_problem_t p = {o->experts, o->hidden, o->inter, o->bits, o->gs,
-                       o->zp, o->act_order, o->bias};
+    wna16_activation_t act = o->act;
+    w16_problem_t p = problem_of(o);
     wna16_error_t err;
     w16_moe_operand_t op[2];
     w16_moe_unit_quant_t q = {
