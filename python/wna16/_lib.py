@@ -352,6 +352,8 @@ _SIGS = {
                                           _i32, _i32, _c.POINTER(QuantDesc),
                                           _c.c_int, _c.POINTER(_p), _err]),
     "wna16_moe_layer_destroy": (None, [_p]),
+    "wna16_moe_layer_numerics": (_c.c_int, [_p]),
+    "wna16_numerics_name": (_c.c_char_p, [_c.c_int]),
     "wna16_moe_layer_run": (_c.c_int, [_p, _c.POINTER(MoeParams), _p, _i32,
                                        _p, _p, _i32, _p, _err]),
     "wna16_moe_layer_run_batched": (_c.c_int, [_p, _c.POINTER(MoeParams), _p,

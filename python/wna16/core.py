@@ -684,6 +684,16 @@ class MoeLayer(_Moe):
         self._ptr = ptr
         ctx._register(self)
 
+    @property
+    def numerics(self):
+        """The numeric contract the layer's kernels compute, fixed at
+        creation (wna16_moe_layer_numerics): "int8-dynamic" (vLLM's CPU
+        int4 MoE: activations quantized per token to 8 bits), "bf16-exact"
+        (as Marlin computes; $WNA16_NUMERICS=bf16-exact asks for it) or
+        "f32" (the portable kernels)."""
+        return pystr(_lib.lib.wna16_numerics_name(
+            _lib.lib.wna16_moe_layer_numerics(self._ptr)))
+
     def run(self, hidden, topk_ids, topk_weights, activation="silu",
             expert_map=None, global_num_experts=0,
             apply_router_weight_on_input=False, out=None, act_dtype=None,

@@ -262,6 +262,22 @@ def test_fused_moe_bias(ctx, layer, weights, cpu_ok):
     assert np.max(np.abs(want - nobias)) > 0.05  # the bias matters
 
 
+def test_fused_moe_numerics(ctx, layer, cpu_ok):
+    # the layer says which numeric contract its kernels compute: triton's
+    # layout runs the portable float32 kernels; the cpu layout the int8
+    # dot products where the CPU has AVX512-VNNI, else float32 too
+    packed = ctx.repack_layer(layer, "triton", target="cpu")
+    moe = ctx.moe_layer("triton", packed, layer.prefix, layer.E, layer.H,
+                        layer.I, dict(layer.quant, model_dtype=None))
+    assert moe.numerics == "f32"
+    packed = ctx.repack_layer(layer, "cpu", target="cpu")
+    moe = ctx.moe_layer("cpu", packed, layer.prefix, layer.E, layer.H,
+                        layer.I, dict(layer.quant, model_dtype=None))
+    flags = open("/proc/cpuinfo").read().split()
+    assert moe.numerics == ("int8-dynamic" if "avx512_vnni" in flags
+                            else "f32"), moe.numerics
+
+
 def test_fused_moe_refusals(layer, triton):
     _, moe = triton
     x = np.zeros((2, layer.H), np.float16)
