@@ -328,6 +328,7 @@ done:
 /* ---- shrinking ------------------------------------------------------------- */
 
 enum { MAX_CANDIDATES = 24, MAX_SHRINK_STEPS = 64 };
+_Static_assert((int)MAX_CANDIDATES <= (int)FZ_MAX_CANDIDATES, "candidates");
 
 /* Smaller versions of c, the biggest cuts first: one expert, half or a
  * quarter of a dimension, one option off. */
@@ -372,41 +373,43 @@ static int candidates(const fz_case_t *c, fz_case_t *out)
     return n;
 }
 
-/* Replaces *c by the smallest failing case reached by accepting, again and
- * again, the first candidate that still fails; msg gets its failure. */
-static int shrink(wna16_context_t *ctx, fz_case_t *c, wna16_target_t target,
-                  char *msg, size_t n, bool verbose)
-{
-    int steps = 0;
-    char m[1024];
-    while (steps < MAX_SHRINK_STEPS) {
-        fz_case_t cand[MAX_CANDIDATES];
-        int k = candidates(c, cand), i = 0;
-        for (; i < k; i++)
-            if (run_case(ctx, &cand[i], target, m, sizeof m) == FZ_FAILED)
-                break;
-        if (i == k)
-            break;
-        *c = cand[i];
-        snprintf(msg, n, "%s", m);
-        steps++;
-        if (verbose) {
-            char t[512];
-            case_text(c, t, sizeof t);
-            fprintf(stderr, "  shrunk: %s\n", t);
-        }
-    }
-    return steps;
-}
-
 /* ---- the case text ------------------------------------------------------ */
 
-static bool parse_bool(const char *v, bool *out)
+/* keys[k] of a case's text into the case (fz_parse_fields). */
+static bool set_field(void *user, int k, const char *v)
 {
-    if (strcmp(v, "0") && strcmp(v, "1"))
-        return false;
-    *out = v[0] == '1';
-    return true;
+    fz_case_t *c = user;
+    long x = 0;
+    bool ok = true;
+    switch (k) {
+    case 0: ok = cli_parse_int(v, 1, 4096, &x); c->E = (int32_t)x; break;
+    case 1: ok = cli_parse_int(v, 1, 65536, &x); c->H = (int32_t)x; break;
+    case 2: ok = cli_parse_int(v, 1, 65536, &x); c->I = (int32_t)x; break;
+    case 3: ok = cli_parse_int(v, 4, 8, &x) && (x == 4 || x == 8);
+            c->q.bits = (int32_t)x; break;
+    case 4: /* -1: channelwise */
+            if (strcmp(v, "-1") == 0)
+                x = -1;
+            else
+                ok = cli_parse_int(v, 1, 65536, &x);
+            c->q.group_size = (int32_t)x; break;
+    case 5: ok = fz_parse_bool(v, &c->q.zero_point); break;
+    case 6: ok = fz_parse_bool(v, &c->q.act_order); break;
+    case 7: ok = fz_parse_bool(v, &c->q.bias); break;
+    case 8: c->q.input_dtype = wna16_input_dtype_from_name(v);
+            ok = (int)c->q.input_dtype >= 0 &&
+                 c->q.input_dtype < WNA16_INPUT_COUNT_; break;
+    case 9: c->scales = wna16_dtype_from_name(v, strlen(v));
+            ok = c->scales == WNA16_DTYPE_F16 ||
+                 c->scales == WNA16_DTYPE_BF16; break;
+    case 10: ok = fz_parse_bool(v, &c->positive); break;
+    default: {
+        char *end = NULL;
+        c->data = strtoull(v, &end, 0);
+        ok = *v && end && *end == '\0';
+    }
+    }
+    return ok;
 }
 
 /* Reads what case_text writes; every key must be present. Returns NULL or
@@ -419,11 +422,9 @@ static const char *parse_case(wna16_context_t *ctx, const char *text,
         return "too long";
     snprintf(buf, sizeof buf, "%s", text);
     memset(c, 0, sizeof *c);
-    unsigned seen = 0;
     static const char *const keys[] = {"E", "H", "I", "bits", "group", "zp",
                                        "actorder", "bias", "input", "scales",
                                        "positive", "data"};
-    enum { NKEYS = sizeof keys / sizeof keys[0] };
     char *save = NULL;
     char *tok = strtok_r(buf, " \t\n", &save);
     char *arrow = tok ? strstr(tok, "->") : NULL;
@@ -439,92 +440,30 @@ static const char *parse_case(wna16_context_t *ctx, const char *text,
                  arrow + 2);
         return why;
     }
-    while ((tok = strtok_r(NULL, " \t\n", &save))) {
-        char *eq = strchr(tok, '=');
-        int k = 0;
-        if (eq) {
-            *eq = '\0';
-            while (k < NKEYS && strcmp(tok, keys[k]))
-                k++;
-        }
-        if (!eq || k == NKEYS) {
-            snprintf(why, n, "'%s': expected KEY=VALUE with a key of E, H, I, "
-                     "bits, group, zp, actorder, bias, input, scales, "
-                     "positive, data", tok);
-            return why;
-        }
-        const char *v = eq + 1;
-        long x = 0;
-        bool ok = true;
-        switch (k) {
-        case 0: ok = cli_parse_int(v, 1, 4096, &x); c->E = (int32_t)x; break;
-        case 1: ok = cli_parse_int(v, 1, 65536, &x); c->H = (int32_t)x; break;
-        case 2: ok = cli_parse_int(v, 1, 65536, &x); c->I = (int32_t)x; break;
-        case 3: ok = cli_parse_int(v, 4, 8, &x) && (x == 4 || x == 8);
-                c->q.bits = (int32_t)x; break;
-        case 4: /* -1: channelwise */
-                if (strcmp(v, "-1") == 0)
-                    x = -1;
-                else
-                    ok = cli_parse_int(v, 1, 65536, &x);
-                c->q.group_size = (int32_t)x; break;
-        case 5: ok = parse_bool(v, &c->q.zero_point); break;
-        case 6: ok = parse_bool(v, &c->q.act_order); break;
-        case 7: ok = parse_bool(v, &c->q.bias); break;
-        case 8: c->q.input_dtype = wna16_input_dtype_from_name(v);
-                ok = (int)c->q.input_dtype >= 0 &&
-                     c->q.input_dtype < WNA16_INPUT_COUNT_; break;
-        case 9: c->scales = wna16_dtype_from_name(v, strlen(v));
-                ok = c->scales == WNA16_DTYPE_F16 ||
-                     c->scales == WNA16_DTYPE_BF16; break;
-        case 10: ok = parse_bool(v, &c->positive); break;
-        default: {
-            char *end = NULL;
-            c->data = strtoull(v, &end, 0);
-            ok = *v && end && *end == '\0';
-        }
-        }
-        if (!ok) {
-            snprintf(why, n, "'%s=%s': bad value", keys[k], v);
-            return why;
-        }
-        seen |= 1u << k;
-    }
-    for (int k = 0; k < NKEYS; k++)
-        if (!(seen & (1u << k))) {
-            snprintf(why, n, "%s= is missing", keys[k]);
-            return why;
-        }
-    return NULL;
+    return fz_parse_fields(&save, keys, (int)(sizeof keys / sizeof keys[0]),
+                           set_field, c, why, n);
 }
 
 /* ---- the command ------------------------------------------------------------ */
 
-/* Reports a failure (shrunk unless --no-shrink); returns CLI_FAIL. */
-static int report_failure(wna16_context_t *ctx, const fz_opts_t *o,
-                          fz_case_t *c, char *msg, size_t n, fz_report_t *rep)
+/* The repack kind for the shared pieces (fuzz_case.c). */
+static void kind_text(const void *c, char *buf, size_t n)
 {
-    char text[512];
-    case_text(c, text, sizeof text);
-    fprintf(o->out, "FAIL %s\n     %s\n", text, msg);
-    snprintf(rep->failed, sizeof rep->failed, "%s", text);
-    if (o->shrink) {
-        fprintf(stderr, "wna16 fuzz: shrinking the failing case...\n");
-        int steps = shrink(ctx, c, o->target, msg, n, o->verbose);
-        case_text(c, text, sizeof text);
-        if (steps)
-            fprintf(o->out, "shrunk in %d step%s:\nFAIL %s\n     %s\n",
-                    steps, steps == 1 ? "" : "s", text, msg);
-    }
-    snprintf(rep->shrunk, sizeof rep->shrunk, "%s", text);
-    snprintf(rep->message, sizeof rep->message, "%s", msg);
-    snprintf(rep->reproduce, sizeof rep->reproduce, "wna16 fuzz --target "
-             "%s%s --case '%s'", wna16_target_name(o->target),
-             inject_fault ? " --inject-fault" : "", text);
-    fprintf(o->out, "reproduce: %s\n", rep->reproduce);
-    fflush(o->out);
-    return CLI_FAIL;
+    case_text(c, buf, n);
 }
+static fz_outcome_t kind_run(wna16_context_t *ctx, const void *c,
+                             wna16_target_t target, char *msg, size_t n)
+{
+    return run_case(ctx, c, target, msg, n);
+}
+static int kind_candidates(const void *c, void *out)
+{
+    return candidates(c, out);
+}
+static const fz_cases_t repack_kind = {
+    .case_size = sizeof(fz_case_t), .max_steps = MAX_SHRINK_STEPS,
+    .options = "", .text = kind_text, .run = kind_run,
+    .candidates = kind_candidates};
 
 static int parse_opts(int argc, char **argv, fz_opts_t *o)
 {
@@ -616,7 +555,7 @@ static int fuzz_one(wna16_context_t *ctx, const fz_opts_t *o,
                     fz_report_t *rep)
 {
     fz_case_t c;
-    char why[512], msg[1024], text[512];
+    char why[512], msg[1024], text[FZ_TEXT];
     if (parse_case(ctx, o->one, &c, why, sizeof why))
         return cli_usage_error(CMD, "--case: %s", why);
     case_text(&c, text, sizeof text);
@@ -637,7 +576,7 @@ static int fuzz_one(wna16_context_t *ctx, const fz_opts_t *o,
     case FZ_UNSUPPORTED: /* not a repack outcome */
         break;
     }
-    return report_failure(ctx, o, &c, msg, sizeof msg, rep);
+    return fz_report_failure(&repack_kind, ctx, o, &c, msg, sizeof msg, rep);
 }
 
 static int fuzz_many(wna16_context_t *ctx, const fz_opts_t *o,
@@ -653,7 +592,6 @@ static int fuzz_many(wna16_context_t *ctx, const fz_opts_t *o,
                                "backend or moe_wna16)", o->to);
     fz_rng_t r = {o->seed};
     long *tally = rep->tally, tries = 0;
-    long every = o->count >= 10 ? o->count / 10 : 1;
     bool tty = isatty(STDERR_FILENO);
     char msg[1024];
     for (long done = 0; done < o->count;) {
@@ -666,20 +604,20 @@ static int fuzz_many(wna16_context_t *ctx, const fz_opts_t *o,
         tally[out]++;
         done++;
         if (o->verbose) {
-            char text[512];
+            char text[FZ_TEXT];
             case_text(&c, text, sizeof text);
             static const char *const what[] = {"same bytes", "refused alike",
                                                "skipped", "FAILED"};
             fprintf(stderr, "[%ld/%ld] %s: %s\n", done, o->count, text,
                     what[out]);
-        } else if (done % every == 0 || done == o->count) {
-            fprintf(stderr, "%swna16 fuzz: %ld/%ld cases%s", tty ? "\r" : "",
-                    done, o->count, tty && done < o->count ? "" : "\n");
+        } else {
+            fz_progress(o, done, tty);
         }
         if (out == FZ_FAILED) {
             if (tty && !o->verbose)
                 fputc('\n', stderr);
-            report_failure(ctx, o, &c, msg, sizeof msg, rep);
+            fz_report_failure(&repack_kind, ctx, o, &c, msg, sizeof msg,
+                              rep);
             break;
         }
     }

@@ -891,6 +891,7 @@ done:
 /* ---- shrinking ------------------------------------------------------------- */
 
 enum { MAX_CANDIDATES = 48, MAX_SHRINK_STEPS = 96 };
+_Static_assert((int)MAX_CANDIDATES <= (int)FZ_MAX_CANDIDATES, "candidates");
 
 static bool same_case(const fm_case_t *a, const fm_case_t *b)
 {
@@ -957,41 +958,7 @@ static int candidates(const fm_case_t *c, fm_case_t *out)
     return n;
 }
 
-static int shrink(wna16_context_t *ctx, fm_case_t *c, wna16_target_t target,
-                  char *msg, size_t n, bool verbose)
-{
-    int steps = 0;
-    char m[1024];
-    while (steps < MAX_SHRINK_STEPS) {
-        fm_case_t cand[MAX_CANDIDATES];
-        int k = candidates(c, cand), i = 0;
-        for (; i < k; i++)
-            if (run_case(ctx, &cand[i], target, NULL, m, sizeof m) ==
-                FZ_FAILED)
-                break;
-        if (i == k)
-            break;
-        *c = cand[i];
-        snprintf(msg, n, "%s", m);
-        steps++;
-        if (verbose) {
-            char t[640];
-            case_text(c, t, sizeof t);
-            fprintf(stderr, "  shrunk: %s\n", t);
-        }
-    }
-    return steps;
-}
-
 /* ---- the case text ------------------------------------------------------ */
-
-static bool parse_bool(const char *v, bool *out)
-{
-    if (strcmp(v, "0") && strcmp(v, "1"))
-        return false;
-    *out = v[0] == '1';
-    return true;
-}
 
 static bool parse_float(const char *v, const char **end, float *out)
 {
@@ -1018,6 +985,59 @@ static bool parse_dtype(const char *v, wna16_dtype_t *out)
     return *out == WNA16_DTYPE_F16 || *out == WNA16_DTYPE_BF16;
 }
 
+/* keys[k] of a case's text into the case (fz_parse_fields). */
+static bool set_field(void *user, int k, const char *v)
+{
+    fm_case_t *c = user;
+    long x = 0;
+    bool ok = true;
+    switch (k) {
+    case 0: ok = cli_parse_int(v, 1, 4096, &x); c->E = (int32_t)x; break;
+    case 1: ok = cli_parse_int(v, 1, 65536, &x); c->H = (int32_t)x; break;
+    case 2: ok = cli_parse_int(v, 1, 65536, &x); c->I = (int32_t)x; break;
+    case 3: ok = cli_parse_int(v, 1, 1000000, &x); c->M = (int32_t)x; break;
+    case 4: ok = cli_parse_int(v, 1, 4096, &x); c->topk = (int32_t)x; break;
+    case 5: ok = cli_parse_int(v, 4, 8, &x) && (x == 4 || x == 8);
+            c->q.bits = (int32_t)x; break;
+    case 6: /* -1: channelwise */
+            if (strcmp(v, "-1") == 0)
+                x = -1;
+            else
+                ok = cli_parse_int(v, 1, 65536, &x);
+            c->q.group_size = (int32_t)x; break;
+    case 7: ok = fz_parse_bool(v, &c->q.zero_point); break;
+    case 8: ok = fz_parse_bool(v, &c->q.act_order); break;
+    case 9: ok = fz_parse_bool(v, &c->q.bias); break;
+    case 10: c->act = wna16_activation_from_name(v);
+             ok = c->act != WNA16_ACT_INVALID; break;
+    case 11: ok = parse_swiglu(v, c); break;
+    case 12: ok = parse_dtype(v, &c->dtype); break;
+    case 13: ok = parse_dtype(v, &c->scales); break;
+    case 14: ok = fz_parse_bool(v, &c->round); break;
+    case 15: ok = fz_parse_bool(v, &c->on_input); break;
+    case 16: ok = cli_parse_int(v, 0, 65536, &x); c->map = (int32_t)x;
+             break;
+    case 17: ok = cli_parse_int(v, 0, 65536, &x); c->active = (int32_t)x;
+             break;
+    case 18: ok = fz_parse_bool(v, &c->batched); break;
+    case 19: ok = fz_parse_bool(v, &c->weights); break;
+    case 20: {
+        int b = 0;
+        while (b < FM_BAD_COUNT_ && strcmp(v, bad_names[b]))
+            b++;
+        ok = b < FM_BAD_COUNT_;
+        c->bad = (fm_bad_t)b;
+        break;
+    }
+    default: {
+        char *end = NULL;
+        c->data = strtoull(v, &end, 0);
+        ok = *v && end && *end == '\0';
+    }
+    }
+    return ok;
+}
+
 /* Reads what case_text writes; every key must be present. Returns NULL or
  * the reason, naming the token. */
 static const char *parse_case(wna16_context_t *ctx, wna16_target_t target,
@@ -1028,13 +1048,11 @@ static const char *parse_case(wna16_context_t *ctx, wna16_target_t target,
         "E", "H", "I", "M", "topk", "bits", "group", "zp", "actorder",
         "bias", "act", "swiglu", "dtype", "scales", "round", "oninput", "map",
         "active", "batched", "weights", "bad", "data"};
-    enum { NKEYS = sizeof keys / sizeof keys[0] };
     char buf[1024];
     if (strlen(text) >= sizeof buf)
         return "too long";
     snprintf(buf, sizeof buf, "%s", text);
     memset(c, 0, sizeof *c);
-    unsigned seen = 0;
     char *save = NULL;
     char *tok = strtok_r(buf, " \t\n", &save);
     c->spec = tok ? wna16_spec_find(ctx, (wna16_spec_kind_t)0, tok) : NULL;
@@ -1044,113 +1062,35 @@ static const char *parse_case(wna16_context_t *ctx, wna16_target_t target,
                  tok ? tok : "");
         return why;
     }
-    while ((tok = strtok_r(NULL, " \t\n", &save))) {
-        char *eq = strchr(tok, '=');
-        int k = 0;
-        if (eq) {
-            *eq = '\0';
-            while (k < NKEYS && strcmp(tok, keys[k]))
-                k++;
-        }
-        if (!eq || k == NKEYS) {
-            snprintf(why, n, "'%s': expected KEY=VALUE with a key of E, H, "
-                     "I, M, topk, bits, group, zp, actorder, bias, act, "
-                     "swiglu, dtype, scales, round, oninput, map, active, "
-                     "batched, weights, bad, data", tok);
-            return why;
-        }
-        const char *v = eq + 1;
-        long x = 0;
-        bool ok = true;
-        switch (k) {
-        case 0: ok = cli_parse_int(v, 1, 4096, &x); c->E = (int32_t)x; break;
-        case 1: ok = cli_parse_int(v, 1, 65536, &x); c->H = (int32_t)x; break;
-        case 2: ok = cli_parse_int(v, 1, 65536, &x); c->I = (int32_t)x; break;
-        case 3: ok = cli_parse_int(v, 1, 1000000, &x); c->M = (int32_t)x; break;
-        case 4: ok = cli_parse_int(v, 1, 4096, &x); c->topk = (int32_t)x; break;
-        case 5: ok = cli_parse_int(v, 4, 8, &x) && (x == 4 || x == 8);
-                c->q.bits = (int32_t)x; break;
-        case 6: /* -1: channelwise */
-                if (strcmp(v, "-1") == 0)
-                    x = -1;
-                else
-                    ok = cli_parse_int(v, 1, 65536, &x);
-                c->q.group_size = (int32_t)x; break;
-        case 7: ok = parse_bool(v, &c->q.zero_point); break;
-        case 8: ok = parse_bool(v, &c->q.act_order); break;
-        case 9: ok = parse_bool(v, &c->q.bias); break;
-        case 10: c->act = wna16_activation_from_name(v);
-                 ok = c->act != WNA16_ACT_INVALID; break;
-        case 11: ok = parse_swiglu(v, c); break;
-        case 12: ok = parse_dtype(v, &c->dtype); break;
-        case 13: ok = parse_dtype(v, &c->scales); break;
-        case 14: ok = parse_bool(v, &c->round); break;
-        case 15: ok = parse_bool(v, &c->on_input); break;
-        case 16: ok = cli_parse_int(v, 0, 65536, &x); c->map = (int32_t)x;
-                 break;
-        case 17: ok = cli_parse_int(v, 0, 65536, &x); c->active = (int32_t)x;
-                 break;
-        case 18: ok = parse_bool(v, &c->batched); break;
-        case 19: ok = parse_bool(v, &c->weights); break;
-        case 20: {
-            int b = 0;
-            while (b < FM_BAD_COUNT_ && strcmp(v, bad_names[b]))
-                b++;
-            ok = b < FM_BAD_COUNT_;
-            c->bad = (fm_bad_t)b;
-            break;
-        }
-        default: {
-            char *end = NULL;
-            c->data = strtoull(v, &end, 0);
-            ok = *v && end && *end == '\0';
-        }
-        }
-        if (!ok) {
-            snprintf(why, n, "'%s=%s': bad value", keys[k], v);
-            return why;
-        }
-        seen |= 1u << k;
-    }
-    for (int k = 0; k < NKEYS; k++)
-        if (!(seen & (1u << k))) {
-            snprintf(why, n, "%s= is missing", keys[k]);
-            return why;
-        }
-    return NULL;
+    return fz_parse_fields(&save, keys, (int)(sizeof keys / sizeof keys[0]),
+                           set_field, c, why, n);
 }
 
 /* ---- the command ------------------------------------------------------------ */
 
-static int report_failure(wna16_context_t *ctx, const fz_opts_t *o,
-                          fm_case_t *c, char *msg, size_t n, fz_report_t *rep)
+/* The fused-MoE kind for the shared pieces (fuzz_case.c). */
+static void kind_text(const void *c, char *buf, size_t n)
 {
-    char text[640];
-    case_text(c, text, sizeof text);
-    fprintf(o->out, "FAIL %s\n     %s\n", text, msg);
-    snprintf(rep->failed, sizeof rep->failed, "%s", text);
-    if (o->shrink) {
-        fprintf(stderr, "wna16 fuzz: shrinking the failing case...\n");
-        int steps = shrink(ctx, c, o->target, msg, n, o->verbose);
-        case_text(c, text, sizeof text);
-        if (steps)
-            fprintf(o->out, "shrunk in %d step%s:\nFAIL %s\n     %s\n",
-                    steps, steps == 1 ? "" : "s", text, msg);
-    }
-    snprintf(rep->shrunk, sizeof rep->shrunk, "%s", text);
-    snprintf(rep->message, sizeof rep->message, "%s", msg);
-    snprintf(rep->reproduce, sizeof rep->reproduce, "wna16 fuzz --kind moe "
-             "--target %s%s --case '%s'", wna16_target_name(o->target),
-             o->inject_fault ? " --inject-fault" : "", text);
-    fprintf(o->out, "reproduce: %s\n", rep->reproduce);
-    fflush(o->out);
-    return CLI_FAIL;
+    case_text(c, buf, n);
 }
+static fz_outcome_t kind_run(wna16_context_t *ctx, const void *c,
+                             wna16_target_t target, char *msg, size_t n)
+{
+    return run_case(ctx, c, target, NULL, msg, n);
+}
+static int kind_candidates(const void *c, void *out)
+{
+    return candidates(c, out);
+}
+static const fz_cases_t moe_kind = {
+    .case_size = sizeof(fm_case_t), .max_steps = MAX_SHRINK_STEPS,
+    .options = " --kind moe", .text = kind_text, .run = kind_run,
+    .candidates = kind_candidates};
 
 int fuzz_moe_one(wna16_context_t *ctx, const fz_opts_t *o, fz_report_t *rep)
 {
     fm_case_t c;
-    char why[512], msg[1024], text[640];
+    char why[512], msg[1024], text[FZ_TEXT];
     inject_fault = o->inject_fault;
     if (parse_case(ctx, o->target, o->one, &c, why, sizeof why))
         return cli_usage_error(CMD, "--case: %s", why);
@@ -1178,7 +1118,7 @@ int fuzz_moe_one(wna16_context_t *ctx, const fz_opts_t *o, fz_report_t *rep)
     case FZ_FAILED:
         break;
     }
-    return report_failure(ctx, o, &c, msg, sizeof msg, rep);
+    return fz_report_failure(&moe_kind, ctx, o, &c, msg, sizeof msg, rep);
 }
 
 static double now_s(void)
@@ -1203,7 +1143,6 @@ int fuzz_moe_many(wna16_context_t *ctx, const fz_opts_t *o, fz_report_t *rep)
                                : "a stacked layout with codes and scales");
     fz_rng_t r = {o->seed};
     long *tally = rep->tally, tries = 0;
-    long every = o->count >= 10 ? o->count / 10 : 1;
     bool tty = isatty(STDERR_FILENO);
     char msg[1024];
     double t0 = now_s();
@@ -1219,7 +1158,7 @@ int fuzz_moe_many(wna16_context_t *ctx, const fz_opts_t *o, fz_report_t *rep)
         tally[out]++;
         done++;
         if (o->verbose) {
-            char text[640];
+            char text[FZ_TEXT];
             case_text(&c, text, sizeof text);
             static const char *const what[] = {"within the tolerance",
                                                "refused alike", "skipped",
@@ -1229,14 +1168,13 @@ int fuzz_moe_many(wna16_context_t *ctx, const fz_opts_t *o, fz_report_t *rep)
             if (out == FZ_SAME)
                 fprintf(stderr, " (worst %.3f)", st.worst);
             fprintf(stderr, ", %.0f ms\n", 1e3 * (now_s() - t1));
-        } else if (done % every == 0 || done == o->count) {
-            fprintf(stderr, "%swna16 fuzz: %ld/%ld cases%s", tty ? "\r" : "",
-                    done, o->count, tty && done < o->count ? "" : "\n");
+        } else {
+            fz_progress(o, done, tty);
         }
         if (out == FZ_FAILED) {
             if (tty && !o->verbose)
                 fputc('\n', stderr);
-            report_failure(ctx, o, &c, msg, sizeof msg, rep);
+            fz_report_failure(&moe_kind, ctx, o, &c, msg, sizeof msg, rep);
             break;
         }
     }
