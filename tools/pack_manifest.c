@@ -36,8 +36,10 @@
  * Every family field but "name", "kind" and "models" may be one value or
  * a list (the family is their product); "targets" defaults to all of the
  * manifest's. "act_order" of a fused-MoE family is expanded for the CUDA
- * target's units (for the generated fused MoE such configurations are
- * counted as refused); "format" does not change a CUDA unit (the batched
+ * target's units and for the generated fused MoE (its kernels then read
+ * g_idx and, where the backend stores K sorted, the sort indices; a
+ * layout that holds no act order refuses it, counted as refused);
+ * "format" does not change a CUDA unit (the batched
  * format and the expert map are kernel arguments), so one set of units
  * serves both. A model's "dtype" is the torch_dtype of the checkpoints the
  * pack serves (scales and biases are held in it, and it is part of every
@@ -475,10 +477,11 @@ static bool expand_moe(ml_t *L, pack_manifest_t *m, const char *family,
                        bool batched, bool batched_weights, int32_t topk)
 {
     char what[200];
-    snprintf(what, sizeof what, "%s, %lld bits, group %lld, %s %s%s, %s",
+    snprintf(what, sizeof what, "%s, %lld bits, group %lld%s, %s %s%s, %s",
              backend->name, (long long)p.BITS, (long long)p.GS,
-             wna16_activation_name(act), wna16_dtype_name(act_dtype),
-             batched ? ", batched" : "", t->T->name);
+             p.act_order ? ", act order" : "", wna16_activation_name(act),
+             wna16_dtype_name(act_dtype), batched ? ", batched" : "",
+             t->T->name);
     wna16_error_t e;
     if (!t->T->host_memory) {
         e = (wna16_error_t){.status = WNA16_EUNSUPPORTED};
@@ -497,14 +500,21 @@ static bool expand_moe(ml_t *L, pack_manifest_t *m, const char *family,
     wna16_moe_params_init(&base.params);
     base.params.activation = act;
     base.params.act_dtype = act_dtype;
-    static const w16_role_t roles[4] = {W16_ROLE_QWEIGHT, W16_ROLE_SCALES,
-                                        W16_ROLE_QZEROS, W16_ROLE_BIAS};
+    /* the tensors the layer's kernels read (runtime/moe_gen.c,
+     * layer_reads): act order adds g_idx, and the sort indices where the
+     * backend stores K sorted */
+    static const w16_role_t roles[6] = {W16_ROLE_QWEIGHT, W16_ROLE_SCALES,
+                                        W16_ROLE_QZEROS, W16_ROLE_BIAS,
+                                        W16_ROLE_G_IDX, W16_ROLE_SORT_IDX};
     for (int g = 0; g < 2; g++)
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 6; i++) {
             w16_role_t r = roles[i];
             const w16_layout_t *l = backend->layouts[r];
             if (!l || (r == W16_ROLE_QZEROS && !p.zp) ||
-                (r == W16_ROLE_BIAS && !p.bias))
+                (r == W16_ROLE_BIAS && !p.bias) ||
+                (r == W16_ROLE_G_IDX && !p.act_order) ||
+                (r == W16_ROLE_SORT_IDX &&
+                 !(p.act_order && backend->act_order_sort)))
                 continue;
             bool is_float = r == W16_ROLE_SCALES || r == W16_ROLE_BIAS;
             /* the dtype `wna16 repack` writes there */
@@ -925,16 +935,8 @@ static bool load_family(ml_t *L, const cJSON *f, const char *path,
                 return false;
             continue;
         }
-        if (ao[o]) {
-            wna16_error_t ae = {.status = WNA16_EUNSUPPORTED};
-            snprintf(ae.message, sizeof ae.message, "act-order layers of "
-                     "the generated fused MoE are not expanded into packs "
-                     "(their requests carry g_idx and sort tensors)");
-            refuse(m, name[0], ft[t]->T->name, &ae);
-            continue;
-        }
         w16_problem_t pr = {fm[k]->E, fm[k]->H, fm[k]->I, bits[c], gs[d],
-                            zp[e], false, bias[h]};
+                            zp[e], ao[o], bias[h]};
         if (!expand_moe(L, m, name[0], ft[t], sb[a], pr, sd[i], ad[j], av[x],
                         bat[y], w == 0, (int32_t)fm[k]->topk))
             return false;

@@ -15,7 +15,8 @@
 #   repack_jit_off_nopack
 #   damaged      an entry damaged: said once, compiled instead; verify fails
 #   not_a_pack   WNA16_PACK_PATH naming a file that is not a pack
-#   golden       every golden checkpoint repacked from a pack, JIT off
+#   golden       every golden checkpoint repacked from a pack, JIT off, and
+#                the act-order one's fused MoE run from it
 #   cuda         CUDA entries by NVRTC, no GPU needed (skipped without NVRTC)
 #   cuda_moe     the tensor-core fused MoE's units (cuda_moe.json) into
 #                WORKDIR/cuda_moe.w16pack: list, verify, the same bytes
@@ -250,7 +251,18 @@ golden)
       n=$((n + 1))
     done
   done
-  echo "ok: $n golden repacks from the pack with JIT disabled" ;;
+  # the act-order layer's fused MoE on the CPU (Marlin's sorted-K layout,
+  # the generated kernels reading g_idx and the sort indices) from the
+  # pack too: nothing compiled
+  fresh_cache
+  out=$(WNA16_JIT=0 WNA16_PACK_PATH=$work/golden.w16pack "$wna16" run "$g/gptq_b4_g128_actorder" --target cpu --json 2>&1) || fail "run act order: $out"
+  echo "$out" | python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read().strip().splitlines()[-1])
+assert d["ok"] is True and d["kernels_from_packs"] > 0, d
+' || fail "run act order --json: $out"
+  [ -z "$(find "$WNA16_CACHE_DIR" -name '*.wk' 2>/dev/null)" ] || fail "act order: kernels were compiled"
+  echo "ok: $n golden repacks and the act-order layer's fused MoE from the pack with JIT disabled" ;;
 nollvm)
   [ -x "$nollvm" ] || fail "no command built without LLVM: $nollvm"
   if command -v ldd > /dev/null; then
