@@ -200,8 +200,10 @@ typedef struct w16_target {
                              unsigned flags, wna16_error_t *err);
     /* Waits for the stream's work and frees everything it made. With
      * st != WNA16_OK the pending outputs are not brought back: their host
-     * memory is zeroed (never hand out unwritten memory). Returns st, or
-     * the first error of the remaining work. */
+     * memory is left as it was (the caller's `out` untouched on error;
+     * the repack clears the tensors it allocated, never handing out
+     * unwritten memory). Returns st, or the first error of the remaining
+     * work. */
     wna16_status_t (*stream_close)(w16_stream_t *s, wna16_status_t st,
                                    wna16_error_t *err);
 

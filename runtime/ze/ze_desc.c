@@ -293,11 +293,11 @@ static wna16_status_t ze_stream_close(w16_stream_t *s, wna16_status_t st,
     (void)err;
     if (!s)
         return st;
-    for (int i = 0; i < s->n; i++) {
-        if (s->hosts[i]) /* never brought back: never hand it out */
-            memset(s->hosts[i], 0, s->bytes[i]);
+    /* outputs never brought back (st != OK) leave their host memory as
+     * it was: a fused MoE's `out` is untouched on error, as on the other
+     * targets, and a repack clears the tensors it allocated itself */
+    for (int i = 0; i < s->n; i++)
         w16_ze_free(s->ze, s->allocs[i]);
-    }
     free(s->allocs);
     free(s->hosts);
     free(s->bytes);
