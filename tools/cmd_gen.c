@@ -3,8 +3,10 @@
  * repack kernels of a format/backend pair, or the fused-MoE kernels of a
  * backend), as the kernel IR, LLVM IR, CUDA C or SPIR-V (disassembled),
  * for debugging and review; -o writes the SPIR-V modules' binary words.
+ * --batch runs the cases of a list in one process, each case's output in a
+ * file of its own (scripts/gen_snapshot.sh records 1,276 kernels so).
  */
-#define _POSIX_C_SOURCE 200809L /* strdup, getpid */
+#define _POSIX_C_SOURCE 200809L /* strdup, getpid, getline, O_CLOEXEC */
 #include "cli.h"
 #include "gen/build_moe.h"
 #include "gen/build_repack.h"
@@ -15,6 +17,7 @@
 #include "runtime/ref/ref.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -35,7 +38,8 @@ static void usage(FILE *f)
         "                 [--activation NAME] [--act-dtype F16|BF16] [--topk K]\n"
         "                 [--block-m BM] [--batched] [--stage NAME]\n"
         "                 [--hidden H] [--intermediate I] [--experts E]\n"
-        "                 [--scale-dtype F16|BF16]\n\n"
+        "                 [--scale-dtype F16|BF16]\n"
+        "       wna16 gen --batch LIST|- [--batch-dir DIR]\n\n"
         "--kind repack prints the repack kernels that turn a layer in FORMAT\n"
         "into BACKEND's layout: one kernel per destination tensor (w13_qweight,\n"
         "w2_scales, ...), or only --tensor NAME.\n"
@@ -61,7 +65,18 @@ static void usage(FILE *f)
         "--input-dtype picks the layout's variant for 8-bit activations.\n"
         "--kind moe --target cuda --to marlin|batched_marlin prints the\n"
         "tensor-core kernels instead (wna16 gen --kind moe --target cuda\n"
-        "--to marlin --help).\n");
+        "--to marlin --help).\n"
+        "--batch LIST runs many cases in one process (LIST -: standard\n"
+        "input): each line is a case's NAME, then the options of one `wna16\n"
+        "gen` as above, cut at blanks (no quoting); blank lines and lines\n"
+        "starting with # are skipped, and the whole list is read before any\n"
+        "case runs. A case's output and messages go to DIR/NAME.txt\n"
+        "(--batch-dir, default .) as `wna16 gen OPTIONS > DIR/NAME.txt 2>&1`\n"
+        "writes them, and a line \"STATUS NAME\" to standard output, STATUS\n"
+        "being that command's exit status (0, 1 refused or failed, 2 usage).\n"
+        "A failing case does not stop the batch. Exit status: 0 when every\n"
+        "case succeeded; 1 when one failed, or the list or an output file\n"
+        "could not be read or created (this stops the batch).\n");
 }
 
 typedef struct gen_opts {
@@ -379,7 +394,8 @@ static bool has_any(int argc, char **argv, const char *name)
     return false;
 }
 
-int cmd_gen(int argc, char **argv)
+/* One job: what `wna16 gen` does without --batch, and each case of a batch. */
+static int gen_case(int argc, char **argv)
 {
     /* the tensor-core fused MoE of the Marlin layouts, from templates/
      * (tools/cmd_gen_moe_cuda.c, also its --help and usage errors); other
@@ -525,4 +541,277 @@ int cmd_gen(int argc, char **argv)
     spv_files_free(&files);
     wna16_context_destroy(ctx);
     return rc;
+}
+
+/* ---- --batch: the cases of a list in one process ---------------------------
+ *
+ * A list line is "NAME ARGUMENTS...": the arguments of one `wna16 gen`, cut
+ * at blanks (no quoting). Each case runs as gen_case with standard output
+ * and standard error both on BATCH_DIR/NAME.txt, so the file holds what
+ * `wna16 gen ARGUMENTS > NAME.txt 2>&1` writes, in the same order (stdout
+ * fully buffered on a regular file and flushed when the case ends, as at
+ * exit; stderr unbuffered), and "STATUS NAME" goes to the real standard
+ * output, STATUS being the exit status that command has. The process
+ * starts once: scripts/gen_snapshot.sh's 1,276 cases took 146 s of CPU as
+ * a process each (most of it loading LLVM's libraries) and take 9 s so. */
+
+typedef struct batch_case {
+    long line;   /* in the list, from 1 */
+    char *text;  /* the line, cut into NUL-terminated words in place */
+    char **argv; /* argv[0] "gen", then the case's arguments; NULL-ended */
+    int argc;
+    const char *name;
+} batch_case_t;
+
+typedef struct batch {
+    batch_case_t *cases;
+    int n, cap;
+} batch_t;
+
+static void batch_free(batch_t *b)
+{
+    for (int i = 0; i < b->n; i++) {
+        free(b->cases[i].text);
+        free(b->cases[i].argv);
+    }
+    free(b->cases);
+}
+
+/* Cuts `text` (owned by the case from here) into words and adds the case;
+ * a blank or # line adds nothing. Returns CLI_OK, or CLI_FAIL with the
+ * message printed (`list` and the line named). */
+static int batch_add(batch_t *b, const char *list, long line, char *text)
+{
+    static const char blanks[] = " \t\r\n\v\f";
+    int words = 0;
+    for (char *p = text + strspn(text, blanks); *p;
+         p += strcspn(p, blanks), p += strspn(p, blanks))
+        words++;
+    char *first = text + strspn(text, blanks);
+    if (words == 0 || *first == '#') {
+        free(text);
+        return CLI_OK;
+    }
+    if (b->n == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 64;
+        batch_case_t *c = realloc(b->cases, sizeof *c * (size_t)cap);
+        if (!c) {
+            free(text);
+            fprintf(stderr, "wna16: out of memory reading %s\n", list);
+            return CLI_FAIL;
+        }
+        b->cases = c;
+        b->cap = cap;
+    }
+    /* "gen", the arguments (words - 1 of them, after NAME), NULL */
+    char **argv = malloc(sizeof *argv * (size_t)(words + 1));
+    if (!argv) {
+        free(text);
+        fprintf(stderr, "wna16: out of memory reading %s\n", list);
+        return CLI_FAIL;
+    }
+    batch_case_t *c = &b->cases[b->n];
+    *c = (batch_case_t){.line = line, .text = text, .argv = argv,
+                        .argc = words};
+    argv[0] = "gen";
+    int w = 0;
+    for (char *p = first; *p;) {
+        size_t len = strcspn(p, blanks);
+        char *next = p + len + (p[len] ? 1 : 0);
+        p[len] = '\0';
+        if (w == 0)
+            c->name = p;
+        else
+            argv[w] = p;
+        w++;
+        p = next + strspn(next, blanks);
+    }
+    argv[words] = NULL;
+    b->n++;
+    if (strchr(c->name, '/') || strcmp(c->name, ".") == 0 ||
+        strcmp(c->name, "..") == 0) {
+        fprintf(stderr, "wna16: %s:%ld: case name '%s': the output is NAME.txt "
+                "in --batch-dir, so a name has no '/' and is not . or ..\n",
+                list, line, c->name);
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
+
+/* Reads every case of `list` (a file, or - for standard input) before any
+ * runs, so that a bad list runs nothing. */
+static int batch_read(const char *list, batch_t *b)
+{
+    bool std_in = strcmp(list, "-") == 0;
+    FILE *f = std_in ? stdin : fopen(list, "r");
+    if (!f) {
+        fprintf(stderr, "wna16: %s: cannot open the batch list: %s\n", list,
+                strerror(errno));
+        return CLI_FAIL;
+    }
+    const char *name = std_in ? "standard input" : list;
+    int rc = CLI_OK;
+    char *text = NULL;
+    size_t cap = 0;
+    long line = 0;
+    while (rc == CLI_OK && getline(&text, &cap, f) >= 0) {
+        line++;
+        rc = batch_add(b, name, line, text);
+        text = NULL; /* the case owns it (or it is freed) */
+        cap = 0;
+    }
+    free(text);
+    if (rc == CLI_OK && ferror(f)) {
+        fprintf(stderr, "wna16: %s: cannot read the batch list: %s\n", name,
+                strerror(errno));
+        rc = CLI_FAIL;
+    }
+    if (!std_in)
+        fclose(f);
+    return rc;
+}
+
+/* Points standard output and standard error at fd (both, as 2>&1 does),
+ * after flushing what the streams hold for the previous owner. */
+static bool batch_redirect(int fd)
+{
+    fflush(stdout);
+    fflush(stderr);
+    clearerr(stdout);
+    clearerr(stderr);
+    return dup2(fd, STDOUT_FILENO) >= 0 && dup2(fd, STDERR_FILENO) >= 0;
+}
+
+/* Runs the cases in order; a failing case does not stop the batch. */
+static int batch_run(const batch_t *b, const char *dir, FILE *status,
+                     int out_fd, int err_fd)
+{
+    int rc = CLI_OK;
+    for (int i = 0; i < b->n; i++) {
+        const batch_case_t *c = &b->cases[i];
+        size_t n = strlen(dir) + strlen(c->name) + 6;
+        char *path = malloc(n);
+        if (!path) {
+            fprintf(stderr, "wna16: out of memory running case '%s'\n",
+                    c->name);
+            return CLI_FAIL;
+        }
+        snprintf(path, n, "%s/%s.txt", dir, c->name);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            fprintf(stderr, "wna16: %s: cannot create the output of case "
+                    "'%s' (line %ld): %s\n", path, c->name, c->line,
+                    strerror(errno));
+            free(path);
+            return CLI_FAIL;
+        }
+        int crc;
+        if (!batch_redirect(fd)) {
+            int e = errno;
+            close(fd);
+            batch_redirect(err_fd);
+            dup2(out_fd, STDOUT_FILENO);
+            fprintf(stderr, "wna16: %s: cannot redirect case '%s' to it: %s\n",
+                    path, c->name, strerror(e));
+            free(path);
+            return CLI_FAIL;
+        }
+        close(fd);
+        if (has_any(c->argc, c->argv, "--batch") ||
+            has_any(c->argc, c->argv, "--batch-dir"))
+            crc = cli_usage_error("gen", "--batch: a case of a batch (line %ld, "
+                                  "'%s') cannot hold --batch or --batch-dir",
+                                  c->line, c->name);
+        else
+            crc = gen_case(c->argc, c->argv);
+        bool back = batch_redirect(err_fd) &&
+                    dup2(out_fd, STDOUT_FILENO) >= 0;
+        free(path);
+        if (!back) {
+            /* stderr may be the case's file still: say it on the status */
+            fprintf(status, "wna16: cannot restore standard output and "
+                    "error after case '%s': %s\n", c->name, strerror(errno));
+            return CLI_FAIL;
+        }
+        fprintf(status, "%d %s\n", crc, c->name);
+        if (fflush(status) != 0) {
+            fprintf(stderr, "wna16: standard output: cannot write the status "
+                    "of case '%s': %s\n", c->name, strerror(errno));
+            return CLI_FAIL;
+        }
+        if (crc != CLI_OK)
+            rc = CLI_FAIL;
+    }
+    return rc;
+}
+
+/* wna16 gen --batch LIST [--batch-dir DIR] */
+static int gen_batch(int argc, char **argv)
+{
+    const char *list = NULL, *dir = ".";
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL, *opt = argv[i];
+        if (cli_opt_value(argc, argv, &i, "--batch", &v))
+            list = v;
+        else if (cli_opt_value(argc, argv, &i, "--batch-dir", &v))
+            dir = v;
+        else
+            return cli_usage_error("gen", "--batch: '%s' goes on the list's "
+                                   "lines (each line holds one case's options)",
+                                   opt);
+        if (!v)
+            return cli_usage_error("gen", "%s needs a value", opt);
+    }
+    if (!list)
+        return cli_usage_error("gen", "--batch-dir needs --batch LIST");
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "wna16: --batch-dir %s: %s\n", dir,
+                stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
+        return CLI_FAIL;
+    }
+    batch_t b = {0};
+    int rc = batch_read(list, &b);
+    if (rc != CLI_OK) {
+        batch_free(&b);
+        return rc;
+    }
+    /* the statuses go to the real standard output, through its own
+     * stream: `stdout` belongs to the cases */
+    fflush(stdout);
+    fflush(stderr);
+    int out_fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    int err_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+    FILE *status = out_fd >= 0 ? fdopen(out_fd, "w") : NULL;
+    if (!status || err_fd < 0) {
+        fprintf(stderr, "wna16: --batch: cannot duplicate standard output "
+                "and error: %s\n", strerror(errno));
+        if (!status && out_fd >= 0)
+            close(out_fd);
+        rc = CLI_FAIL;
+    } else {
+        rc = batch_run(&b, dir, status, out_fd, err_fd);
+    }
+    if (status && fclose(status) != 0 && rc == CLI_OK) {
+        fprintf(stderr, "wna16: standard output: cannot write the statuses: "
+                "%s\n", strerror(errno));
+        rc = CLI_FAIL;
+    }
+    if (err_fd >= 0)
+        close(err_fd);
+    batch_free(&b);
+    return rc;
+}
+
+int cmd_gen(int argc, char **argv)
+{
+    if (has_any(argc, argv, "--batch") || has_any(argc, argv, "--batch-dir")) {
+        for (int i = 1; i < argc; i++)
+            if (cli_is_help(argv[i])) {
+                usage(stdout);
+                return CLI_OK;
+            }
+        return gen_batch(argc, argv);
+    }
+    return gen_case(argc, argv);
 }
