@@ -70,23 +70,27 @@ static inline void relax(void)
 #endif
 }
 
-/* A spin of at most `ns`: call with i = 0, 1, 2, ...; false when over. */
+/* A spin of about `ns`: each call pauses once and returns true until the
+ * time is over, then false from then on. */
 typedef struct spin {
     int64_t end;
     unsigned i;
+    bool over;
 } spin_t;
 
 static bool spin_on(spin_t *s, int64_t ns)
 {
+    if (s->over)
+        return false;
     relax();
     if ((++s->i & 63) == 0) {
         int64_t t = now_ns();
         if (!s->end)
             s->end = t + ns;
         else if (t > s->end)
-            return false;
+            s->over = true;
     }
-    return true;
+    return !s->over;
 }
 
 static bool runnable(w16_pool_t *p, uint64_t seen)
@@ -218,8 +222,10 @@ void w16_pool_run(w16_pool_t *p, int64_t n, w16_pool_fn fn, void *user)
     /* odd: a worker entering now backs off; wait out one leaving the
      * previous run (its chunks are done: it is on its way out) */
     atomic_fetch_add(&p->gen, 1);
+    spin_t s = {0};
     while (atomic_load(&p->active) > 0)
-        relax();
+        if (!spin_on(&s, CALLER_SPIN_NS))
+            sched_yield(); /* a worker preempted on its way out */
     p->fn = fn;
     p->user = user;
     p->n = n;
@@ -236,7 +242,7 @@ void w16_pool_run(w16_pool_t *p, int64_t n, w16_pool_fn fn, void *user)
     }
     drain(p);
     /* the chunks other threads are computing */
-    spin_t s = {0};
+    s = (spin_t){0};
     while (atomic_load(&p->done) < n && spin_on(&s, CALLER_SPIN_NS))
         ;
     if (atomic_load(&p->done) < n) {
