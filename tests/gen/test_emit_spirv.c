@@ -27,6 +27,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "testutil.h"
+#include "repack_matrix.h"
 #include "gen/build_moe.h"
 #include "gen/build_repack.h"
 #include "gen/emit_spirv.h"
@@ -151,10 +152,11 @@ static wna16_dtype_t source_dtype(const w16_layout_t *l, wna16_dtype_t fd)
     return l->dtypes[0];
 }
 
-static void build_operand(run_t *R, const wna16_spec_t *src,
+static void build_operand(void *user, const wna16_spec_t *src,
                           const wna16_spec_t *dst, const w16_problem_t *p,
                           wna16_gemm_t g, wna16_dtype_t fd, const char *what)
 {
+    run_t *R = user;
     wna16_error_t err;
     int64_t dv[W16_VAR_COUNT];
     wna16_status_t st = w16_spec_bind(dst, p, g, dv, &err);
@@ -221,76 +223,18 @@ static void build_operand(run_t *R, const wna16_spec_t *src,
     }
 }
 
-static void combination(run_t *R, const wna16_spec_t *src,
-                        const wna16_spec_t *dst, const w16_problem_t *base,
-                        wna16_dtype_t fd)
-{
-    char what[200];
-    snprintf(what, sizeof what, "%s -> %s E%lld H%lld I%lld b%lld g%lld "
-             "zp%d ao%d bias%d a8=%d %s", src->name, dst->name,
-             (long long)base->E, (long long)base->H, (long long)base->I,
-             (long long)base->BITS, (long long)base->GS, base->zp,
-             base->act_order, base->bias, base->a8, wna16_dtype_name(fd));
-    R->combos++;
-    w16_problem_t p = *base;
-    wna16_error_t err;
-    int64_t sv[W16_VAR_COUNT], dv[W16_VAR_COUNT];
-    wna16_status_t st = w16_spec_bind(src, &p, WNA16_GEMM_W13, sv, &err);
-    if (st == WNA16_OK)
-        st = w16_check_holds(src, &p, (int32_t)sv[W16_VAR_IP], &err);
-    if (st == WNA16_OK) {
-        p.zeros_stored = !p.zp &&
-                         w16_layout_present(src->layouts[W16_ROLE_QZEROS], sv);
-        p.g_idx_stored = p.act_order ||
-                         w16_layout_present(src->layouts[W16_ROLE_G_IDX], sv);
-        st = w16_spec_bind(dst, &p, WNA16_GEMM_W13, dv, &err);
-    }
-    if (st == WNA16_OK)
-        st = w16_check_holds(dst, &p, (int32_t)dv[W16_VAR_IP], &err);
-    if (st != WNA16_OK) {
-        TU_CHECK_MSG(st == WNA16_EUNSUPPORTED || st == WNA16_EINVAL ||
-                     st == WNA16_EFORMAT, "%s: %s: %s", what,
-                     wna16_status_name(st), err.message);
-        R->refused++;
-        return;
-    }
-    build_operand(R, src, dst, &p, WNA16_GEMM_W13, fd, what);
-    build_operand(R, src, dst, &p, WNA16_GEMM_W2, fd, what);
-}
-
-static bool is_source(const wna16_spec_t *s)
-{
-    const w16_layout_t *q = s->layouts[W16_ROLE_QWEIGHT];
-    return s->kind == WNA16_SPEC_FORMAT || (s->stacked && q && !q->sums_block_k);
-}
-
+/* Every combination of the walk (tests/repack_matrix.h), on one layer. */
 static void repack_kernels(run_t *R, const int32_t *layer)
 {
-    static const int bits[] = {4, 8};
     static const int gss[] = {-1, 32, 128};
-    size_t n = wna16_spec_count(R->ctx);
-    for (size_t a = 0; a < n; a++) {
-        const wna16_spec_t *src = wna16_spec_at(R->ctx, a);
-        if (!is_source(src))
-            continue;
-        const w16_layout_t *sl = src->layouts[W16_ROLE_SCALES];
-        for (size_t b = 0; b < n; b++) {
-            const wna16_spec_t *dst = wna16_spec_at(R->ctx, b);
-            if (!dst->stacked)
-                continue;
-            for (size_t i = 0; i < W16_ARRAY_LEN(bits); i++)
-                for (size_t j = 0; j < W16_ARRAY_LEN(gss); j++)
-                    for (int m = 0; m < 8 * WNA16_INPUT_COUNT_; m++) {
-                        w16_problem_t p = {layer[0], layer[1], layer[2],
-                                           bits[i], gss[j], m & 1,
-                                           (m >> 1) & 1, (m >> 2) & 1,
-                                           .a8 = m >> 3};
-                        for (int d = 0; d < (sl ? sl->n_dtypes : 1); d++)
-                            combination(R, src, dst, &p,
-                                        sl ? sl->dtypes[d] : WNA16_DTYPE_F16);
-                    }
-        }
-    }
+    rm_walk_t w = {.ctx = R->ctx, .E = layer[0], .H = layer[1],
+                   .I = layer[2], .group_sizes = gss,
+                   .n_group_sizes = (int)W16_ARRAY_LEN(gss),
+                   .verbose = R->verbose, .operand = build_operand,
+                   .user = R};
+    rm_walk(&w);
+    R->combos += w.combos;
+    R->refused += w.refused;
 }
 
 /* ---- fused-MoE kernels (test_moe_nvrtc.c's draws) ------------------------ */
