@@ -29,31 +29,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 out=${1:-${OUT:-gpu-out/ep}}
-mkdir -p "$out"
-golden=${WNA16_GOLDEN_DIR:-$PWD/.gpu/golden}
-[ -d "$golden/gptq_b4_g128" ] || golden=$(cd .. && pwd)/shared/golden
-build=${WNA16_GPU_BUILD:-build-gpu}
-if ls .gpu/debs/*.deb > /dev/null 2>&1; then
-  for f in .gpu/debs/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-fi
-[ -d .gpu/pylib ] && export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/.gpu/pylib
-# the image's pytest plugins are written for a newer pytest than the
-# carried 7.2 (see gpu_python.sh)
-export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
-summary=$out/summary.txt
-: > "$summary"
-failed=0
-step() { # step NAME LOG COMMAND...: runs it into LOG, records rc
-  local name=$1 log=$2; shift 2
-  echo "== $name: $*"
-  "$@" > "$log" 2>&1
-  local rc=$?
-  tail -n 30 "$log"
-  echo "$name: exit $rc" | tee -a "$summary"
-  if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then failed=1; fi
-  return 0
-}
+. scripts/gpu_env.sh
 
 py=
 for cand in ${WNA16_PYTHON:-} python3 /usr/bin/python3; do
@@ -81,7 +57,7 @@ step build "$out/build.log" sh -c "cmake -S . -B '$build' \
   -DCMAKE_BUILD_TYPE=Release -DWNA16_BUILD_TESTS=OFF \
   -DWNA16_GOLDEN_DIR='$golden' ${WNA16_CMAKE_ARGS:-} \
   && cmake --build '$build' -j\$(nproc) --target wna16_shared"
-case $build in /*) bdir=$build ;; *) bdir=$PWD/$build ;; esac
+bdir=$build
 lib=$bdir/libwna16.so.0
 export WNA16_CACHE_DIR=$bdir/kernel-cache
 mkdir -p "$WNA16_CACHE_DIR" && chmod 700 "$WNA16_CACHE_DIR"

@@ -50,33 +50,7 @@ if [ "${1:-}" = --prepare ]; then
 fi
 
 out=${1:-${OUT:-gpu-out/python}}
-mkdir -p "$out"
-golden=${WNA16_GOLDEN_DIR:-$PWD/.gpu/golden}
-[ -d "$golden/gptq_b4_g128" ] || golden=$(cd .. && pwd)/shared/golden
-build=${WNA16_GPU_BUILD:-build-gpu}
-case $build in /*) ;; *) build=$PWD/$build ;; esac # absolute from here on
-if ls .gpu/debs/*.deb > /dev/null 2>&1; then
-  for f in .gpu/debs/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-fi
-[ -d .gpu/pylib ] && export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/.gpu/pylib
-# The image's site-packages carry pytest plugins (pytest_timeout) written
-# for a newer pytest than the carried 7.2: they fail at registration, and
-# the tests need none of them.
-export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
-summary=$out/summary.txt
-: > "$summary"
-failed=0
-step() { # step NAME COMMAND...: runs it, logs to OUT/NAME.log, records rc
-  local name=$1; shift
-  echo "== $name: $*"
-  "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  tail -n 25 "$out/$name.log"
-  echo "$name: exit $rc" | tee -a "$summary"
-  if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then failed=1; fi
-  return 0
-}
+. scripts/gpu_env.sh
 
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,compute_cap \
     --format=csv; git log -1 --format='%H %s' 2>/dev/null
@@ -86,14 +60,14 @@ step() { # step NAME COMMAND...: runs it, logs to OUT/NAME.log, records rc
   python3 -c 'import pytest; print("pytest", pytest.__version__)'
 } > "$out/machine.txt" 2>&1
 
-step build sh -c "cmake -S . -B '$build' -DCMAKE_BUILD_TYPE=Release \
+step build "$out/build.log" sh -c "cmake -S . -B '$build' -DCMAKE_BUILD_TYPE=Release \
   -DWNA16_BUILD_TESTS=OFF -DWNA16_GOLDEN_DIR='$golden' ${WNA16_CMAKE_ARGS:-} \
   && cmake --build '$build' -j\$(nproc) --target wna16_shared wna16_cli"
 lib=$build/libwna16.so.0
 export WNA16_CACHE_DIR=$build/kernel-cache
 mkdir -p "$WNA16_CACHE_DIR" && chmod 700 "$WNA16_CACHE_DIR"
 
-step example_c sh -c "cc -std=c17 -O2 -Wall -Wextra -Werror \
+step example_c "$out/example_c.log" sh -c "cc -std=c17 -O2 -Wall -Wextra -Werror \
   examples/moe_host.c -Iinclude '$lib' -Wl,-rpath,'$build' \
   -o '$build/moe_host' && '$build/moe_host' '$golden/gptq_b4_g128' \
   --batches 1,16,64,256 --repeat 5"
@@ -112,10 +86,11 @@ if [ -n "$py" ]; then
            "torch numpy,torch test_torch.py"; do
     set -- $t
     name=$1 mods=$2; shift 2
-    step "python_$name" sh tests/python/run_pytest.sh "$lib" "$PWD/include" \
+    step "python_$name" "$out/python_$name.log" \
+      sh tests/python/run_pytest.sh "$lib" "$PWD/include" \
       "$golden" "$build/python-cache" "$mods" -v -rs "$@"
   done
-  step example_py env WNA16_LIBRARY="$lib" PYTHONPATH="$PWD/python" "$py" \
+  step example_py "$out/example_py.log" env WNA16_LIBRARY="$lib" PYTHONPATH="$PWD/python" "$py" \
     examples/moe_host.py "$golden/gptq_b4_g128" --batches 1,16,64,256 \
     --repeat 5
 else
