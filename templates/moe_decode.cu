@@ -10,49 +10,53 @@
 // w16cfg: every compile-time parameter, W16_KERNEL), moe_pdl.cu,
 // moe_quant.cu, then this text.
 //
-// The grid is persistent: the host launches at most as many CTAs as the
-// device holds at once (the occupancy of this kernel), so every CTA is
+// The grid is persistent: CTAS CTAs an SM (the launch bounds, and the
+// host sizes the shared memory so that they fit), so every CTA is
 // resident and a CTA may wait for another. Each CTA:
 //   1. routes (every CTA the same, in shared memory): slot s = m * topk + j
 //      goes to local expert e (expert_map) or nowhere; the slots of an
 //      expert, in slot order, make units of at most 8 rows (a token
 //      routes to distinct experts, so at M <= 8 an expert is one unit);
-//   2. runs the GEMM 1 items b, b + G, ... of U x T1 x KS1 (unit, tile of
-//      64 outputs of the intermediate size: its gate and up columns, split
-//      KS1 ways along K): the item's float32 sums go to its slab; the
-//      split that finishes last adds the slabs in order s = 0, 1, ...,
-//      applies the channelwise scale, the bias, the optional rounding and
-//      the activation, writes a2 [slots][IP] and counts the tile on its
-//      unit's counter (done1);
-//   3. runs the GEMM 2 items of U x T2 x KS2 (unit, tile of 64 columns of
-//      H, split KS2 ways along the intermediate size): it prefetches the
-//      item's weights to L2 and loads its first chunk of codes, then waits
-//      until done1 of its unit counts T1 tiles, then reads a2; its float32
-//      sums go to y [KS2][slots][H];
-//   4. the CTA that finishes the last item of a column tile (count on
+//   2. runs its share of GEMM 1: the U x T1 tiles (unit, 64 outputs of the
+//      intermediate size: the gate and up columns) x K in chunks of KC,
+//      cut evenly over the CTAs (stream-K, "work" below); a tile cut into
+//      fragments adds their float32 sums (slabs) in fragment order in the
+//      fragment that finishes last, which applies the channelwise scale,
+//      the bias, the optional rounding and the activation, writes a2
+//      [slots][IP] and counts the tile on its unit's counter (done1);
+//   3. runs its share of GEMM 2 the same way (U x T2 tiles of 64 columns
+//      of H, K = the intermediate size): a fragment prefetches its codes
+//      to L2 and loads its first chunks, then waits until done1 of its
+//      unit counts T1 tiles, then reads a2; its float32 sums go to y
+//      [fragment][slots][H];
+//   4. the CTA that finishes the last fragment of a column tile (count on
 //      cnt_out) writes out[m][n] = R(sum_j w[m][j] * R'(y[slot][n])) for
-//      every token m, in the order j = 0, 1, ... (sum over splits in
+//      every token m, in the order j = 0, 1, ... (the fragments summed in
 //      order, then scale, bias and the optional rounding R' as GEMM 2's
 //      epilogue does, R the activation dtype). Every sum has a fixed order
 //      and the counters are integers: the result is the same bits from run
 //      to run, whichever CTA finishes when. Each counter is set back to
-//      zero by the CTA that reads it last, so the next run finds zeros.
-// KS1 and KS2 follow from U on the device (every CTA computes the same):
-// the split count whose items fill the grid's waves best.
+//      zero by the CTA that reads it last (done1 by the last column
+//      tile's, cnt_fin), so the next run finds zeros.
 //
-// An item: 8 warps; K in chunks of KC = 256 (the unit's activation rows
-// of the chunk in shared memory, double-buffered with cp.async: rows of
-// padding are zero); warp w takes the chunk's k16 steps 2w and 2w + 1, so
-// a warp's two steps lie in one quantization group (group sizes are
-// multiples of 32). Codes come from global memory straight into
-// registers (the next chunk's while this one computes): each lane's
-// 16 bytes of a 16 x 64 Marlin tile are, register for register, two A
-// fragments of mma.m16n8k16 over 16 columns each (as moe_marlin_gemm.cu
-// uses them at block_m 8), the 8 rows of activations the n8 operand. The
-// mma takes the exact (q - z) (exponent trick) and each warp scales its
-// float32 sums once per chunk (deferred group scales, as the chain's
-// small-M GEMMs do). The 8 warps' sums are added in shared memory in the
-// order w = 0, 1, ... .
+// A fragment: 8 warps; K in chunks of KC = 256, staged in windows of at
+// most the host's max_chunks chunks (the unit's activation rows, padding
+// rows zero, and the window's group scales and zero points, in shared
+// memory); warp w takes each chunk's k16 steps 2w and 2w + 1, so a warp's
+// two steps lie in one quantization group (group sizes are multiples of
+// 32). Codes come from global memory straight into a ring of D chunks of
+// registers (the next fragment's first ones while this one's epilogue
+// runs): each lane's 16 bytes of a 16 x 64 Marlin tile are, register for
+// register, two A fragments of mma.m16n8k16 over 16 columns each (as
+// moe_marlin_gemm.cu uses them at block_m 8), the 8 rows of activations
+// the n8 operand. The mma takes the exact (q - z) (exponent trick) and
+// each warp scales its float32 sums once per chunk (deferred group
+// scales, as the chain's small-M GEMMs do). The 8 warps' sums are added
+// in shared memory in the order w = 0, 1, ... .
+//
+// Measured slower than the chain at every decode size so far (docs/
+// design-notes.md, "The one-kernel decode layer"): the runtime runs it
+// only with WNA16_CUDA_DECODE=1.
 
 namespace w16 {
 
@@ -88,10 +92,9 @@ struct route_t {
     int su[MAX_SLOTS];           // unit of a slot
     int flag;
 };
-// dynamic shared memory (the host's size: max_chunks chunks of K): the
-// item's activation rows for its whole K range, its groups' scales and
-// zero points, then (after the chunks) the warps' float32 sums,
-// [WARPS][ROWS][128]
+// dynamic shared memory (the host's size: max_chunks chunks of K): a
+// window's activation rows, its groups' scales and zero points, then
+// (after the chunks) the warps' float32 sums, [WARPS][ROWS][128]
 constexpr int RED_FLOATS = WARPS * ROWS * 128;
 
 // ---- PTX wrappers ---------------------------------------------------------
@@ -285,18 +288,18 @@ __device__ __forceinline__ work_t next_work(const plan_t &pl, const work_t &w,
     return first_work(pl, w.phase + 1, b);
 }
 
-// The operands of an item: its expert's codes, scales and zero points.
+// The operands of a fragment: its expert's codes, scales and zero points.
 struct operand_t {
     const int4 *qw;       // the expert's codes
     const scale_t *sc;    // its scales [G][N]
     const u32 *zp;        // its zero points [G][N / 8], or null
     int N, K;             // N: 2 IP (w13) or H (w2)
-    int tcol0, tcol1;     // the item's tiles (w13: gate, up; w2: one)
+    int tcol0, tcol1;     // the fragment's tiles (w13: gate, up; w2: one)
 };
 
-// The codes of chunk c of an item into ring slot r: a warp's two k16
+// The codes of chunk c of a fragment into ring slot r: a warp's two k16
 // steps (2 warp, 2 warp + 1 of the chunk), each tile's 16 bytes a lane
-// (8-bit: 32). Chunks past the item, and steps past K, load nothing.
+// (8-bit: 32). Chunks past the fragment, and steps past K, load nothing.
 template <int TN>
 __device__ __forceinline__ void load_chunk(const operand_t &o, int c, int c1,
                                            int4 (&r)[2][2][LANE_VECS],
@@ -323,7 +326,7 @@ __device__ __forceinline__ void load_chunk(const operand_t &o, int c, int c1,
 }
 
 // acc += the products of chunk c (this warp's two steps; codes in r,
-// activations at sa: row r at sa + r * lds, k relative to the item's
+// activations at sa: row r at sa + r * lds, k relative to the window's
 // first chunk c0) for TN tiles, group scales deferred to the chunk's end.
 template <int TN, int SL>
 __device__ __forceinline__ void compute_chunk(const operand_t &o, int c,
@@ -338,7 +341,7 @@ __device__ __forceinline__ void compute_chunk(const operand_t &o, int c,
     const int kw = c * KC + 32 * warp; // the warp's first k
     if (kw >= o.K)
         return;
-    // the group's row among the item's staged ones
+    // the group's row among the window's staged ones
     const int grp = GROUPED ? (kw - c0 * KC) / GS : 0;
     u32 bf[2][2]; // the n8 operand of each step: rows gid, k pairs
 #pragma unroll
