@@ -415,10 +415,12 @@ static void build(rb_t *R)
     arg(R, W16_ROUTE_ARG_EXPERT_IDS, KIR_PARAM_BUFFER, true);
     arg(R, W16_ROUTE_ARG_RUNS, KIR_PARAM_BUFFER, true);
     arg(R, W16_ROUTE_ARG_INFO, KIR_PARAM_BUFFER, true);
-    R->sx = kir_shared(k, "tile_expert", KIR_I32, R->lanes);
+    /* each tile's slot experts: the standard format's counts and scatter
+     * (the batched format's counts are given) */
+    R->sx = std ? kir_shared(k, "tile_expert", KIR_I32, R->lanes) : NULL;
     R->cnt = kir_shared(k, "expert_count", KIR_I32, q->E);
     R->psum = kir_shared(k, "lane_sum", KIR_I32, R->lanes);
-    if (R->fail || !R->sx || !R->cnt || !R->psum) {
+    if (R->fail || (std && !R->sx) || !R->cnt || !R->psum) {
         rfail(R, "out of memory (shared memory)");
         return;
     }

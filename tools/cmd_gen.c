@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "gen/build_moe.h"
 #include "gen/build_repack.h"
+#include "gen/build_route.h"
 #include "gen/emit_llvm.h"
 #include "gen/emit_cuda.h"
 #include "gen/emit_spirv.h"
@@ -37,6 +38,7 @@ static void usage(FILE *f)
         "                 --bits 4|8 --group-size G [--zero-point] [--bias]\n"
         "                 [--activation NAME] [--act-dtype F16|BF16] [--topk K]\n"
         "                 [--block-m BM] [--batched] [--stage NAME]\n"
+        "                 [--expert-map]\n"
         "                 [--hidden H] [--intermediate I] [--experts E]\n"
         "                 [--scale-dtype F16|BF16]\n"
         "       wna16 gen --batch LIST|- [--batch-dir DIR]\n\n"
@@ -48,6 +50,11 @@ static void usage(FILE *f)
         "and combine, or only --stage NAME; --activation (default silu),\n"
         "--act-dtype (BF16), --topk (8), --block-m (slots per block, 4) and\n"
         "--batched (the batched activation format) select the configuration.\n"
+        "--stage route prints the routing kernel that targets running the\n"
+        "fused MoE on the device (xpu, ocl) launch first: vLLM's\n"
+        "moe_align_block_size as one workgroup, for --experts, --block-m and\n"
+        "--batched (--expert-map: ids through an expert map); it uses\n"
+        "workgroup memory and barriers, so --target ir, spirv or cuda.\n"
         "Every dimension is a constant in the kernels, so the shape matters:\n"
         "--hidden, --intermediate and --experts default to 256, 128 and 2.\n"
         "--target ir (default) prints the kernel IR, --target llvm the LLVM IR\n"
@@ -82,7 +89,7 @@ static void usage(FILE *f)
 typedef struct gen_opts {
     const char *from, *to, *target, *tensor, *kind, *stage, *output;
     long bits, gs, hidden, inter, experts, topk, block_m;
-    bool zp, act_order, bias, gs_set, batched;
+    bool zp, act_order, bias, gs_set, batched, expert_map;
     wna16_dtype_t scale_dtype, act_dtype;
     wna16_activation_t activation;
     wna16_input_dtype_t input;
@@ -148,6 +155,7 @@ static int parse(int argc, char **argv, gen_opts_t *o)
         else if (strcmp(opt, "--act-order") == 0) { o->act_order = true; continue; }
         else if (strcmp(opt, "--bias") == 0) { o->bias = true; continue; }
         else if (strcmp(opt, "--batched") == 0) { o->batched = true; continue; }
+        else if (strcmp(opt, "--expert-map") == 0) { o->expert_map = true; continue; }
         else return cli_usage_error("gen", "unknown option '%s'", opt);
         if (!v)
             return cli_usage_error("gen", "%s needs a value", opt);
@@ -166,6 +174,8 @@ static int parse(int argc, char **argv, gen_opts_t *o)
     if (moe && (o->from || o->tensor || o->act_order))
         return cli_usage_error("gen", "--kind moe takes no --from, --tensor "
                                "or --act-order");
+    if (o->expert_map && !(o->stage && strcmp(o->stage, "route") == 0))
+        return cli_usage_error("gen", "--expert-map is for --stage route");
     if (!moe && (o->stage || o->batched))
         return cli_usage_error("gen", "--stage and --batched are for --kind "
                                "moe");
@@ -344,6 +354,22 @@ static int gen_moe(const gen_opts_t *o, wna16_context_t *ctx,
             if (lb->dtypes[i] == o->scale_dtype)
                 req.dtype[g][W16_ROLE_BIAS] = o->scale_dtype;
     }
+    if (o->stage && strcmp(o->stage, "route") == 0) {
+        w16_route_request_t rq = {.E = (int32_t)o->experts,
+                                  .block_m = (int)o->block_m,
+                                  .batched = o->batched,
+                                  .map = o->expert_map && !o->batched};
+        wna16_error_t err;
+        w16_route_kernel_t rk;
+        if (w16_build_route(ctx, &rq, &rk, &err) != WNA16_OK)
+            return cli_fail(&err);
+        char header[160];
+        snprintf(header, sizeof header, "route: per call, one workgroup of "
+                 "%d lanes", rk.kernel->lanes);
+        int rc = put_kernel(o, ctx, rk.kernel, header, true, files);
+        w16_route_kernel_free(&rk);
+        return rc;
+    }
     int printed = 0;
     for (int s = 0; s < W16_MOE_STAGE_COUNT; s++) {
         const char *name = w16_moe_stage_name((w16_moe_stage_t)s);
@@ -365,7 +391,7 @@ static int gen_moe(const gen_opts_t *o, wna16_context_t *ctx,
     }
     if (!printed) {
         fprintf(stderr, "wna16: no fused-MoE stage '%s' (input, gemm1, gemm2, "
-                "combine)\n", o->stage);
+                "combine, route)\n", o->stage);
         return CLI_FAIL;
     }
     return CLI_OK;
