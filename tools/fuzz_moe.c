@@ -23,6 +23,7 @@
 #include "fuzz.h"
 #include "runtime/targets.h"
 #include "spec/spec.h"
+#include "runtime/ref/moe_bound.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -476,17 +477,6 @@ static void spoil_params(const fm_case_t *c, wna16_moe_params_t *p)
 
 /* ---- the tolerance ------------------------------------------------------------ */
 
-/* Spacing of act-dtype numbers at |v|. */
-static double act_ulp(wna16_dtype_t dt, double v)
-{
-    int p = dt == WNA16_DTYPE_F16 ? 11 : 8;
-    double tiny = dt == WNA16_DTYPE_F16 ? 0x1p-24 : 0x1p-133;
-    int ex = 0;
-    frexp(fabs(v), &ex);
-    double u = v == 0.0 ? tiny : ldexp(1.0, ex - p);
-    return u < tiny ? tiny : u;
-}
-
 /* The intermediate size after Marlin's padding (lcm(64, group size)). */
 static int32_t marlin_padded(int32_t I, int32_t gs)
 {
@@ -495,124 +485,27 @@ static int32_t marlin_padded(int32_t I, int32_t gs)
     return (I + l - 1) / l * l;
 }
 
-/* The bound on |kernel - reference| of every output element. Both share
- * every rounding point of the documented semantics (h and y with
- * round_gemm_outputs, a, out); they differ in (1) the weights: the CUDA
- * kernels round (q - z) * s to the activation dtype before the product
- * with grouped scales (unit roundoff 2^-11 for F16, 2^-8 for BF16), the
- * CPU's are exact in float32; (2) the sums: float32 in any order (at most
- * K * 2^-23 of the sum of |terms|, tensor cores may truncate) against the
- * reference's double; (3) the activation in float32 (2^-20 relative plus
- * 2^-21 (1 + |g|)(1 + |u|) absolute, for the cancellation in 1 + erf and
- * 1 + tanh) and (4) the top-k sum in float32 (2^-20 of the terms). Each
- * can flip a rounding to the activation dtype, which costs one ulp of that
- * value. The bound recomputes every intermediate in double from the
- * dequantized weights and carries these errors through both GEMMs (the
- * activation's sensitivity measured at the perturbed inputs); an output
- * passes when |kernel - reference| <= 2 (bound + ulp(reference)). This is
- * the bound of tests/cuda/test_moe_cuda.c, which holds the CPU's
- * (tests/moe/test_moe_gen.c: 2 ulps + 2 eps mag) too. */
-typedef struct fm_bound {
-    const fm_case_t *c;
-    const wna16_qlayer_t *L;
-    const wna16_moe_params_t *p;
-    bool gated;
-    double eps_w13, eps_w2, eps13, eps2;
-    float *w13, *w2; /* one expert's dequantized weights */
-    double *h, *herr, *a, *aerr;
-} fm_bound_t;
-
-static double act_d(const wna16_moe_params_t *p, double g, double u)
-{
-    return (double)wna16_ref_activation(p, (float)g, (float)u);
-}
-
-/* One row x through expert e: adds |cw| * (bound on y) to bound[0..H). */
-static void row_bound(fm_bound_t *b, int32_t e, const float *x, double cw,
-                      double *bound)
-{
-    const fm_case_t *c = b->c;
-    int32_t H = c->H, I = c->I, N13 = b->gated ? 2 * I : I;
-    wna16_dtype_t dt = c->dtype;
-    for (int32_t n = 0; n < N13; n++) {
-        const float *w = b->w13 + (size_t)n * H;
-        double s = 0, m = 0;
-        for (int32_t k = 0; k < H; k++) {
-            s += (double)x[k] * w[k];
-            m += fabs((double)x[k] * w[k]);
-        }
-        if (b->L->w13.bias) {
-            double bb = b->L->w13.bias[(size_t)e * N13 + n];
-            s += bb;
-            m += fabs(bb);
-        }
-        b->h[n] = c->round ? to_act(dt, (float)s) : s;
-        b->herr[n] = (b->eps_w13 + b->eps13) * m + 0x1p-24 * fabs(s) +
-                     (c->round ? act_ulp(dt, s) : 0.0);
-    }
-    for (int32_t i = 0; i < I; i++) {
-        double g = b->h[i], u = b->gated ? b->h[I + i] : 0.0;
-        double eg = b->herr[i], eu = b->gated ? b->herr[I + i] : 0.0;
-        double a = act_d(b->p, g, u), da = 0;
-        for (int s = -1; s <= 1; s += 2) {
-            double d1 = fabs(act_d(b->p, g + s * eg, u) - a);
-            double d2 = fabs(act_d(b->p, g, u + s * eu) - a);
-            double d3 = fabs(act_d(b->p, g + s * eg, u + s * eu) - a);
-            double d4 = fabs(act_d(b->p, g + s * eg, u - s * eu) - a);
-            double dm = d1 + d2 > d3 ? d1 + d2 : d3;
-            dm = dm > d4 ? dm : d4;
-            da = da > dm ? da : dm;
-        }
-        b->a[i] = to_act(dt, (float)a);
-        b->aerr[i] = 2.0 * da + act_ulp(dt, a) + 0x1p-20 * fabs(a) +
-                     0x1p-21 * (1.0 + fabs(g)) * (1.0 + fabs(u));
-    }
-    for (int32_t n = 0; n < H; n++) {
-        const float *w = b->w2 + (size_t)n * I;
-        double s = 0, m = 0, prop = 0;
-        for (int32_t i = 0; i < I; i++) {
-            s += b->a[i] * w[i];
-            m += fabs(b->a[i] * w[i]);
-            prop += fabs((double)w[i]) * b->aerr[i];
-        }
-        if (b->L->w2.bias) {
-            double bb = b->L->w2.bias[(size_t)e * H + n];
-            s += bb;
-            m += fabs(bb);
-        }
-        double ey = (b->eps_w2 + b->eps2) * m + prop + 0x1p-24 * fabs(s) +
-                    (c->round ? act_ulp(dt, s) : 0.0);
-        bound[n] += fabs(cw) * (ey + 0x1p-20 * m);
-    }
-}
-
-static void dequant_expert(fm_bound_t *b, int32_t e)
-{
-    const wna16_qlayer_t *L = b->L;
-    int32_t N13 = b->gated ? 2 * L->I : L->I;
-    for (int32_t n = 0; n < N13; n++)
-        for (int32_t k = 0; k < L->H; k++)
-            b->w13[(size_t)n * L->H + k] = wna16_ref_dequant(&L->w13, e, n, k);
-    for (int32_t n = 0; n < L->H; n++)
-        for (int32_t k = 0; k < L->I; k++)
-            b->w2[(size_t)n * L->I + k] = wna16_ref_dequant(&L->w2, e, n, k);
-}
+/* The bound on |kernel - reference| of every output element
+ * (runtime/ref/moe_bound.h): the CUDA kernels round (q - z) * s to the
+ * activation dtype before the product with grouped scales, the CPU's are
+ * exact in float32; the float32 sums over K; int8-dynamic adds a code
+ * step of a (below). It holds the CPU's kernels (tests/moe/test_moe_gen.c:
+ * 2 ulps + 2 eps mag) too. */
 
 /* One routed row m of expert e with router weight wr: its input as the
  * reference reads it (scaled on input when the call says so) and its
  * coefficient in the sum. */
-static void add_row(fm_bound_t *b, const fm_inputs_t *in, int32_t e,
-                    int32_t m, float wr, bool scale_in, double cw, float *x,
-                    double *bound)
+static void add_row(w16_moe_bound_t *b, const fm_case_t *c,
+                    const fm_inputs_t *in, int32_t e, int32_t m, float wr,
+                    bool scale_in, double cw, float *x, double *bound)
 {
-    const fm_case_t *c = b->c;
     const uint16_t *xr = in->hidden + (size_t)m * c->H;
     float rw = to_act(c->dtype, wr);
     for (int32_t k = 0; k < c->H; k++) {
         float v = act_value(c->dtype, xr[k]);
         x[k] = scale_in ? to_act(c->dtype, v * rw) : v;
     }
-    row_bound(b, e, x, cw, bound + (size_t)m * c->H);
+    w16_moe_bound_row(b, e, x, cw, bound + (size_t)m * c->H);
 }
 
 /* bound[rows][H]; false when out of memory. */
@@ -620,9 +513,9 @@ static bool compute_bound(const fm_case_t *c, const wna16_qlayer_t *L,
                           const fm_inputs_t *in, wna16_target_t target,
                           wna16_numerics_t nu, double *bound)
 {
-    fm_bound_t b = {.c = c, .L = L, .p = &in->p,
-                    .gated = wna16_activation_is_gated(c->act)};
-    int32_t N13 = b.gated ? 2 * c->I : c->I;
+    w16_moe_bound_t b = {.L = L, .p = &in->p, .act_dtype = c->dtype,
+                         .round = c->round,
+                         .gated = wna16_activation_is_gated(c->act)};
     if (target == WNA16_TARGET_CUDA) {
         int pbits = c->dtype == WNA16_DTYPE_F16 ? 11 : 8;
         int32_t gs = c->q.group_size, ip = marlin_padded(c->I, gs);
@@ -639,17 +532,9 @@ static bool compute_bound(const fm_case_t *c, const wna16_qlayer_t *L,
      * at most max|a| / 127 times |W2| (tests/moe/test_moe_gen.c) */
     if (nu == WNA16_NUMERICS_INT8_DYNAMIC)
         b.eps2 += 0x1p-6;
-    b.w13 = malloc((size_t)N13 * c->H * sizeof(float));
-    b.w2 = malloc((size_t)c->H * c->I * sizeof(float));
-    double *scratch = malloc(((size_t)N13 * 2 + (size_t)c->I * 2) *
-                             sizeof(double));
     float *x = malloc((size_t)c->H * sizeof(float));
-    bool ok = b.w13 && b.w2 && scratch && x;
+    bool ok = x && w16_moe_bound_init(&b);
     if (ok) {
-        b.h = scratch;
-        b.herr = scratch + N13;
-        b.a = scratch + 2 * (size_t)N13;
-        b.aerr = b.a + c->I;
         bool on_in = c->on_input;
         for (int32_t e = 0; e < c->E; e++) {
             bool loaded = false;
@@ -657,10 +542,10 @@ static bool compute_bound(const fm_case_t *c, const wna16_qlayer_t *L,
                 for (int32_t rr = 0; rr < in->counts[e]; rr++) {
                     int32_t m = e * c->M + rr;
                     if (!loaded)
-                        dequant_expert(&b, e);
+                        w16_moe_bound_expert(&b, e);
                     loaded = true;
                     float wr = c->weights ? in->w[m] : 1.0f;
-                    add_row(&b, in, e, m, wr, on_in && c->weights,
+                    add_row(&b, c, in, e, m, wr, on_in && c->weights,
                             c->weights && !on_in ? wr : 1.0, x, bound);
                 }
                 continue;
@@ -670,16 +555,14 @@ static bool compute_bound(const fm_case_t *c, const wna16_qlayer_t *L,
                 if ((in->map ? in->map[gl] : gl) != e)
                     continue;
                 if (!loaded)
-                    dequant_expert(&b, e);
+                    w16_moe_bound_expert(&b, e);
                 loaded = true;
-                add_row(&b, in, e, s / in->topk, in->w[s], on_in,
+                add_row(&b, c, in, e, s / in->topk, in->w[s], on_in,
                         on_in ? 1.0 : in->w[s], x, bound);
             }
         }
     }
-    free(b.w13);
-    free(b.w2);
-    free(scratch);
+    w16_moe_bound_free(&b);
     free(x);
     return ok;
 }
@@ -774,7 +657,7 @@ static bool check_outputs(const fm_case_t *c, const fm_inputs_t *in,
             st->exact++;
             continue;
         }
-        double allowed = 2.0 * (bound[i] + act_ulp(c->dtype, w)) + 1e-30;
+        double allowed = 2.0 * (bound[i] + w16_act_ulp(c->dtype, w)) + 1e-30;
         double d = fabs(g - w), ratio = d / allowed;
         if (isnan(ratio) || ratio > st->worst)
             st->worst = isnan(ratio) ? INFINITY : ratio;

@@ -41,6 +41,7 @@
 #include "moe_util.h"
 #include "spec/spec.h"
 #include "runtime/cuda/cuda.h"
+#include "runtime/ref/moe_bound.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -446,106 +447,6 @@ static void free_dev_set(w16_cuda_t *cuda, dev_set_t *d)
     wna16_tensor_set_destroy(d->set);
 }
 
-/* Spacing of act-dtype numbers at |v|. */
-static double act_ulp(wna16_dtype_t dt, double v)
-{
-    int p = dt == WNA16_DTYPE_F16 ? 11 : 8;
-    double tiny = dt == WNA16_DTYPE_F16 ? 0x1p-24 : 0x1p-133;
-    int ex = 0;
-    frexp(fabs(v), &ex);
-    double u = v == 0.0 ? tiny : ldexp(1.0, ex - p);
-    return u < tiny ? tiny : u;
-}
-
-typedef struct bound_ctx {
-    const tcase_t *c;
-    const wna16_qlayer_t *L;
-    const wna16_moe_params_t *p;
-    double eps_w13, eps_w2;      /* weight rounding (grouped scales) */
-    double eps13, eps2;          /* float32 sums */
-    float *w13, *w2;             /* one expert's dequantized weights */
-    double *h, *hmag, *herr, *a, *aerr;
-} bound_ctx_t;
-
-static double act_d(const wna16_moe_params_t *p, double g, double u)
-{
-    return (double)wna16_ref_activation(p, (float)g, (float)u);
-}
-
-/* One row x through expert e: adds |c| * (bound on y) to bound[] and
- * |c| * |y| to mag[] (H entries each). */
-static void row_bound(bound_ctx_t *b, int32_t e, const float *x, double cw,
-                      double *bound)
-{
-    const tcase_t *c = b->c;
-    int32_t H = c->H, I = c->I;
-    wna16_dtype_t dt = c->act;
-    for (int32_t n = 0; n < 2 * I; n++) {
-        const float *w = b->w13 + (size_t)n * H;
-        double s = 0, m = 0;
-        for (int32_t k = 0; k < H; k++) {
-            s += (double)x[k] * w[k];
-            m += fabs((double)x[k] * w[k]);
-        }
-        if (b->L->w13.bias) {
-            double bb = b->L->w13.bias[(size_t)e * 2 * I + n];
-            s += bb;
-            m += fabs(bb);
-        }
-        b->h[n] = c->round ? mt_round_act(dt, (float)s) : s;
-        b->hmag[n] = m;
-        b->herr[n] = (b->eps_w13 + b->eps13) * m + 0x1p-24 * fabs(s) +
-                     (c->round ? act_ulp(dt, s) : 0.0);
-    }
-    for (int32_t i = 0; i < I; i++) {
-        double g = b->h[i], u = b->h[I + i], eg = b->herr[i], eu = b->herr[I + i];
-        double a = act_d(b->p, g, u), da = 0;
-        for (int s = -1; s <= 1; s += 2) {
-            double d1 = fabs(act_d(b->p, g + s * eg, u) - a);
-            double d2 = fabs(act_d(b->p, g, u + s * eu) - a);
-            double d3 = fabs(act_d(b->p, g + s * eg, u + s * eu) - a);
-            double d4 = fabs(act_d(b->p, g + s * eg, u - s * eu) - a);
-            double dm = d1 + d2 > d3 ? d1 + d2 : d3;
-            dm = dm > d4 ? dm : d4;
-            da = da > dm ? da : dm;
-        }
-        b->a[i] = mt_round_act(dt, (float)a);
-        /* float32 math (expf, erff, tanhf: a few ulp, absolute near the
-         * cancellations of 1 + erf / 1 + tanh) */
-        b->aerr[i] = 2.0 * da + act_ulp(dt, a) + 0x1p-20 * fabs(a) +
-                     0x1p-21 * (1.0 + fabs(g)) * (1.0 + fabs(u));
-    }
-    for (int32_t n = 0; n < H; n++) {
-        const float *w = b->w2 + (size_t)n * I;
-        double s = 0, m = 0, prop = 0;
-        for (int32_t i = 0; i < I; i++) {
-            s += b->a[i] * w[i];
-            m += fabs(b->a[i] * w[i]);
-            prop += fabs((double)w[i]) * b->aerr[i];
-        }
-        if (b->L->w2.bias) {
-            double bb = b->L->w2.bias[(size_t)e * H + n];
-            s += bb;
-            m += fabs(bb);
-        }
-        double ey = (b->eps_w2 + b->eps2) * m + prop + 0x1p-24 * fabs(s) +
-                    (c->round ? act_ulp(dt, s) : 0.0);
-        /* + the float32 sum over top-k (at most 10 terms) */
-        bound[n] += fabs(cw) * (ey + 0x1p-20 * m);
-    }
-}
-
-static void dequant_expert(bound_ctx_t *b, int32_t e)
-{
-    const wna16_qlayer_t *L = b->L;
-    for (int32_t n = 0; n < 2 * L->I; n++)
-        for (int32_t k = 0; k < L->H; k++)
-            b->w13[(size_t)n * L->H + k] = wna16_ref_dequant(&L->w13, e, n, k);
-    for (int32_t n = 0; n < L->H; n++)
-        for (int32_t k = 0; k < L->I; k++)
-            b->w2[(size_t)n * L->I + k] = wna16_ref_dequant(&L->w2, e, n, k);
-}
-
 typedef struct result {
     bool ok;                 /* compared (else `msg` says what failed) */
     char msg[600];
@@ -590,7 +491,7 @@ static void run_case(const tcase_t *c, result_t *res)
     int32_t *ids = NULL, *counts = NULL, *map = NULL;
     float *w = NULL;
     double *bound = NULL;
-    bound_ctx_t b = {0};
+    w16_moe_bound_t b = {0};
     const wna16_spec_t *spec = c->batched ? g_batched : g_marlin;
 
     if (make_operand(&r, c, &L.w13, 2 * c->I, c->H) ||
@@ -732,10 +633,12 @@ static void run_case(const tcase_t *c, result_t *res)
     memcpy(res->compile_ms, rep.compile_ms, sizeof res->compile_ms);
     res->deterministic = dry || !c->repeat || memcmp(got, got2, nout * 2) == 0;
 
-    /* the bound, expert by expert */
-    b.c = c;
+    /* the bound, expert by expert (runtime/ref/moe_bound.h) */
     b.L = &L;
     b.p = &p;
+    b.act_dtype = c->act;
+    b.round = c->round;
+    b.gated = true;
     int pbits = c->act == WNA16_DTYPE_F16 ? 11 : 8;
     bool grouped13 = c->gs > 0 && c->gs < c->H, grouped2 = c->gs > 0 &&
                                                           c->gs < padded(c->I, c->gs);
@@ -744,22 +647,12 @@ static void run_case(const tcase_t *c, result_t *res)
     /* tensor cores may truncate when they add: 2^-23 a step */
     b.eps13 = c->H * 0x1p-23;
     b.eps2 = padded(c->I, c->gs) * 0x1p-23;
-    size_t HI = (size_t)c->H * c->I;
-    b.w13 = malloc(2 * HI * sizeof(float));
-    b.w2 = malloc(HI * sizeof(float));
-    double *scratch = malloc(((size_t)6 * c->I + 1) * sizeof(double));
     float *x = malloc((size_t)c->H * sizeof(float));
-    if (!b.w13 || !b.w2 || !scratch || !x) {
-        free(scratch);
+    if (!x || !w16_moe_bound_init(&b)) {
         free(x);
         fail(res, "out of memory", NULL);
         goto out;
     }
-    b.h = scratch;
-    b.hmag = scratch + 2 * c->I;
-    b.herr = scratch + 4 * c->I;
-    b.a = b.hmag; /* hmag is not needed after h: reuse for a, aerr */
-    b.aerr = b.hmag + c->I;
     for (int32_t e = 0; e < c->E; e++) {
         bool loaded = false;
         for (int32_t row = 0; row < (c->batched ? c->max_tokens : nslots);
@@ -781,7 +674,7 @@ static void run_case(const tcase_t *c, result_t *res)
                 cw = c->on_input ? 1.0 : w[row];
             }
             if (!loaded) {
-                dequant_expert(&b, e);
+                w16_moe_bound_expert(&b, e);
                 loaded = true;
             }
             const uint16_t *xr = hidden + (size_t)m * c->H;
@@ -792,15 +685,14 @@ static void run_case(const tcase_t *c, result_t *res)
                 float v = mt_from_act(c->act, xr[k]);
                 x[k] = scale_in ? mt_round_act(c->act, v * rw) : v;
             }
-            row_bound(&b, e, x, cw, bound + (size_t)m * c->H);
+            w16_moe_bound_row(&b, e, x, cw, bound + (size_t)m * c->H);
         }
     }
-    free(scratch);
     free(x);
     res->ok = true;
     for (size_t i = 0; i < nout; i++) {
         double gv = mt_from_act(c->act, got[i]), rv = mt_from_act(c->act, ref[i]);
-        double bd = bound[i] + act_ulp(c->act, rv);
+        double bd = bound[i] + w16_act_ulp(c->act, rv);
         double d = fabs(gv - rv);
         res->total++;
         if (!(d <= 2.0 * bd + 1e-30)) {
@@ -814,8 +706,7 @@ static void run_case(const tcase_t *c, result_t *res)
             res->worst = ratio;
     }
 out:
-    free(b.w13);
-    free(b.w2);
+    w16_moe_bound_free(&b);
     wna16_cuda_moe_destroy(moe);
     if (have_dev)
         free_dev_set(g_cuda, &dev);
