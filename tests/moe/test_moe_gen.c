@@ -25,6 +25,7 @@
  * seed 0x30e; -v prints each configuration; BACKEND draws only that one)
  */
 #include "moe_util.h"
+#include "runtime/ref/moe_bound.h" /* w16_act_ulp */
 #include "spec/spec.h" /* w16_spec_moe_takes_batched */
 
 #include <math.h>
@@ -337,17 +338,6 @@ static double *case_mag(const tcase_t *c)
 
 /* ---- comparison ------------------------------------------------------------ */
 
-/* Spacing of act-dtype numbers at |v|. */
-static double act_ulp(wna16_dtype_t dt, double v)
-{
-    int p = dt == WNA16_DTYPE_F16 ? 11 : 8;
-    double tiny = dt == WNA16_DTYPE_F16 ? 0x1p-24 : 0x1p-133;
-    int ex = 0;
-    frexp(fabs(v), &ex);
-    double u = v == 0.0 ? tiny : ldexp(1.0, ex - p);
-    return u < tiny ? tiny : u;
-}
-
 typedef struct tally {
     long exact, total, bad;
     double worst; /* largest |got - want| / tolerance */
@@ -392,7 +382,7 @@ static void check_close(wna16_dtype_t dt, const uint16_t *got,
             t->exact++;
             continue;
         }
-        double tol = 2.0 * act_ulp(dt, w) + 2.0 * eps * mag[i];
+        double tol = 2.0 * w16_act_ulp(dt, w) + 2.0 * eps * mag[i];
         double r = fabs(g - w) / tol;
         if (r > t->worst || isnan(r))
             t->worst = isnan(r) ? INFINITY : r;

@@ -19,6 +19,7 @@
  *     weights given, each row against a one-token standard run.
  */
 #include "moe_util.h"
+#include "runtime/ref/moe_bound.h" /* w16_act_ulp */
 
 #include <math.h>
 #include <stdio.h>
@@ -370,17 +371,6 @@ static void ind_moe(const problem_t *pr, bool round_act_out, uint16_t *out,
 
 /* ---- comparison --------------------------------------------------------- */
 
-/* Spacing of act-dtype numbers at |v| (p significant bits). */
-static double act_ulp(wna16_dtype_t dt, double v)
-{
-    int p = dt == WNA16_DTYPE_F16 ? 11 : 8;
-    double tiny = dt == WNA16_DTYPE_F16 ? 0x1p-24 : 0x1p-133;
-    int ex = 0;
-    frexp(fabs(v), &ex);
-    double u = v == 0.0 ? tiny : ldexp(1.0, ex - p);
-    return u < tiny ? tiny : u;
-}
-
 typedef struct tally {
     long exact, total, bad;
 } tally_t;
@@ -407,7 +397,7 @@ static void check_close(wna16_dtype_t dt, const uint16_t *got,
             t->exact++;
             continue;
         }
-        double tol = 2.0 * act_ulp(dt, w) + 2.0 * eps * mag[i];
+        double tol = 2.0 * w16_act_ulp(dt, w) + 2.0 * eps * mag[i];
         if (!(fabs(g - w) <= tol)) {
             t->bad++;
             if (t->bad <= 10)
