@@ -30,6 +30,7 @@
  * without a subtraction per weight byte.
  */
 #include "gen/moe_cpu.h"
+#include "gen/request_key.h"
 #include "spec/expr.h"
 
 #include <math.h>
@@ -1290,10 +1291,16 @@ static wna16_status_t emit(const void *data, void *module, const char *symbol,
 
 static void plan_text(w16_buf_t *b, const mc_plan_t *P)
 {
-    w16_buf_printf(b, "    moe_cpu v%d %s stage %s act %s (%g %g %g) dtype %s "
-                   "gated %d on_input %d batched %d round %d topk %lld E %lld "
-                   "H %lld I %lld BM %d TB %d pf %d",
-                   W16_MOE_CPU_VERSION, wna16_numerics_name(P->numerics),
+    /* The text is the kernel's content key (with the LLVM emitter's
+     * version), but unlike kernel IR it does not spell out the code: the
+     * emitter below writes it. So the generator's fingerprint (a hash of
+     * gen/'s sources) goes in too, or a disk cache would hand back objects
+     * of an older emitter whenever W16_MOE_CPU_VERSION was not bumped. */
+    w16_buf_printf(b, "    moe_cpu v%d gen %s %s stage %s act %s (%g %g %g) "
+                   "dtype %s gated %d on_input %d batched %d round %d topk "
+                   "%lld E %lld H %lld I %lld BM %d TB %d pf %d",
+                   W16_MOE_CPU_VERSION, w16_generator_version(),
+                   wna16_numerics_name(P->numerics),
                    w16_moe_stage_name(P->stage),
                    wna16_activation_name(P->activation), (double)P->limit,
                    (double)P->alpha, (double)P->beta,
