@@ -51,6 +51,7 @@
 #include "bench/bench_util.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/pool.h"
+#include "runtime/ref/moe_bound.h" /* w16_act_ulp */
 
 #include <math.h>
 #include <stdarg.h>
@@ -715,17 +716,6 @@ static const char *bench_contract(const wna16_moe_layer_t *layer, int M)
 
 /* ---- the check against the reference ------------------------------------------------ */
 
-/* Spacing of act-dtype numbers at |v| (tests/moe/test_moe_gen.c). */
-static double act_ulp(wna16_dtype_t dt, double v)
-{
-    int p = dt == WNA16_DTYPE_F16 ? 11 : 8;
-    double tiny = dt == WNA16_DTYPE_F16 ? 0x1p-24 : 0x1p-133;
-    int ex = 0;
-    frexp(fabs(v), &ex);
-    double u = v == 0.0 ? tiny : ldexp(1.0, ex - p);
-    return u < tiny ? tiny : u;
-}
-
 /* The size of the terms the tolerance scales with (test_moe_gen.c's
  * slot_mag; no bias, weights on the output, GEMM outputs in float32):
  * mag(n) = sum over the token's slots j of |w_j| sum_i |a_ji W2[e_j][n][i]|,
@@ -839,7 +829,7 @@ static bool check_m(const wna16_qlayer_t *L, wna16_moe_layer_t *layer,
                 token_acts(L, p, xs + (size_t)r * H, ids_s + r * TOPK, acts);
             have_acts = true;
             double mag = token_mag(L, ids_s + r * TOPK, w_s + r * TOPK, acts, n);
-            double tol = 2.0 * act_ulp(dt, wv) + 2.0 * eps * mag;
+            double tol = 2.0 * w16_act_ulp(dt, wv) + 2.0 * eps * mag;
             double rel = fabs(gv - wv) / tol;
             if (isnan(rel) || rel > worst)
                 worst = isnan(rel) ? INFINITY : rel;
