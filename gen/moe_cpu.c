@@ -28,8 +28,14 @@
  * permuted back before the store. Sum of q (code - zero) is computed as
  * sum q code - zero sum q: the same int32 as vLLM's (code - zero) operand,
  * without a subtraction per weight byte.
+ *
+ * Layouts whose columns keep their K codes contiguous in whole bytes
+ * (8-bit codes: triton's) get the GEMM blocks of moe_cpu_cols.c instead
+ * (w16_moe_cpu_gemm_cols: one column's 64 k a zmm, lane sums); their
+ * lanes are in natural column order (identity perm_lo/perm_hi). The
+ * shared plan and builder helpers are in moe_cpu_priv.h.
  */
-#include "gen/moe_cpu.h"
+#include "gen/moe_cpu_priv.h"
 #include "gen/request_key.h"
 #include "spec/expr.h"
 
@@ -75,26 +81,10 @@ unsigned w16_moe_cpu_isa(const char *f)
 
 /* ---- the plan: what the layout's maps say ---------------------------------- */
 
-typedef w16_moe_cpu_op_t mc_op_t;
-
-typedef struct mc_plan {
-    w16_moe_stage_t stage;
-    wna16_numerics_t numerics;
-    wna16_dtype_t act_dtype;
-    wna16_activation_t activation;
-    float limit, alpha, beta;
-    bool gated, on_input, batched, round;
-    int64_t topk, E, H, I, IP;
-    int BM, TB; /* rows a pass; gemm2's column blocks a tile */
-    int pf;     /* bytes ahead of a line the GEMMs prefetch (0: none) */
-    mc_op_t op[2];
-    int param[W16_MOE_ARG_COUNT];
-} mc_plan_t;
-
 /* The flat element offset and bit of role r's element at (e, n, k, g). */
-static bool locate(const w16_layout_t *l, const int64_t *v,
-                   const int64_t *shape, int64_t e, int64_t n, int64_t k,
-                   int64_t g, int64_t *flat, int64_t *bit)
+bool w16_moe_cpu_locate(const w16_layout_t *l, const int64_t *v,
+                        const int64_t *shape, int64_t e, int64_t n, int64_t k,
+                        int64_t g, int64_t *flat, int64_t *bit)
 {
     int64_t vars[W16_VAR_COUNT], coord[W16_MAX_COORDS], ix[W16_MAX_STORE_DIMS];
     memcpy(vars, v, sizeof vars);
@@ -142,8 +132,8 @@ static bool locate_sum(const w16_layout_t *l, const int64_t *v,
     return true;
 }
 
-static wna16_dtype_t dtype_of(const w16_moe_request_t *req, int g,
-                              w16_role_t r)
+wna16_dtype_t w16_moe_cpu_dtype_of(const w16_moe_request_t *req, int g,
+                                   w16_role_t r)
 {
     const w16_layout_t *l = req->backend->layouts[r];
     return req->dtype[g][r] ? req->dtype[g][r] : l->dtypes[0];
@@ -151,7 +141,7 @@ static wna16_dtype_t dtype_of(const w16_moe_request_t *req, int g,
 
 /* The e values a probe walks: the first and the last (the strides come
  * from the first two). */
-static int probe_experts(int64_t E, int64_t *out)
+int w16_moe_cpu_probe_experts(int64_t E, int64_t *out)
 {
     out[0] = 0;
     out[1] = E - 1;
@@ -159,35 +149,44 @@ static int probe_experts(int64_t E, int64_t *out)
 }
 
 /* Checks that the float (or zero-point) layout of role r stores (e, n, g)
- * at base + e*se + (n / 32)*snb + g*sg + n % 32, over every n and group of
- * the probed experts; fills the strides. */
-static const char *probe_vec32(const w16_layout_t *l, const int64_t *v,
-                               const int64_t *shape, const mc_op_t *o,
-                               int64_t E, int64_t *b0, int64_t *se,
-                               int64_t *snb, int64_t *sg)
+ * at base + e*se + (n / 32)*snb + (n % 32)*sn + g*sg, over every n and
+ * group of the probed experts; fills the strides. The VNNI kernels load
+ * a block's 32 columns as consecutive elements: sn must be 1 there. */
+static const char *probe_vec(const w16_layout_t *l, const int64_t *v,
+                             const int64_t *shape, const mc_op_t *o,
+                             int64_t E, int64_t *b0, int64_t *se,
+                             int64_t *snb, int64_t *sn, int64_t *sg)
 {
     int64_t f0, f;
-    if (!locate(l, v, shape, 0, 0, 0, 0, &f0, NULL))
+    if (!w16_moe_cpu_locate(l, v, shape, 0, 0, 0, 0, &f0, NULL))
         return "an element outside its shape";
     *b0 = f0;
     *se = *snb = *sg = 0;
-    if (E > 1 && locate(l, v, shape, 1, 0, 0, 0, &f, NULL))
+    *sn = 1;
+    if (E > 1 && w16_moe_cpu_locate(l, v, shape, 1, 0, 0, 0, &f, NULL))
         *se = f - f0;
-    if (o->NB > 1 && locate(l, v, shape, 0, 32, 0, 0, &f, NULL))
+    if (o->NB > 1 && w16_moe_cpu_locate(l, v, shape, 0, 32, 0, 0, &f, NULL))
         *snb = f - f0;
-    if (o->G > 1 && locate(l, v, shape, 0, 0, 0, 1, &f, NULL))
+    if (o->shape == W16_MOE_CPU_COLS && o->N > 1 &&
+        w16_moe_cpu_locate(l, v, shape, 0, 1, 0, 0, &f, NULL))
+        *sn = f - f0;
+    if (o->G > 1 && w16_moe_cpu_locate(l, v, shape, 0, 0, 0, 1, &f, NULL))
         *sg = f - f0;
+    if (*sn < 1 || *sn > (INT32_MAX >> 6)) /* the gathers' 32-bit offsets */
+        return "its columns are not at a positive stride below 2^25";
     int64_t es[3];
-    int ne = probe_experts(E, es);
+    int ne = w16_moe_cpu_probe_experts(E, es);
     int64_t gs[2] = {0, o->G - 1};
     for (int i = 0; i < ne; i++)
         for (int gi = 0; gi < (o->G > 1 ? 2 : 1); gi++)
             for (int64_t n = 0, g = gs[gi]; n < o->N; n++) {
                 int64_t want = f0 + es[i] * *se + (n / 32) * *snb + g * *sg +
-                               n % 32, bit = 0;
-                if (!locate(l, v, shape, es[i], n, 0, g, &f, &bit) ||
+                               (n % 32) * *sn, bit = 0;
+                if (!w16_moe_cpu_locate(l, v, shape, es[i], n, 0, g, &f, &bit) ||
                     f != want || bit != 0)
-                    return "its 32 columns of a block are not consecutive";
+                    return o->shape == W16_MOE_CPU_COLS
+                               ? "its columns are not at a regular stride"
+                               : "its 32 columns of a block are not consecutive";
             }
     return NULL;
 }
@@ -200,7 +199,7 @@ static const char *probe_codes(const w16_moe_request_t *req,
                                mc_op_t *o)
 {
     const w16_layout_t *l = req->backend->layouts[W16_ROLE_QWEIGHT];
-    wna16_dtype_t d = dtype_of(req, g, W16_ROLE_QWEIGHT);
+    wna16_dtype_t d = w16_moe_cpu_dtype_of(req, g, W16_ROLE_QWEIGHT);
     if (wna16_dtype_size(d) != 1 || w16_layout_code_bits(l, d, v) != 4 ||
         l->decode || !l->sums_block_k)
         return "its codes are not 4-bit fields of bytes with block sums";
@@ -210,17 +209,17 @@ static const char *probe_codes(const w16_moe_request_t *req,
     w16_eval_error_t ee = {0};
     if (!w16_expr_eval(l->sums_block_k, v, &sbk, &ee) || sbk != o->bk)
         return "its compensation blocks are not min(group size, 128)";
-    if (!locate(l, v, shape, 0, 0, 0, 0, &o->q0, NULL))
+    if (!w16_moe_cpu_locate(l, v, shape, 0, 0, 0, 0, &o->q0, NULL))
         return "an element outside its shape";
     o->q_e = o->q_nb = o->q_kc = 0;
-    if (p->E > 1 && locate(l, v, shape, 1, 0, 0, 0, &f, NULL))
+    if (p->E > 1 && w16_moe_cpu_locate(l, v, shape, 1, 0, 0, 0, &f, NULL))
         o->q_e = f - o->q0;
-    if (o->NB > 1 && locate(l, v, shape, 0, 32, 0, 0, &f, NULL))
+    if (o->NB > 1 && w16_moe_cpu_locate(l, v, shape, 0, 32, 0, 0, &f, NULL))
         o->q_nb = f - o->q0;
-    if (o->KC > 1 && locate(l, v, shape, 0, 0, o->bk, 0, &f, NULL))
+    if (o->KC > 1 && w16_moe_cpu_locate(l, v, shape, 0, 0, o->bk, 0, &f, NULL))
         o->q_kc = f - o->q0;
     int64_t es[3];
-    int ne = probe_experts(p->E, es);
+    int ne = w16_moe_cpu_probe_experts(p->E, es);
     for (int i = 0; i < ne; i++) {
         int64_t e = es[i];
         /* every block's base and compensation place (the first expert;
@@ -228,7 +227,7 @@ static const char *probe_codes(const w16_moe_request_t *req,
         for (int64_t nb = 0; nb < o->NB && i == 0; nb++)
             for (int64_t kc = 0; kc < o->KC; kc++) {
                 int64_t base = o->q0 + e * o->q_e + nb * o->q_nb + kc * o->q_kc;
-                if (!locate(l, v, shape, e, nb * 32, kc * o->bk, 0, &f, &bit) ||
+                if (!w16_moe_cpu_locate(l, v, shape, e, nb * 32, kc * o->bk, 0, &f, &bit) ||
                     f != base || bit != 0)
                     return "its blocks are not at regular strides";
                 if (!locate_sum(l, v, shape, e, nb * 32 + 31, kc, &f) ||
@@ -246,7 +245,7 @@ static const char *probe_codes(const w16_moe_request_t *req,
                         int64_t want = o->q0 + e * o->q_e + nbs[a] * o->q_nb +
                                        kcs[b] * o->q_kc + 64 * (kk / 4) +
                                        4 * (8 * (nn / 16) + nn % 8) + kk % 4;
-                        if (!locate(l, v, shape, e, n, k, 0, &f, &bit) ||
+                        if (!w16_moe_cpu_locate(l, v, shape, e, n, k, 0, &f, &bit) ||
                             f != want || bit != 4 * ((nn % 16) / 8))
                             return "its 64-byte lines do not hold 4 k x 32 "
                                    "columns in VNNI order";
@@ -260,10 +259,13 @@ static const char *probe_codes(const w16_moe_request_t *req,
     return NULL;
 }
 
-/* The plan of operand g, or the reason it has no VNNI block structure. */
+/* The plan of operand g, or the reason its codes have neither structure
+ * (VNNI blocks: the returned reason; K-contiguous columns: *why_cols, set
+ * when that probe ran) or its scales, zeros or bias are not read so. */
 static const char *probe_op(const w16_moe_request_t *req, const w16_problem_t *p,
-                            int g, mc_op_t *o)
+                            int g, mc_op_t *o, const char **why_cols)
 {
+    *why_cols = NULL;
     int64_t v[W16_VAR_COUNT];
     if (w16_spec_bind(req->backend, p, (wna16_gemm_t)g, v, NULL) != WNA16_OK)
         return "the problem does not bind";
@@ -273,52 +275,61 @@ static const char *probe_op(const w16_moe_request_t *req, const w16_problem_t *p
     o->G = v[W16_VAR_G];
     o->GSE = v[W16_VAR_GSE];
     o->bk = o->GSE < 128 ? o->GSE : 128;
-    if (p->BITS != 4 || p->act_order || o->N % 32 || o->bk % 16 ||
-        o->K % o->bk || o->GSE % o->bk)
-        return "it needs 4-bit codes without act-order, N a multiple of 32 "
-               "and blocks of min(group, 128) channels, a multiple of 16";
+    if (p->act_order || o->N % 32 || o->bk % 16 || o->K % o->bk ||
+        o->GSE % o->bk)
+        return "it needs codes without act-order, N a multiple of 32 and "
+               "blocks of min(group, 128) channels, a multiple of 16";
     o->KC = o->K / o->bk;
     o->NB = o->N / 32;
     o->zp = p->zp;
     o->bias = p->bias;
     o->zero = 1 << (p->BITS - 1);
-    const char *why = probe_codes(req, p, g, v, o);
-    if (why)
-        return why;
+    const char *why = p->BITS == 4 ? probe_codes(req, p, g, v, o)
+                                   : "its codes are not 4-bit";
+    if (why) {
+        if ((*why_cols = w16_moe_cpu_probe_cols(req, p, g, v, o)))
+            return why;
+        o->shape = W16_MOE_CPU_COLS;
+    }
     const w16_layout_t *ls = req->backend->layouts[W16_ROLE_SCALES];
     int64_t shape[W16_MAX_STORE_DIMS];
-    if (dtype_of(req, g, W16_ROLE_SCALES) != WNA16_DTYPE_F32 ||
+    o->scale_dtype = w16_moe_cpu_dtype_of(req, g, W16_ROLE_SCALES);
+    if ((o->shape == W16_MOE_CPU_VNNI && o->scale_dtype != WNA16_DTYPE_F32) ||
+        (o->scale_dtype != WNA16_DTYPE_F32 && o->scale_dtype != WNA16_DTYPE_BF16 &&
+         o->scale_dtype != WNA16_DTYPE_F16) ||
         ls->scale_multiply || ls->scale_int16 ||
         w16_layout_shape(ls, v, shape, NULL) != WNA16_OK)
-        return "its scales are not plain float32";
-    if ((why = probe_vec32(ls, v, shape, o, p->E, &o->s0, &o->s_e, &o->s_nb,
-                           &o->s_g)))
+        return o->shape == W16_MOE_CPU_VNNI
+                   ? "its scales are not plain float32"
+                   : "its scales are not plain float32, bfloat16 or float16";
+    if ((why = probe_vec(ls, v, shape, o, p->E, &o->s0, &o->s_e, &o->s_nb,
+                         &o->s_n, &o->s_g)))
         return why;
     if (p->zp) {
         const w16_layout_t *lz = req->backend->layouts[W16_ROLE_QZEROS];
-        wna16_dtype_t dz = dtype_of(req, g, W16_ROLE_QZEROS);
+        wna16_dtype_t dz = w16_moe_cpu_dtype_of(req, g, W16_ROLE_QZEROS);
         if (!lz || wna16_dtype_size(dz) != 1 ||
             w16_layout_code_bits(lz, dz, v) != 8 || lz->decode ||
             w16_layout_shape(lz, v, shape, NULL) != WNA16_OK)
             return "its zero points are not whole bytes";
-        if ((why = probe_vec32(lz, v, shape, o, p->E, &o->z0, &o->z_e,
-                               &o->z_nb, &o->z_g)))
+        if ((why = probe_vec(lz, v, shape, o, p->E, &o->z0, &o->z_e,
+                             &o->z_nb, &o->z_n, &o->z_g)))
             return why;
     }
     if (p->bias) {
         const w16_layout_t *lb = req->backend->layouts[W16_ROLE_BIAS];
         int64_t f0, f;
-        if (!lb || dtype_of(req, g, W16_ROLE_BIAS) != WNA16_DTYPE_F32 ||
+        if (!lb || w16_moe_cpu_dtype_of(req, g, W16_ROLE_BIAS) != WNA16_DTYPE_F32 ||
             w16_layout_shape(lb, v, shape, NULL) != WNA16_OK ||
-            !locate(lb, v, shape, 0, 0, 0, 0, &f0, NULL))
+            !w16_moe_cpu_locate(lb, v, shape, 0, 0, 0, 0, &f0, NULL))
             return "its bias is not float32";
         o->b0 = f0;
-        o->b_e = p->E > 1 && locate(lb, v, shape, 1, 0, 0, 0, &f, NULL) ? f - f0 : 0;
+        o->b_e = p->E > 1 && w16_moe_cpu_locate(lb, v, shape, 1, 0, 0, 0, &f, NULL) ? f - f0 : 0;
         int64_t es[3];
-        int ne = probe_experts(p->E, es);
+        int ne = w16_moe_cpu_probe_experts(p->E, es);
         for (int i = 0; i < ne; i++)
             for (int64_t n = 0; n < o->N; n++)
-                if (!locate(lb, v, shape, es[i], n, 0, 0, &f, NULL) ||
+                if (!w16_moe_cpu_locate(lb, v, shape, es[i], n, 0, 0, &f, NULL) ||
                     f != f0 + es[i] * o->b_e + n)
                     return "its bias rows are not consecutive";
     }
@@ -385,13 +396,25 @@ static wna16_status_t make_plan(const w16_moe_request_t *req,
             P->op[g] = probed->op[g];
             continue;
         }
-        const char *why = probe_op(req, &p, g, &P->op[g]);
+        const char *cols = NULL;
+        const char *why = probe_op(req, &p, g, &P->op[g], &cols);
+        if (why && cols)
+            return w16_err(err, WNA16_EUNSUPPORTED, "%s: the %s layout's maps "
+                           "have neither code structure the CPU kernels "
+                           "read (vLLM's cpu VNNI blocks: %s; K-contiguous "
+                           "columns: %s)", req->backend->name,
+                           g ? "w2" : "w13", why, cols);
         if (why)
             return w16_err(err, WNA16_EUNSUPPORTED, "%s: the %s layout's maps "
-                           "do not have the VNNI block structure the CPU "
-                           "kernels read: %s", req->backend->name,
-                           g ? "w2" : "w13", why);
+                           "do not have the %s structure the CPU kernels "
+                           "read: %s", req->backend->name, g ? "w2" : "w13",
+                           P->op[g].shape == W16_MOE_CPU_COLS
+                               ? "K-contiguous column" : "VNNI block", why);
     }
+    if (P->op[0].shape != P->op[1].shape)
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s: w13 and w2 have different "
+                       "code structures; the CPU kernels take one for both",
+                       req->backend->name);
     P->IP = P->op[1].K;
     if (P->IP != P->I || P->op[0].N != (P->gated ? 2 : 1) * P->IP)
         return w16_err(err, WNA16_EUNSUPPORTED, "%s pads the intermediate "
@@ -412,6 +435,8 @@ static wna16_status_t make_plan(const w16_moe_request_t *req,
      * average 9-10 on 2 cores): M = 1 best 0.68/0.89 ms against
      * 0.82/0.88 ms without, M = 64 best 18.6/23.6 ms against 23.0/45.5 */
     P->pf = 2048;
+    if (P->op[0].shape == W16_MOE_CPU_COLS)
+        P->pf = 512; /* ahead in the same column (see moe_cpu_cols.c) */
     int64_t want = P->BM > 1 ? 16 : 4;
     P->TB = 1;
     while (P->TB * 2 <= want && P->op[1].NB % (P->TB * 2) == 0)
@@ -439,169 +464,6 @@ wna16_status_t w16_moe_cpu_probe(const w16_moe_request_t *req,
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
 
-typedef struct cg {
-    const mc_plan_t *P;
-    LLVMContextRef c;
-    LLVMModuleRef m;
-    LLVMBuilderRef b;
-    LLVMValueRef fn, args;
-    LLVMBasicBlockRef entry;
-    LLVMTypeRef i1, i8, i16, i32, i64, f32, f16, ptr;
-    LLVMTypeRef v16i32, v16f32, v16i16, v16i8, v32i8, v16f16;
-    LLVMTypeRef dpbusd_t;
-    LLVMValueRef dpbusd;
-    LLVMValueRef perm_lo, perm_hi; /* shuffle masks (see the top) */
-} cg_t;
-
-static LLVMValueRef ci64(cg_t *G, int64_t v) { return LLVMConstInt(G->i64, (unsigned long long)v, 1); }
-static LLVMValueRef ci32(cg_t *G, int32_t v) { return LLVMConstInt(G->i32, (unsigned long long)(int64_t)v, 1); }
-static LLVMValueRef cf32(cg_t *G, double v) { return LLVMConstReal(G->f32, v); }
-
-static LLVMValueRef splat(cg_t *G, LLVMValueRef s, unsigned n)
-{
-    LLVMTypeRef vt = LLVMVectorType(LLVMTypeOf(s), n);
-    LLVMValueRef v = LLVMBuildInsertElement(G->b, LLVMGetPoison(vt), s,
-                                            ci32(G, 0), "");
-    return LLVMBuildShuffleVector(G->b, v, LLVMGetPoison(vt),
-                                  LLVMConstNull(LLVMVectorType(G->i32, n)), "");
-}
-static LLVMValueRef vi32(cg_t *G, int32_t v) { return splat(G, ci32(G, v), 16); }
-static LLVMValueRef vf32(cg_t *G, double v) { return splat(G, cf32(G, v), 16); }
-
-static LLVMValueRef mask(cg_t *G, const int *idx, int n)
-{
-    LLVMValueRef e[32];
-    for (int i = 0; i < n; i++)
-        e[i] = ci32(G, idx[i]);
-    return LLVMConstVector(e, (unsigned)n);
-}
-
-static LLVMValueRef shuf(cg_t *G, LLVMValueRef a, LLVMValueRef b, LLVMValueRef m)
-{
-    return LLVMBuildShuffleVector(G->b, a, b ? b : LLVMGetPoison(LLVMTypeOf(a)),
-                                  m, "");
-}
-
-/* byte address p + off */
-static LLVMValueRef at(cg_t *G, LLVMValueRef p, LLVMValueRef off)
-{
-    return LLVMBuildGEP2(G->b, G->i8, p, &off, 1, "");
-}
-
-static LLVMValueRef ld(cg_t *G, LLVMTypeRef t, LLVMValueRef p, unsigned align)
-{
-    LLVMValueRef v = LLVMBuildLoad2(G->b, t, p, "");
-    LLVMSetAlignment(v, align);
-    return v;
-}
-
-static void st(cg_t *G, LLVMValueRef v, LLVMValueRef p, unsigned align)
-{
-    LLVMSetAlignment(LLVMBuildStore(G->b, v, p), align);
-}
-
-static LLVMValueRef add(cg_t *G, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildAdd(G->b, a, b, ""); }
-static LLVMValueRef mul(cg_t *G, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildMul(G->b, a, b, ""); }
-static LLVMValueRef fmul(cg_t *G, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFMul(G->b, a, b, ""); }
-static LLVMValueRef fadd(cg_t *G, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFAdd(G->b, a, b, ""); }
-static LLVMValueRef fsub(cg_t *G, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFSub(G->b, a, b, ""); }
-
-/* An alloca in the entry block (promoted to registers by O3). */
-static LLVMValueRef var(cg_t *G, LLVMTypeRef t, LLVMValueRef init)
-{
-    LLVMBuilderRef e = LLVMCreateBuilderInContext(G->c);
-    LLVMValueRef first = LLVMGetFirstInstruction(G->entry);
-    if (first)
-        LLVMPositionBuilderBefore(e, first);
-    else
-        LLVMPositionBuilderAtEnd(e, G->entry);
-    LLVMValueRef a = LLVMBuildAlloca(e, t, "");
-    LLVMDisposeBuilder(e);
-    if (init)
-        LLVMBuildStore(G->b, init, a);
-    return a;
-}
-
-static LLVMValueRef array(cg_t *G, LLVMTypeRef t, int64_t n, unsigned align)
-{
-    LLVMBuilderRef e = LLVMCreateBuilderInContext(G->c);
-    LLVMValueRef first = LLVMGetFirstInstruction(G->entry);
-    if (first)
-        LLVMPositionBuilderBefore(e, first);
-    else
-        LLVMPositionBuilderAtEnd(e, G->entry);
-    LLVMValueRef a = LLVMBuildArrayAlloca(e, t, ci64(G, n), "");
-    LLVMSetAlignment(a, align);
-    LLVMDisposeBuilder(e);
-    return a;
-}
-
-/* for (i = lo; i < hi; i += step): loop_open returns i in the body. */
-typedef struct loop {
-    LLVMValueRef iv, step;
-    LLVMBasicBlockRef head, exit;
-} loop_t;
-
-static LLVMValueRef loop_open(cg_t *G, loop_t *L, LLVMValueRef lo,
-                              LLVMValueRef hi, int64_t step)
-{
-    L->iv = var(G, G->i64, lo);
-    L->step = ci64(G, step);
-    L->head = LLVMAppendBasicBlockInContext(G->c, G->fn, "head");
-    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(G->c, G->fn, "body");
-    L->exit = LLVMAppendBasicBlockInContext(G->c, G->fn, "exit");
-    LLVMBuildBr(G->b, L->head);
-    LLVMPositionBuilderAtEnd(G->b, L->head);
-    LLVMValueRef i = LLVMBuildLoad2(G->b, G->i64, L->iv, "i");
-    LLVMBuildCondBr(G->b, LLVMBuildICmp(G->b, LLVMIntSLT, i, hi, ""), body,
-                    L->exit);
-    LLVMPositionBuilderAtEnd(G->b, body);
-    return i;
-}
-
-static void loop_close(cg_t *G, loop_t *L)
-{
-    LLVMValueRef i = LLVMBuildLoad2(G->b, G->i64, L->iv, "");
-    LLVMBuildStore(G->b, add(G, i, L->step), L->iv);
-    LLVMBuildBr(G->b, L->head);
-    LLVMPositionBuilderAtEnd(G->b, L->exit);
-}
-
-/* if (cond) { ... }: returns the join block for if_close. */
-static LLVMBasicBlockRef if_open(cg_t *G, LLVMValueRef cond)
-{
-    LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(G->c, G->fn, "then");
-    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(G->c, G->fn, "join");
-    LLVMBuildCondBr(G->b, cond, then, join);
-    LLVMPositionBuilderAtEnd(G->b, then);
-    return join;
-}
-
-static void if_close(cg_t *G, LLVMBasicBlockRef join)
-{
-    LLVMBuildBr(G->b, join);
-    LLVMPositionBuilderAtEnd(G->b, join);
-}
-
-static LLVMValueRef intrinsic(cg_t *G, const char *name, LLVMTypeRef *over,
-                              size_t n_over, LLVMValueRef *args, unsigned n)
-{
-    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
-    LLVMValueRef f = LLVMGetIntrinsicDeclaration(G->m, id, over, n_over);
-    LLVMTypeRef t = LLVMIntrinsicGetType(G->c, id, over, n_over);
-    return LLVMBuildCall2(G->b, t, f, args, n, "");
-}
-
-/* argument a of the kernel as a pointer (or i64 scalar) */
-static LLVMValueRef arg_i64(cg_t *G, w16_moe_arg_t a)
-{
-    LLVMValueRef ix = ci64(G, G->P->param[a]);
-    return ld(G, G->i64, LLVMBuildGEP2(G->b, G->i64, G->args, &ix, 1, ""), 8);
-}
-static LLVMValueRef arg_ptr(cg_t *G, w16_moe_arg_t a)
-{
-    return LLVMBuildIntToPtr(G->b, arg_i64(G, a), G->ptr, "");
-}
 
 /* ---- float helpers (16 lanes) ---- */
 
@@ -899,22 +761,6 @@ static void emit_input(cg_t *G, const char *symbol)
     close_entry(G, &L);
 }
 
-/* One row of a pass: whether it is real, its slot, its codes, scale and
- * block sums. */
-typedef struct prow {
-    LLVMValueRef valid, slot, q, scale, sums;
-} prow_t;
-
-/* Prefetches the plan's distance ahead of the weight line at p. */
-static void prefetch(cg_t *G, LLVMValueRef p)
-{
-    if (!G->P->pf)
-        return;
-    LLVMValueRef pa[4] = {at(G, p, ci64(G, G->P->pf)), ci32(G, 0), ci32(G, 3),
-                          ci32(G, 1)};
-    LLVMTypeRef pt = G->ptr;
-    intrinsic(G, "llvm.prefetch", &pt, 1, pa, 4);
-}
 
 /* The scales and zero points (int32) of column block nb of operand g for
  * the group of input channel qoff, lo/hi lanes. Both GEMMs read them so. */
@@ -1109,7 +955,9 @@ static void store_natural(cg_t *G, LLVMValueRef v[2], LLVMValueRef p)
 static void gemm_block(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
                        const prow_t *rows, int BM, LLVMValueRef facc[][2])
 {
-    if (G->P->numerics == WNA16_NUMERICS_BF16_EXACT)
+    if (G->P->op[g].shape == W16_MOE_CPU_COLS)
+        w16_moe_cpu_gemm_cols(G, g, e, nb, rows, BM, facc);
+    else if (G->P->numerics == WNA16_NUMERICS_BF16_EXACT)
         block_gemm_bf16(G, g, e, nb, rows, BM, facc);
     else
         block_gemm(G, g, e, nb, rows, BM, facc);
@@ -1253,10 +1101,13 @@ static wna16_status_t emit(const void *data, void *module, const char *symbol,
     unsigned id = LLVMLookupIntrinsicID(dp, sizeof dp - 1);
     G.dpbusd = LLVMGetIntrinsicDeclaration(G.m, id, NULL, 0);
     G.dpbusd_t = LLVMIntrinsicGetType(G.c, id, NULL, 0);
+    /* the VNNI blocks' lanes hold their columns interleaved (see the
+     * top); the K-contiguous kernels' in natural order */
+    bool cols = P->op[0].shape == W16_MOE_CPU_COLS;
     int lo[16], hi[16];
     for (int i = 0; i < 16; i++) {
-        lo[i] = i < 8 ? i : i + 8;
-        hi[i] = lo[i] + 8;
+        lo[i] = cols ? i : i < 8 ? i : i + 8;
+        hi[i] = cols ? i + 16 : lo[i] + 8;
     }
     G.perm_lo = mask(&G, lo, 16);
     G.perm_hi = mask(&G, hi, 16);
@@ -1309,16 +1160,20 @@ static void plan_text(w16_buf_t *b, const mc_plan_t *P)
                    (long long)P->H, (long long)P->I, P->BM, P->TB, P->pf);
     for (int g = 0; g < 2; g++) {
         const mc_op_t *o = &P->op[g];
-        w16_buf_printf(b, "\n    op%d N %lld K %lld G %lld GSE %lld bk %lld "
-                       "q %lld %lld %lld %lld s %lld %lld %lld %lld z %lld %lld "
-                       "%lld %lld b %lld %lld zp %d bias %d zero %d", g,
+        w16_buf_printf(b, "\n    op%d %s N %lld K %lld G %lld GSE %lld bk %lld "
+                       "q %lld %lld %lld %lld %lld s %s %lld %lld %lld %lld %lld "
+                       "z %lld %lld %lld %lld %lld b %lld %lld zp %d bias %d "
+                       "zero %d", g,
+                       o->shape == W16_MOE_CPU_COLS ? "cols" : "vnni",
                        (long long)o->N, (long long)o->K, (long long)o->G,
                        (long long)o->GSE, (long long)o->bk, (long long)o->q0,
                        (long long)o->q_e, (long long)o->q_nb, (long long)o->q_kc,
+                       (long long)o->q_n, wna16_dtype_name(o->scale_dtype),
                        (long long)o->s0, (long long)o->s_e, (long long)o->s_nb,
-                       (long long)o->s_g, (long long)o->z0, (long long)o->z_e,
-                       (long long)o->z_nb, (long long)o->z_g, (long long)o->b0,
-                       (long long)o->b_e, o->zp, o->bias, o->zero);
+                       (long long)o->s_n, (long long)o->s_g, (long long)o->z0,
+                       (long long)o->z_e, (long long)o->z_nb, (long long)o->z_n,
+                       (long long)o->z_g, (long long)o->b0, (long long)o->b_e,
+                       o->zp, o->bias, o->zero);
     }
 }
 
@@ -1406,7 +1261,14 @@ wna16_status_t w16_build_moe_cpu(wna16_context_t *ctx,
     *kept = plan;
     *nat = (kir_native_t){.text = t, .emit_llvm = emit, .data = kept};
     k->native = nat;
-    if (numerics == WNA16_NUMERICS_BF16_EXACT)
+    bool cols = plan.op[0].shape == W16_MOE_CPU_COLS;
+    if (cols && stage != W16_MOE_INPUT)
+        k->comment = numerics == WNA16_NUMERICS_BF16_EXACT
+                         ? "fused MoE GEMM (bf16-exact): bf16((q - z) s) of "
+                           "K-contiguous columns, vdpbf16ps, lane sums"
+                         : "fused MoE GEMM (int8-dynamic): vpdpbusd of "
+                           "K-contiguous 8-bit columns, lane sums, zeros";
+    else if (numerics == WNA16_NUMERICS_BF16_EXACT)
         k->comment = stage == W16_MOE_INPUT
                          ? "fused MoE input (bf16-exact): x rows as bf16"
                      : stage == W16_MOE_GEMM1

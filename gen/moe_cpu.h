@@ -4,10 +4,12 @@
  * with explicit vector types and x86 intrinsics (vpdpbusd), beside the
  * portable kernel-IR builder (gen/build_moe.c), as gen/moe_cuda.c is for
  * the CUDA tensor cores. It serves a layout only when evaluating the
- * layout's maps shows the block structure its kernels read (vLLM's `cpu`
+ * layout's maps shows a code structure its kernels read (vLLM's `cpu`
  * VNNI blocks: 64-byte lines holding, per 32-bit lane L, four consecutive
  * k of column n_lo(L) in low nibbles and n_lo(L) + 8 in high nibbles, then
- * 32 int32 compensation sums per block); the spec's name plays no part.
+ * 32 int32 compensation sums per block; or 8-bit codes with each column's
+ * K codes in consecutive bytes, as triton's 8-bit layout:
+ * gen/moe_cpu_cols.c); the spec's name plays no part.
  *
  * The stages keep the portable kernels' interface (build_moe.h: arguments,
  * the expert runs and sorted positions of runtime/moe_gen.c, the combine
@@ -33,17 +35,31 @@ enum {
 unsigned w16_moe_cpu_isa(const char *llvm_features);
 
 /* Bump when the generated code changes (it is in every kernel's text). */
-#define W16_MOE_CPU_VERSION 2
+#define W16_MOE_CPU_VERSION 3
 
-/* One operand's VNNI blocks, found by evaluating its layouts' maps.
- * Offsets are in storage elements (bytes for codes and zeros, floats for
- * scales and bias) from the tensor's start. */
+/* The code structures the generator reads (one kernel shape each). */
+typedef enum w16_moe_cpu_shape {
+    /* vLLM's `cpu` VNNI blocks (above): 4-bit codes, compensation sums */
+    W16_MOE_CPU_VNNI = 0,
+    /* each column's K codes contiguous in whole bytes, one byte a k
+     * (triton's 8-bit layout): code (n, k) at q0 + e q_e + n q_n + k */
+    W16_MOE_CPU_COLS = 1,
+} w16_moe_cpu_shape_t;
+
+/* One operand's code blocks, found by evaluating its layouts' maps.
+ * Offsets are in storage elements (bytes for codes and zeros, scale_dtype
+ * elements for scales, floats for bias) from the tensor's start. */
 typedef struct w16_moe_cpu_op {
+    w16_moe_cpu_shape_t shape;
     int64_t N, K, G, GSE, bk, KC, NB; /* NB = N / 32 column blocks */
-    int64_t q0, q_e, q_nb, q_kc;      /* block (e, nb, kc) at q0 + ... */
-    int64_t s0, s_e, s_nb, s_g;       /* scales (e, n, g) */
-    int64_t z0, z_e, z_nb, z_g;       /* zeros */
+    int64_t q0, q_e, q_nb, q_kc;      /* VNNI block (e, nb, kc) at q0 + ... */
+    int64_t q_n;                      /* COLS: bytes from column n to n + 1 */
+    /* scales and zeros (e, n, g) at x0 + e x_e + (n / 32) x_nb + (n % 32)
+     * x_n + g x_g (VNNI: x_n = 1) */
+    int64_t s0, s_e, s_nb, s_n, s_g;
+    int64_t z0, z_e, z_nb, z_n, z_g;
     int64_t b0, b_e;                  /* bias (e, n) */
+    wna16_dtype_t scale_dtype;        /* F32 (VNNI); F32, BF16 or F16 */
     bool zp, bias;
     int zero; /* the zero point without zero-point tensors */
 } w16_moe_cpu_op_t;

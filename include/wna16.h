@@ -1195,17 +1195,24 @@ wna16_status_t wna16_ref_moe(const wna16_qlayer_t *layer,
  *  - F32 ("f32"): weights dequantized to float32, (code - zero) * scale,
  *    float32 products and sums (the generated kernels' portable path; the
  *    reference sums in double).
- *  - INT8_DYNAMIC ("int8-dynamic"): vLLM's CPU int4 MoE (CPUExpertsInt4):
- *    each GEMM input row quantized per token to u8 (scale max|x| / 127,
- *    codes rne(x * 127 / max|x|) + 128), u8 x (code - zero) products summed
- *    exactly in int32 per block of min(group size, 128) input channels
- *    (the layout's compensation sums remove the 128 offset), each block's
- *    sum times the row's and the group's scales added in float32. 4-bit
- *    codes, no act-order. Its error against F32 is that of 8-bit inputs:
- *    per GEMM output, up to max|x| / 254 times the sum of |w| over K.
+ *  - INT8_DYNAMIC ("int8-dynamic"): vLLM's CPU int4 MoE (CPUExpertsInt4),
+ *    extended to 8-bit codes: each GEMM input row quantized per token to
+ *    u8 (scale max|x| / 127, codes rne(x * 127 / max|x|) + 128), u8 x
+ *    (code - zero) products summed exactly in int32 per block of min(group
+ *    size, 128) input channels, less 128 times the block's sum of (code -
+ *    zero) (the cpu layout's compensation sums; for 8-bit codes the
+ *    kernels compute the same integer as (u8 - 128) x code less zero times
+ *    the block's sum of (u8 - 128)), each block's sum times the row's and
+ *    the group's scales added in float32. 4-bit or 8-bit codes, no
+ *    act-order. Its error against F32 is that of 8-bit inputs: per GEMM
+ *    output, up to max|x| / 254 times the sum of |w| over K.
  *  - BF16_EXACT ("bf16-exact"): as Marlin computes: bf16((code - zero) *
  *    scale) times the bf16 input, summed in float32 in k order (a pair
- *    of channels as vdpbf16ps: k + 1, then k). bf16 activations. */
+ *    of channels as vdpbf16ps: k + 1, then k; the reference's order). The
+ *    dedicated CPU kernels for K-contiguous layouts (8-bit codes, one byte
+ *    a k) sum each block of min(group size, 128) channels in 16 lanes of
+ *    pairs, reduce the lanes, then add the blocks in k order: the same
+ *    within float32 rounding. bf16 activations. */
 typedef enum wna16_numerics {
     WNA16_NUMERICS_INVALID = -1,
     WNA16_NUMERICS_F32 = 0,
@@ -1221,7 +1228,8 @@ wna16_numerics_t wna16_numerics_from_name(const char *name);
 
 /* wna16_ref_moe under the given numeric contract (F32: wna16_ref_moe).
  * EUNSUPPORTED where the layer falls outside the contract (int8-dynamic:
- * 8-bit codes, act-order). */
+ * codes other than 4 and 8 bits, act-order, groups not made of whole
+ * blocks of min(group size, 128) channels). */
 wna16_status_t wna16_ref_moe_numerics(const wna16_qlayer_t *layer,
                                       const wna16_moe_params_t *p,
                                       wna16_numerics_t numerics,
@@ -1397,9 +1405,11 @@ wna16_status_t wna16_moe_layer_run(wna16_moe_layer_t *layer,
 
 /* The numeric contract the layer's GEMM kernels compute (fixed at
  * creation): on a CPU with AVX512-VNNI, a layout whose block structure the
- * dedicated CPU generator recognizes (vLLM's `cpu` VNNI blocks) and a spec
- * that lists it, "int8-dynamic"; otherwise the portable kernels' "f32"
- * (the layer's creation logs which, and why, once). $WNA16_NUMERICS (a
+ * dedicated CPU generator recognizes (vLLM's `cpu` VNNI blocks, or 8-bit
+ * codes with each column's K codes contiguous, as triton's) and a spec
+ * that lists it, the first listed contract it builds; otherwise the
+ * portable kernels' "f32" (the layer's creation logs which, and why,
+ * once). $WNA16_NUMERICS (a
  * contract's name) asks for another one where it can run. Compare the
  * layer's outputs with wna16_ref_moe_numerics under this contract. */
 wna16_numerics_t wna16_moe_layer_numerics(const wna16_moe_layer_t *layer);

@@ -282,8 +282,9 @@ static int32_t int8_block(const wna16_qweight_t *qw)
 }
 
 /* What a contract needs of the layer: int8-dynamic is defined for 4-bit
- * codes (u8 x s4 products) without act-order, its blocks of min(group,
- * 128) channels inside one group. */
+ * and 8-bit codes without act-order, its blocks of min(group, 128)
+ * channels inside one group (8-bit codes: a block's sum of s8 x (code -
+ * zero) is below 127 * 255 * 128 in magnitude, exact in int32). */
 static wna16_status_t check_numerics(const wna16_qlayer_t *layer,
                                      wna16_numerics_t n, wna16_error_t *err)
 {
@@ -296,11 +297,12 @@ static wna16_status_t check_numerics(const wna16_qlayer_t *layer,
     for (int i = 0; i < 2; i++) {
         const wna16_qweight_t *qw = ops[i];
         int32_t gse = qw->K / qw->G, bk = int8_block(qw);
-        if (qw->bits != 4 || qw->g_idx || gse % bk)
+        if ((qw->bits != 4 && qw->bits != 8) || qw->g_idx || gse % bk)
             return w16_err(err, WNA16_EUNSUPPORTED, "moe: the int8-dynamic "
-                           "contract (vLLM's CPU int4 MoE) needs 4-bit codes "
-                           "without act-order in blocks of min(group size, "
-                           "128) channels; %s has %d bits%s, group %d",
+                           "contract (vLLM's CPU int4 MoE) needs 4-bit or "
+                           "8-bit codes without act-order in blocks of "
+                           "min(group size, 128) channels; %s has %d bits%s, "
+                           "group %d",
                            i ? "w2" : "w13", qw->bits,
                            qw->g_idx ? " with g_idx" : "", gse);
     }

@@ -41,9 +41,10 @@
 static wna16_context_t *ctx;
 static tu_rng_t rng;
 
-/* A symmetric (zp false) or asymmetric int4 layer, group 128, E experts. */
-static void make_layer(wna16_qlayer_t *L, int32_t E, int32_t H, int32_t I,
-                       bool zp)
+/* A symmetric (zp false) or asymmetric layer of `bits`-bit codes in
+ * groups of `group`, E experts. */
+static void make_layer_q(wna16_qlayer_t *L, int32_t E, int32_t H, int32_t I,
+                         bool zp, int bits, int group)
 {
     wna16_error_t err;
     *L = (wna16_qlayer_t){.E = E, .H = H, .I = I};
@@ -51,33 +52,48 @@ static void make_layer(wna16_qlayer_t *L, int32_t E, int32_t H, int32_t I,
     int32_t N[2] = {2 * I, H}, K[2] = {H, I};
     for (int o = 0; o < 2; o++) {
         wna16_qweight_t *q = ops[o];
-        TU_OK(wna16_qweight_alloc(q, E, N[o], K[o], 4, 128, zp, false, false,
-                                  &err), &err);
+        TU_OK(wna16_qweight_alloc(q, E, N[o], K[o], bits, group, zp, false,
+                                  false, &err), &err);
         q->scale_dtype = WNA16_DTYPE_BF16;
         for (size_t i = 0; i < (size_t)E * N[o] * K[o]; i++)
-            q->codes[i] = (uint8_t)tu_rng_below(&rng, 16);
+            q->codes[i] = (uint8_t)tu_rng_below(&rng, 1u << bits);
         for (size_t i = 0; i < (size_t)E * q->G * N[o]; i++) {
             q->scales[i] = mt_round_act(WNA16_DTYPE_BF16,
-                                        (float)mt_uniform(&rng, 0.02, 0.06));
+                                        (float)(mt_uniform(&rng, 0.02, 0.06) *
+                                                16.0 / (1u << bits)));
             if (zp)
-                q->zeros[i] = (uint8_t)tu_rng_below(&rng, 16);
+                q->zeros[i] = (uint8_t)tu_rng_below(&rng, 1u << bits);
         }
     }
 }
 
-static wna16_moe_layer_t *make_moe(const char *backend, const wna16_qlayer_t *L,
-                                   bool zp, wna16_tensor_set_t **set)
+/* The int4 layers of the cpu layout: group 128. */
+static void make_layer(wna16_qlayer_t *L, int32_t E, int32_t H, int32_t I,
+                       bool zp)
+{
+    make_layer_q(L, E, H, I, zp, 4, 128);
+}
+
+static wna16_moe_layer_t *make_moe_q(const char *backend,
+                                     const wna16_qlayer_t *L, bool zp, int bits,
+                                     int group, wna16_tensor_set_t **set)
 {
     wna16_error_t err;
     const wna16_spec_t *s = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, backend);
     TU_OK(wna16_tensor_set_create(ctx, set, &err), &err);
     TU_OK(wna16_ref_encode(ctx, s, L, "m", *set, &err), &err);
-    wna16_quant_desc_t q = {.bits = 4, .group_size = 128, .zero_point = zp,
-                            .model_dtype = WNA16_DTYPE_BF16};
+    wna16_quant_desc_t q = {.bits = bits, .group_size = group,
+                            .zero_point = zp, .model_dtype = WNA16_DTYPE_BF16};
     wna16_moe_layer_t *layer = NULL;
     TU_OK(wna16_moe_layer_create(ctx, s, *set, "m", L->E, L->H, L->I, &q,
                                  WNA16_TARGET_CPU, &layer, &err), &err);
     return layer;
+}
+
+static wna16_moe_layer_t *make_moe(const char *backend, const wna16_qlayer_t *L,
+                                   bool zp, wna16_tensor_set_t **set)
+{
+    return make_moe_q(backend, L, zp, 4, 128, set);
 }
 
 /* 1 and 2: which kernels, and the probe. */
@@ -122,26 +138,76 @@ static void test_choice(void)
                                &err) == WNA16_EUNSUPPORTED &&
              strstr(err.message, "AVX512-VNNI"));
     req.backend = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, "triton");
-    TU_CHECK(w16_moe_cpu_probe(&req, WNA16_NUMERICS_INT8_DYNAMIC, isa, NULL,
-                               &err) == WNA16_EUNSUPPORTED &&
-             strstr(err.message, "maps"));
+    TU_CHECK_MSG(w16_moe_cpu_probe(&req, WNA16_NUMERICS_INT8_DYNAMIC, isa,
+                                   NULL, &err) == WNA16_EUNSUPPORTED &&
+                 strstr(err.message, "maps") &&
+                 strstr(err.message, "K-contiguous columns: its codes are "
+                        "not 8-bit"), "triton 4-bit: %s", err.message);
+    wna16_qlayer_free(&L);
+
+    /* triton's 8-bit layout: each column's K codes contiguous, found with
+     * its strides (w13: N = 256, K = 256, group 64: 4 groups; w2: K = 128,
+     * 2 groups), under both contracts */
+    req.problem = (w16_problem_t){4, 256, 128, 8, 64, true};
+    isa |= W16_CPU_ISA_AVX512_BF16;
+    TU_OK(w16_moe_cpu_probe(&req, WNA16_NUMERICS_INT8_DYNAMIC, isa, &lay, &err),
+          &err);
+    TU_CHECK(lay.op[0].shape == W16_MOE_CPU_COLS && lay.op[0].bk == 64 &&
+             lay.op[0].q_n == 256 && lay.op[0].q_e == 256 * 256 &&
+             lay.op[0].s_n == 4 && lay.op[0].s_g == 1 && lay.op[0].z_n == 4 &&
+             lay.op[0].zero == 128);
+    TU_CHECK(lay.op[1].shape == W16_MOE_CPU_COLS && lay.op[1].q_n == 128 &&
+             lay.op[1].s_n == 2 && lay.op[1].KC == 2);
+    TU_OK(w16_moe_cpu_probe(&req, WNA16_NUMERICS_BF16_EXACT, isa, &lay, &err),
+          &err);
+    /* blocks of 32 channels are half a zmm of one column: refused */
+    req.problem.GS = 32;
+    TU_CHECK_MSG(w16_moe_cpu_probe(&req, WNA16_NUMERICS_INT8_DYNAMIC, isa,
+                                   NULL, &err) == WNA16_EUNSUPPORTED &&
+                 strstr(err.message, "multiple of 64"), "group 32: %s",
+                 err.message);
+
+    /* a bf16 layer of triton 8-bit runs the dedicated kernels by default:
+     * the spec lists bf16-exact first (int8-dynamic without AVX512-BF16) */
+    make_layer_q(&L, 4, 256, 128, false, 8, 128);
+    m = make_moe_q("triton", &L, false, 8, 128, &set);
+    wna16_numerics_t nu = wna16_moe_layer_numerics(m);
+    TU_CHECK_MSG(nu == WNA16_NUMERICS_BF16_EXACT ||
+                 nu == WNA16_NUMERICS_INT8_DYNAMIC, "triton 8-bit runs %s",
+                 wna16_numerics_name(nu));
+    wna16_moe_layer_destroy(m);
+    wna16_tensor_set_destroy(set);
     wna16_qlayer_free(&L);
 }
 
 /* 3 and 4 at M tokens, under numerics nu (asked through
- * $WNA16_NUMERICS). */
-static void test_outputs(int32_t M, bool zp, wna16_numerics_t nu)
+ * $WNA16_NUMERICS), a layer of `bits`-bit codes in groups of `group`
+ * stored in `backend`'s layout, which the dedicated kernels must read
+ * (the probe accepts it: bf16-exact could also run on the portable
+ * kernels). */
+static void test_outputs_on(const char *backend, int bits, int group,
+                            int32_t M, bool zp, wna16_numerics_t nu)
 {
     const int32_t E = 16, H = 512, I = 256, topk = 8;
     wna16_qlayer_t L;
-    make_layer(&L, E, H, I, zp);
+    make_layer_q(&L, E, H, I, zp, bits, group);
     wna16_tensor_set_t *set;
     setenv("WNA16_NUMERICS", wna16_numerics_name(nu), 1);
-    wna16_moe_layer_t *m = make_moe("cpu", &L, zp, &set);
+    wna16_moe_layer_t *m = make_moe_q(backend, &L, zp, bits, group, &set);
     unsetenv("WNA16_NUMERICS");
     TU_CHECK_MSG(wna16_moe_layer_numerics(m) == nu, "asked %s, runs %s",
                  wna16_numerics_name(nu),
                  wna16_numerics_name(wna16_moe_layer_numerics(m)));
+    w16_moe_request_t req = {
+        .backend = wna16_spec_find(ctx, WNA16_SPEC_BACKEND, backend),
+        .problem = {E, H, I, bits, group, zp}, .topk = topk, .block_m = 1};
+    wna16_moe_params_init(&req.params);
+    req.params.act_dtype = WNA16_DTYPE_BF16;
+    wna16_error_t perr;
+    TU_CHECK_MSG(w16_moe_cpu_probe(&req, nu, W16_CPU_ISA_AVX512 |
+                                   W16_CPU_ISA_AVX512_VNNI |
+                                   W16_CPU_ISA_AVX512_BF16, NULL, &perr) ==
+                 WNA16_OK, "%s %d-bit: %s", backend, bits, perr.message);
     size_t n = (size_t)M * H;
     uint16_t *hid = malloc(2 * n), *got = malloc(2 * n), *want = malloc(2 * n),
              *f32 = malloc(2 * n);
@@ -172,12 +238,14 @@ static void test_outputs(int32_t M, bool zp, wna16_numerics_t nu)
         exact += got[i] == want[i];
     }
     const char *name = wna16_numerics_name(nu);
-    printf("M %d %s: %zu of %zu bit-identical to the %s reference (max diff "
-           "%.3g); %s vs f32 reference: max diff %.3g of max |out| %.3g\n", M,
+    printf("%s %d-bit group %d, M %d %s: %zu of %zu bit-identical to the "
+           "%s reference (max diff %.3g); %s vs f32 reference: max diff %.3g "
+           "of max |out| %.3g\n", backend, bits, group, M,
            zp ? "zero points" : "symmetric", exact, n, name, max_d, name,
            max_q, max_ref);
     TU_CHECK_MSG(exact >= 0.99 * (double)n && max_d <= 0x1p-6 * max_ref,
-                 "M %d: kernels vs %s reference", M, name);
+                 "%s %d-bit, M %d: kernels vs %s reference", backend, bits, M,
+                 name);
     /* 8-bit inputs: about 2^-7 relative; bf16 weights and inputs: a few
      * 2^-9, plus the sums' order */
     TU_CHECK_MSG(max_q > 0 && max_q <= (nu == WNA16_NUMERICS_INT8_DYNAMIC
@@ -273,10 +341,18 @@ int main(void)
                     "the portable f32 kernels");
     }
     test_choice();
-    test_outputs(1, false, WNA16_NUMERICS_INT8_DYNAMIC);
-    test_outputs(16, true, WNA16_NUMERICS_INT8_DYNAMIC);
-    test_outputs(64, false, WNA16_NUMERICS_INT8_DYNAMIC);
-    test_outputs(1, true, WNA16_NUMERICS_BF16_EXACT);
-    test_outputs(33, false, WNA16_NUMERICS_BF16_EXACT);
+    const wna16_numerics_t i8 = WNA16_NUMERICS_INT8_DYNAMIC,
+                           bf = WNA16_NUMERICS_BF16_EXACT;
+    test_outputs_on("cpu", 4, 128, 1, false, i8);
+    test_outputs_on("cpu", 4, 128, 16, true, i8);
+    test_outputs_on("cpu", 4, 128, 64, false, i8);
+    test_outputs_on("cpu", 4, 128, 1, true, bf);
+    test_outputs_on("cpu", 4, 128, 33, false, bf);
+    /* 8-bit codes, K-contiguous columns (gen/moe_cpu_cols.c); group 64:
+     * blocks of 64 channels, one line a column */
+    test_outputs_on("triton", 8, 128, 1, false, i8);
+    test_outputs_on("triton", 8, 64, 16, true, i8);
+    test_outputs_on("triton", 8, 128, 33, true, bf);
+    test_outputs_on("triton", 8, 64, 1, false, bf);
     return tu_finish("test_moe_cpu");
 }
