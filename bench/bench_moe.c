@@ -705,8 +705,8 @@ static const char *bench_contract(const wna16_moe_layer_t *layer, int M)
     case WNA16_NUMERICS_F32:
         return "f32: f32 FMA of dequantized weights";
     case WNA16_NUMERICS_INT8_DYNAMIC:
-        return "int8-dynamic: u8 activations (per token) x int4 codes, "
-               "int32 sums";
+        return "int8-dynamic: u8 activations (per token) x int4/int8 "
+               "codes, int32 sums";
     case WNA16_NUMERICS_BF16_EXACT:
         return "bf16-exact: bf16 weights x bf16 activations, f32 sums";
     default:

@@ -10,10 +10,12 @@
  * A zmm of 64 code bytes is 64 k of ONE column; one column block is 32
  * columns, two halves of 16 (lane i of a result is column 16 h + i):
  *
- *   int8-dynamic, per k block kc of bk = min(group, 128) channels:
- *     s[r][l]   = q[r][kc bk + 64 l ..] ^ 0x80        (s8: q - 128)
- *     acc[r][n] = sum_l vpdpbusd(codes(n, line l) as u8, s[r][l])
- *     C[r]      = tree(acc[r][16 h .. 16 h + 15])    (16 column sums)
+ *   int8-dynamic, s[r] = q[r] ^ 0x80 (s8: q - 128) once a pass; per half
+ *   h, each column n over all of K (its bytes in storage order), per k
+ *   block kc of bk = min(group, 128) channels:
+ *     acc[r][kc][n] = sum_l vpdpbusd(codes(n, line l) as u8, s[r][l])
+ *   (16 lanes, to a stack buffer); then per k block:
+ *     C[r]      = tree(acc[r][kc][16 h .. 16 h + 15]) (16 column sums)
  *                 - zero * (sum_q[r][kc] - 128 bk)   (exact int32)
  *     facc[r][h] += float(C) * scale_x[r] * scale_w[g]
  *   bf16-exact, per k block:
@@ -55,6 +57,9 @@ const char *w16_moe_cpu_probe_cols(const w16_moe_request_t *req,
                  ? f - o->q0 : 0;
     if (o->q_n < o->K)
         return "its columns overlap (less than K bytes apart)";
+    if (o->KC > 256)
+        return "it has more than 256 blocks of K (the kernels keep 1 KiB "
+               "a block and row on the stack)";
     int64_t es[3];
     int ne = w16_moe_cpu_probe_experts(p->E, es);
     for (int i = 0; i < ne; i++) {
@@ -235,51 +240,6 @@ static LLVMValueRef line_at(cg_t *G, const cols_ctx_t *C, int h, int c, int l)
     return lp;
 }
 
-static void gemm_cols_i8(cg_t *G, cols_ctx_t *C, LLVMValueRef facc[][2])
-{
-    const mc_op_t *o = &G->P->op[C->g];
-    LLVMValueRef s[4][2];
-    for (int t = 0; t < C->BM; t++)
-        for (int l = 0; l < C->lines; l++) {
-            LLVMValueRef q = ld(G, G->v16i32, at(G, C->rows[t].q,
-                                                  add(G, C->qoff, ci64(G, 64 * l))), 1);
-            s[t][l] = LLVMBuildXor(G->b, q, vi32(G, (int32_t)0x80808080u), "");
-        }
-    for (int h = 0; h < 2; h++) {
-        LLVMValueRef scale, zero;
-        cols_params(G, C->g, C->e, C->nb, h, C->qoff, &scale, &zero);
-        tree_t T[4];
-        for (int t = 0; t < C->BM; t++)
-            T[t] = C->T;
-        for (int slot = 0; slot < 16; slot++) {
-            int c = 0;
-            while (C->T.slot_of[c] != slot)
-                c++;
-            LLVMValueRef acc[4] = {NULL, NULL, NULL, NULL};
-            for (int l = 0; l < C->lines; l++) {
-                LLVMValueRef w = ld(G, G->v16i32, line_at(G, C, h, c, l), 1);
-                for (int t = 0; t < C->BM; t++) {
-                    LLVMValueRef ops[3] = {acc[t] ? acc[t] : vi32(G, 0), w, s[t][l]};
-                    acc[t] = LLVMBuildCall2(G->b, G->dpbusd_t, G->dpbusd, ops, 3, "");
-                }
-            }
-            for (int t = 0; t < C->BM; t++)
-                tree_push(G, &T[t], acc[t]);
-        }
-        for (int t = 0; t < C->BM; t++) {
-            /* sum of s over the block = sum of q - 128 bk */
-            LLVMValueRef qs = ld(G, G->i32, at(G, C->rows[t].sums,
-                                               mul(G, C->kc, ci64(G, 4))), 4);
-            qs = LLVMBuildSub(G->b, qs, ci32(G, (int32_t)(128 * o->bk)), "");
-            LLVMValueRef v = LLVMBuildSub(G->b, T[t].stack[0],
-                                          mul(G, zero, splat(G, qs, 16)), "");
-            LLVMValueRef f = fmul(G, fmul(G, LLVMBuildSIToFP(G->b, v, G->v16f32, ""),
-                                          splat(G, C->rows[t].scale, 16)), scale);
-            st(G, fadd(G, ld(G, G->v16f32, facc[t][h], 64), f), facc[t][h], 64);
-        }
-    }
-}
-
 static void gemm_cols_bf16(cg_t *G, cols_ctx_t *C, LLVMValueRef facc[][2])
 {
     LLVMTypeRef v32bf = LLVMVectorType(LLVMBFloatTypeInContext(G->c), 32);
@@ -337,6 +297,80 @@ static void gemm_cols_bf16(cg_t *G, cols_ctx_t *C, LLVMValueRef facc[][2])
     }
 }
 
+/* int8-dynamic: one column at a time over all of K (the column block's
+ * bytes read in storage order, one stream), the 16 lanes of each (row,
+ * k block, column) kept in a stack buffer; then, per k block, the trees
+ * and the exact int32 epilogue. The rows' s = q ^ 0x80 go to a stack
+ * buffer once a pass. */
+static void gemm_cols_i8_seq(cg_t *G, cols_ctx_t *C, LLVMValueRef facc[][2])
+{
+    const mc_op_t *o = &G->P->op[C->g];
+    int BM = C->BM;
+    LLVMValueRef sb = array(G, G->i8, BM * o->K, 64);
+    LLVMValueRef pb = array(G, G->i8, BM * o->KC * 16 * 64, 64);
+    for (int t = 0; t < BM; t++) {
+        loop_t J;
+        LLVMValueRef j = loop_open(G, &J, ci64(G, 0), ci64(G, o->K / 64), 1);
+        LLVMValueRef q = ld(G, G->v16i32, at(G, C->rows[t].q, mul(G, j, ci64(G, 64))), 1);
+        st(G, LLVMBuildXor(G->b, q, vi32(G, (int32_t)0x80808080u), ""),
+           at(G, sb, add(G, ci64(G, (int64_t)t * o->K), mul(G, j, ci64(G, 64)))), 64);
+        loop_close(G, &J);
+    }
+    LLVMValueRef qw = arg_ptr(G, w16_moe_weight_arg((wna16_gemm_t)C->g, W16_ROLE_QWEIGHT));
+    for (int h = 0; h < 2; h++) {
+        loop_t Cl, Kl;
+        LLVMValueRef c = loop_open(G, &Cl, ci64(G, 0), ci64(G, 16), 1);
+        LLVMValueRef colp = at(G, qw, add(G, C->col0, mul(G, add(G, c, ci64(G, 16 * h)),
+                                                            ci64(G, o->q_n))));
+        LLVMValueRef kc = loop_open(G, &Kl, ci64(G, 0), ci64(G, o->KC), 1);
+        LLVMValueRef qoff = mul(G, kc, ci64(G, o->bk));
+        LLVMValueRef acc[4] = {NULL, NULL, NULL, NULL};
+        for (int l = 0; l < C->lines; l++) {
+            LLVMValueRef lp = at(G, colp, add(G, qoff, ci64(G, 64 * l)));
+            prefetch(G, lp);
+            LLVMValueRef w = ld(G, G->v16i32, lp, 1);
+            for (int t = 0; t < BM; t++) {
+                LLVMValueRef s = ld(G, G->v16i32, at(G, sb, add(G, qoff,
+                                    ci64(G, (int64_t)t * o->K + 64 * l))), 64);
+                LLVMValueRef ops[3] = {acc[t] ? acc[t] : vi32(G, 0), w, s};
+                acc[t] = LLVMBuildCall2(G->b, G->dpbusd_t, G->dpbusd, ops, 3, "");
+            }
+        }
+        for (int t = 0; t < BM; t++) {
+            LLVMValueRef ix = add(G, mul(G, add(G, ci64(G, (int64_t)t * o->KC), kc),
+                                         ci64(G, 16)), c);
+            st(G, acc[t], at(G, pb, mul(G, ix, ci64(G, 64))), 64);
+        }
+        loop_close(G, &Kl);
+        loop_close(G, &Cl);
+        kc = loop_open(G, &Kl, ci64(G, 0), ci64(G, o->KC), 1);
+        qoff = mul(G, kc, ci64(G, o->bk));
+        LLVMValueRef scale, zero;
+        cols_params(G, C->g, C->e, C->nb, h, qoff, &scale, &zero);
+        for (int t = 0; t < BM; t++) {
+            tree_t T = C->T;
+            LLVMValueRef row = mul(G, add(G, ci64(G, (int64_t)t * o->KC), kc),
+                                   ci64(G, 16 * 64));
+            for (int slot = 0; slot < 16; slot++) {
+                int cc = 0;
+                while (C->T.slot_of[cc] != slot)
+                    cc++;
+                tree_push(G, &T, ld(G, G->v16i32, at(G, pb, add(G, row,
+                                                               ci64(G, 64 * cc))), 64));
+            }
+            LLVMValueRef qs = ld(G, G->i32, at(G, C->rows[t].sums,
+                                               mul(G, kc, ci64(G, 4))), 4);
+            qs = LLVMBuildSub(G->b, qs, ci32(G, (int32_t)(128 * o->bk)), "");
+            LLVMValueRef v = LLVMBuildSub(G->b, T.stack[0],
+                                          mul(G, zero, splat(G, qs, 16)), "");
+            LLVMValueRef f = fmul(G, fmul(G, LLVMBuildSIToFP(G->b, v, G->v16f32, ""),
+                                          splat(G, C->rows[t].scale, 16)), scale);
+            st(G, fadd(G, ld(G, G->v16f32, facc[t][h], 64), f), facc[t][h], 64);
+        }
+        loop_close(G, &Kl);
+    }
+}
+
 void w16_moe_cpu_gemm_cols(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
                            const prow_t *rows, int BM, LLVMValueRef facc[][2])
 {
@@ -350,13 +384,14 @@ void w16_moe_cpu_gemm_cols(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
             st(G, vf32(G, 0.0), facc[t][h], 64);
     C.col0 = add(G, ci64(G, o->q0), add(G, mul(G, e, ci64(G, o->q_e)),
                                         mul(G, nb, ci64(G, 32 * o->q_n))));
+    if (!bf16) {
+        gemm_cols_i8_seq(G, &C, facc);
+        return;
+    }
     loop_t K;
     C.kc = loop_open(G, &K, ci64(G, 0), ci64(G, o->KC), 1);
     C.qoff = mul(G, C.kc, ci64(G, o->bk));
-    if (bf16)
-        gemm_cols_bf16(G, &C, facc);
-    else
-        gemm_cols_i8(G, &C, facc);
+    gemm_cols_bf16(G, &C, facc);
     loop_close(G, &K);
 }
 #endif
