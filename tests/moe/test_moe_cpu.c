@@ -168,12 +168,12 @@ static void test_choice(void)
                  err.message);
 
     /* a bf16 layer of triton 8-bit runs the dedicated kernels by default:
-     * the spec lists bf16-exact first (int8-dynamic without AVX512-BF16) */
+     * int8-dynamic, the first the spec lists (its dedicated bf16-exact
+     * kernels are slower than the portable f32 ones: bench/README.md) */
     make_layer_q(&L, 4, 256, 128, false, 8, 128);
     m = make_moe_q("triton", &L, false, 8, 128, &set);
     wna16_numerics_t nu = wna16_moe_layer_numerics(m);
-    TU_CHECK_MSG(nu == WNA16_NUMERICS_BF16_EXACT ||
-                 nu == WNA16_NUMERICS_INT8_DYNAMIC, "triton 8-bit runs %s",
+    TU_CHECK_MSG(nu == WNA16_NUMERICS_INT8_DYNAMIC, "triton 8-bit runs %s",
                  wna16_numerics_name(nu));
     wna16_moe_layer_destroy(m);
     wna16_tensor_set_destroy(set);
