@@ -8,6 +8,7 @@
  *       for kc in [0, K / S):          S = code slots per storage element
  *         for s < S (unrolled): k = kc*S + s
  *           w = (decode(code(e, n, k)) - zero(e, g, n)) * scale(e, g, n)
+ *               (rounded to bf16 under bf16-exact: request numerics)
  *           acc[slot][row] += x[slot][k] * w    (f32; x slot-major)
  *       epilogue per real slot: + bias, rounding, activation, store
  *   (where the layout keeps rows of codes in order, the K loop reads
@@ -134,6 +135,18 @@ wna16_status_t w16_moe_check(const w16_moe_request_t *req, wna16_error_t *err)
     if (mp->act_dtype != WNA16_DTYPE_F16 && mp->act_dtype != WNA16_DTYPE_BF16)
         return w16_err(err, WNA16_EINVAL, "moe: activation dtype must be F16 "
                        "or BF16");
+    if (req->numerics != WNA16_NUMERICS_F32 &&
+        req->numerics != WNA16_NUMERICS_BF16_EXACT)
+        return w16_err(err, WNA16_EUNSUPPORTED, "moe: the generated portable "
+                       "kernels compute f32 or bf16-exact, not %s (the "
+                       "dedicated CPU kernels' contract)",
+                       wna16_numerics_name(req->numerics)
+                           ? wna16_numerics_name(req->numerics) : "?");
+    if (req->numerics == WNA16_NUMERICS_BF16_EXACT &&
+        mp->act_dtype != WNA16_DTYPE_BF16)
+        return w16_err(err, WNA16_EUNSUPPORTED, "moe: bf16-exact multiplies "
+                       "bf16 activations; the activation dtype is %s",
+                       wna16_dtype_name(mp->act_dtype));
     if (req->block_m < 1 || req->block_m > 16)
         return w16_err(err, WNA16_EINVAL, "moe: block size %d outside [1, 16]",
                        req->block_m);
@@ -185,13 +198,15 @@ void w16_moe_kernel_name(char *out, size_t n, const w16_moe_request_t *req,
         snprintf(gs, sizeof gs, "g%lld", (long long)p->GS);
     else
         snprintf(gs, sizeof gs, "gm1");
-    snprintf(out, n, "wna16_moe_%s_%s_b%lld_%s_zp%d%s_%s_%s_bm%d%s%s",
+    bool bf16w = req->numerics == WNA16_NUMERICS_BF16_EXACT &&
+                 (stage == W16_MOE_GEMM1 || stage == W16_MOE_GEMM2);
+    snprintf(out, n, "wna16_moe_%s_%s_b%lld_%s_zp%d%s_%s_%s_bm%d%s%s%s",
              stage_names[stage], req->backend->name, (long long)p->BITS, gs,
              p->zp ? 1 : 0, p->bias ? "_bias" : "",
              wna16_activation_name(req->params.activation),
              req->params.act_dtype == WNA16_DTYPE_F16 ? "f16" : "bf16",
              req->block_m, req->batched ? "_batched" : "",
-             req->device_route ? "_dev" : "");
+             req->device_route ? "_dev" : "", bf16w ? "_bf16x" : "");
 }
 
 /* ---- small IR helpers ---------------------------------------------------- */
@@ -294,14 +309,11 @@ static const kir_expr_t *to_f32(mb_t *B, wna16_dtype_t d, const kir_expr_t *bits
     }
 }
 
-/* f32 -> bits (i16) of the activation dtype, nearest even; a NaN stays a
- * quiet NaN (wna16_f32_to_bf16's rule). */
-static const kir_expr_t *act_bits(mb_t *B, const kir_expr_t *f)
+/* f32 -> bf16 bits (i16), nearest even; a NaN stays a quiet NaN
+ * (wna16_f32_to_bf16's rule). */
+static const kir_expr_t *bf16_bits(mb_t *B, const kir_expr_t *f)
 {
     kir_kernel_t *k = B->k;
-    if (B->req->params.act_dtype == WNA16_DTYPE_F16)
-        return kir_convert(k, KIR_OP_BITCAST, KIR_I16,
-                           kir_convert(k, KIR_OP_FCONV, KIR_F16, f));
     const kir_expr_t *u = let(B, "f32bits", kir_convert(k, KIR_OP_BITCAST,
                                                          KIR_I32, f));
 #define I32(v) kir_const(k, KIR_I32, (v))
@@ -315,6 +327,15 @@ static const kir_expr_t *act_bits(mb_t *B, const kir_expr_t *f)
                                  I32(0x40));
 #undef I32
     return kir_int_cast(k, KIR_I16, kir_select(k, nan, qnan, rounded), false);
+}
+
+/* f32 -> bits (i16) of the activation dtype, nearest even. */
+static const kir_expr_t *act_bits(mb_t *B, const kir_expr_t *f)
+{
+    if (B->req->params.act_dtype == WNA16_DTYPE_F16)
+        return kir_convert(B->k, KIR_OP_BITCAST, KIR_I16,
+                           kir_convert(B->k, KIR_OP_FCONV, KIR_F16, f));
+    return bf16_bits(B, f);
 }
 
 /* R(f): f rounded to the activation dtype, as f32. */
@@ -490,6 +511,18 @@ static group_q_t group_at(mb_t *B, int g, const coord_t *e, const coord_t *n,
     return q;
 }
 
+/* (code - zero) * scale from the code as f32 (see weight), rounded to
+ * bf16 under bf16-exact: the weight Marlin's dequantization hands its
+ * tensor cores. */
+static const kir_expr_t *dequant(mb_t *B, const kir_expr_t *cf, group_q_t q)
+{
+    const kir_expr_t *w = bin(B, KIR_OP_FADD, bin(B, KIR_OP_FMUL, cf, q.scale),
+                              q.neg_zs);
+    if (B->req->numerics != WNA16_NUMERICS_BF16_EXACT)
+        return w;
+    return to_f32(B, WNA16_DTYPE_BF16, bf16_bits(B, w));
+}
+
 /* (code - zero) * scale at (e, n, k), f32, computed as code * scale +
  * (-zero * scale): one fused multiply-add per weight after the int-to-float
  * conversion instead of a subtraction, a conversion and a product. Equal
@@ -505,7 +538,7 @@ static const kir_expr_t *weight(mb_t *B, int g, const coord_t *e,
     const kir_expr_t *qc = code(B, g, W16_ROLE_QWEIGHT, c, q.zero);
     const kir_expr_t *qf = kir_convert(B->k, KIR_OP_SITOF, KIR_F32,
                                        kir_int_cast(B->k, KIR_I32, qc, false));
-    return bin(B, KIR_OP_FADD, bin(B, KIR_OP_FMUL, qf, q.scale), q.neg_zs);
+    return dequant(B, qf, q);
 }
 
 /* Word kw (i32) of the codes of row (e, n) of operand g, when the K loop
@@ -847,7 +880,8 @@ typedef struct lane_rows {
  * x[t][k] * d, then acc[t][j] += p[t][j] * scale, one multiplication by
  * the scale per word instead of one per code. The word's codes share
  * their group when WS divides the group size; otherwise each code is
- * dequantized with its own group as in k_loop. The inputs are
+ * dequantized with its own group as in k_loop, and so is every code
+ * under bf16-exact (each weight rounded to bf16). The inputs are
  * slot-major for WS (slot_major): each slot's are consecutive. */
 static void k_loop_words(mb_t *B, int g, const coord_t *e,
                          const lane_rows_t *lr, const slot_t *s, int BM,
@@ -868,6 +902,9 @@ static void k_loop_words(mb_t *B, int g, const coord_t *e,
     const kir_expr_t *k0 = w16_ir_mul(k, kir_ref(k, kw), ik(B, WS));
     w16_range_t rk = {0, KL - 1};
     bool shared = GSE % WS == 0;
+    /* the scale applied once a word: not under bf16-exact, where every
+     * weight is rounded on its own */
+    bool fold = shared && B->req->numerics != WNA16_NUMERICS_BF16_EXACT;
     group_q_t q[MAX_LANE_ROWS] = {{0}};
     const kir_expr_t *word[MAX_LANE_ROWS];
     const kir_var_t *p[16][MAX_LANE_ROWS];
@@ -879,7 +916,7 @@ static void k_loop_words(mb_t *B, int g, const coord_t *e,
                             w16_ir_floordiv(&B->L, k0, GSE, rk), name);
         snprintf(name, sizeof name, "word%d", j);
         word[j] = let(B, name, word_at(B, g, e, &lr->n[j], kir_ref(k, kw)));
-        for (int t = 0; shared && t < BM; t++) {
+        for (int t = 0; fold && t < BM; t++) {
             snprintf(name, sizeof name, "p%d_%d", t, j);
             p[t][j] = kir_var(k, name, KIR_F32);
         }
@@ -894,16 +931,14 @@ static void k_loop_words(mb_t *B, int g, const coord_t *e,
                                 w16_ir_floordiv(&B->L, kk, GSE, rk), name);
             const kir_expr_t *c = word_code(B, g, word[j], sl, q[j].zero);
             snprintf(name, sizeof name, "w%d_%d", sl, j);
-            if (shared) {
+            if (fold) {
                 /* code - zero: small integers, exact in float */
                 w[j] = let(B, name, kir_convert(k, KIR_OP_SITOF, KIR_F32,
                     bin(B, KIR_OP_SUB, c, kir_int_cast(k, KIR_I32, q[j].zero,
                                                        false))));
             } else {
                 const kir_expr_t *cf = kir_convert(k, KIR_OP_SITOF, KIR_F32, c);
-                w[j] = let(B, name, bin(B, KIR_OP_FADD,
-                                        bin(B, KIR_OP_FMUL, cf, q[j].scale),
-                                        q[j].neg_zs));
+                w[j] = let(B, name, dequant(B, cf, q[j]));
             }
         }
         for (int t = 0; t < BM; t++) {
@@ -912,7 +947,7 @@ static void k_loop_words(mb_t *B, int g, const coord_t *e,
                 w16_ir_add(k, kir_ref(k, kw), ik(B, sl * KW)))));
             for (int j = 0; j < rows; j++) {
                 const kir_expr_t *prod = bin(B, KIR_OP_FMUL, xv, w[j]);
-                if (!shared)
+                if (!fold)
                     kir_assign(k, B->body, acc[t][j],
                                bin(B, KIR_OP_FADD, kir_ref(k, acc[t][j]), prod));
                 else if (sl == 0)
@@ -923,7 +958,7 @@ static void k_loop_words(mb_t *B, int g, const coord_t *e,
             }
         }
     }
-    for (int t = 0; shared && t < BM; t++)
+    for (int t = 0; fold && t < BM; t++)
         for (int j = 0; j < rows; j++)
             kir_assign(k, B->body, acc[t][j],
                        bin(B, KIR_OP_FADD, kir_ref(k, acc[t][j]),

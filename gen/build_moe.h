@@ -121,6 +121,12 @@ typedef struct w16_moe_request {
      * of the blocks' upper bound, workgroups past route_info's block count
      * exiting first. Else from the host (one run per expert). */
     bool device_route;
+    /* The GEMMs' numeric contract (include/wna16.h, wna16_numerics_t):
+     * WNA16_NUMERICS_F32 (0), or WNA16_NUMERICS_BF16_EXACT, where each
+     * dequantized weight is rounded to bf16 before its product with the
+     * (bf16) input, as Marlin computes. Int8-dynamic is the dedicated CPU
+     * generator's (gen/moe_cpu.h), never this builder's. */
+    wna16_numerics_t numerics;
 } w16_moe_request_t;
 
 typedef struct w16_moe_kernel {

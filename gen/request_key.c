@@ -42,7 +42,7 @@ _Static_assert(sizeof(w16_problem_t) == 64, "w16_problem_t changed: hash "
                "the new field in put_problem (gen/request_key.c)");
 _Static_assert(sizeof(w16_repack_request_t) == 136, "w16_repack_request_t "
                "changed: hash the new field in w16_repack_request_key");
-_Static_assert(sizeof(w16_moe_request_t) == 208, "w16_moe_request_t "
+_Static_assert(sizeof(w16_moe_request_t) == 216, "w16_moe_request_t "
                "changed: hash the new field in w16_moe_request_key");
 _Static_assert(sizeof(wna16_moe_params_t) == 48, "wna16_moe_params_t "
                "changed: hash the new field in w16_moe_request_key if the "
@@ -187,5 +187,10 @@ w16_key_t w16_moe_request_key(const w16_moe_request_t *r,
     put(&f, (uint64_t)r->lanes);
     put(&f, (uint64_t)r->qweight_align);
     put(&f, r->device_route);
+    /* only where it changes the kernel: the f32 keys, those kernel packs
+     * and the gen snapshot hold, stay as they were */
+    if (r->numerics != WNA16_NUMERICS_F32 &&
+        (stage == W16_MOE_GEMM1 || stage == W16_MOE_GEMM2))
+        put(&f, (uint64_t)r->numerics);
     return done("wna16 moe request", &f);
 }

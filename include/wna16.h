@@ -1207,12 +1207,15 @@ wna16_status_t wna16_ref_moe(const wna16_qlayer_t *layer,
  *    act-order. Its error against F32 is that of 8-bit inputs: per GEMM
  *    output, up to max|x| / 254 times the sum of |w| over K.
  *  - BF16_EXACT ("bf16-exact"): as Marlin computes: bf16((code - zero) *
- *    scale) times the bf16 input, summed in float32 in k order (a pair
- *    of channels as vdpbf16ps: k + 1, then k; the reference's order). The
- *    dedicated CPU kernels for K-contiguous layouts (8-bit codes, one byte
- *    a k) sum each block of min(group size, 128) channels in 16 lanes of
- *    pairs, reduce the lanes, then add the blocks in k order: the same
- *    within float32 rounding. bf16 activations. */
+ *    scale) times the bf16 input (each product exact in float32), summed
+ *    in float32. The reference sums in k order (a pair of channels as
+ *    vdpbf16ps takes them: k + 1, then k), as the dedicated CPU kernels
+ *    for the cpu layout do. The dedicated CPU kernels for K-contiguous
+ *    layouts (8-bit codes, one byte a k) sum each block of min(group
+ *    size, 128) channels in 16 lanes of pairs, reduce the lanes, then add
+ *    the blocks in k order; the portable kernels (every layout, every
+ *    target) sum in an order of their own: the same within float32
+ *    rounding. bf16 activations (a layer of model dtype bfloat16). */
 typedef enum wna16_numerics {
     WNA16_NUMERICS_INVALID = -1,
     WNA16_NUMERICS_F32 = 0,
@@ -1409,8 +1412,11 @@ wna16_status_t wna16_moe_layer_run(wna16_moe_layer_t *layer,
  * codes with each column's K codes contiguous, as triton's) and a spec
  * that lists it, the first listed contract it builds; otherwise the
  * portable kernels' "f32" (the layer's creation logs which, and why,
- * once). $WNA16_NUMERICS (a
- * contract's name) asks for another one where it can run. Compare the
+ * once). $WNA16_NUMERICS (a contract's name) asks for another one where
+ * it can run: "bf16-exact" runs on every layout whose spec lists it (all
+ * backends) for a layer of model dtype bfloat16, on every target, from
+ * the dedicated kernels where they apply and the portable ones (each
+ * weight rounded to bf16) elsewhere; "f32" always runs. Compare the
  * layer's outputs with wna16_ref_moe_numerics under this contract. */
 wna16_numerics_t wna16_moe_layer_numerics(const wna16_moe_layer_t *layer);
 

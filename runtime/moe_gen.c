@@ -89,10 +89,12 @@ struct wna16_moe_layer {
     wna16_dtype_t dtype[2][W16_ROLE_COUNT];
     const void *data[2][W16_ROLE_COUNT];
     pthread_mutex_t mu; /* one run at a time: the scratch and the memo */
-    /* The GEMMs' numeric contract: F32 from build_moe.c, else the input
-     * and GEMM stages from the dedicated CPU generator (gen/moe_cpu.h) for
-     * the host's vector features `isa` (choose_numerics). */
+    /* The GEMMs' numeric contract (choose_numerics). `native`: the input
+     * and GEMM stages come from the dedicated CPU generator (gen/moe_cpu.h)
+     * for the host's vector features `isa`; else every stage is
+     * build_moe.c's, computing F32 or BF16_EXACT. */
     wna16_numerics_t numerics;
+    bool native;
     unsigned isa;
     w16_moe_cpu_layout_t cpu_layout; /* what the probe found */
     variant_t *variants;
@@ -312,6 +314,7 @@ static w16_moe_request_t base_request(const wna16_moe_layer_t *L)
     wna16_moe_params_init(&req.params);
     req.params.activation = L->problem.ungated ? WNA16_ACT_SILU_NO_MUL
                                                : WNA16_ACT_SILU;
+    req.numerics = L->native ? WNA16_NUMERICS_F32 : L->numerics;
     return req;
 }
 
@@ -333,13 +336,16 @@ static wna16_status_t put_weights(wna16_moe_layer_t *L, wna16_error_t *err)
     return WNA16_OK;
 }
 
-/* The GEMMs' numeric contract: the first of the spec's contracts that the
- * dedicated CPU generator builds for this layer on this host (its layout's
- * maps probed), else the portable kernels' f32; $WNA16_NUMERICS names one
- * to prefer. Logged once per reason, naming what ran and why. */
+/* The GEMMs' numeric contract. By default the first of the spec's
+ * contracts that the dedicated CPU generator builds for this layer on this
+ * host (its layout's maps probed), else the portable kernels' f32.
+ * $WNA16_NUMERICS names one to prefer; asked for bf16-exact where the
+ * dedicated kernels cannot run it, the portable kernels compute it (every
+ * layout, every target). Logged once per reason, naming what ran and why. */
 static void choose_numerics(wna16_moe_layer_t *L, void *inst)
 {
     L->numerics = WNA16_NUMERICS_F32;
+    L->native = false;
     w16_target_device_t dev = {0};
     if (L->T->describe)
         L->T->describe(inst, &dev);
@@ -375,33 +381,42 @@ static void choose_numerics(wna16_moe_layer_t *L, void *inst)
             continue;
         }
         w16_moe_request_t req = base_request(L);
-        req.params.activation = L->problem.ungated ? WNA16_ACT_SILU_NO_MUL
-                                                   : WNA16_ACT_SILU;
         req.params.act_dtype = WNA16_DTYPE_BF16;
         wna16_error_t e = {0};
         if (L->ctx->no_jit) {
             snprintf(why, sizeof why, "JIT compilation is disabled "
-                     "(WNA16_JIT=0): the dedicated CPU kernels are compiled "
-                     "for the host, kernel packs hold the portable ones");
+                     "(WNA16_JIT=0): kernel packs hold the portable f32 "
+                     "kernels only");
             break;
         }
-        if (!dev.cpu_features) {
+        if (!dev.cpu_features)
             snprintf(why, sizeof why, "the %s target runs the portable "
                      "kernels only", L->T->name);
+        else if (w16_moe_cpu_probe(&req, n, L->isa, &L->cpu_layout, &e) ==
+                 WNA16_OK) {
+            L->numerics = n;
+            L->native = true;
             break;
-        }
-        if (w16_moe_cpu_probe(&req, n, L->isa, &L->cpu_layout, &e) ==
-            WNA16_OK) {
+        } else
+            snprintf(why, sizeof why, "%s", e.message);
+        /* asked for bf16-exact: the portable kernels round each weight */
+        if (i < 0 && n == WNA16_NUMERICS_BF16_EXACT) {
             L->numerics = n;
             break;
         }
-        snprintf(why, sizeof why, "%s", e.message);
+        if (!dev.cpu_features)
+            break;
     }
-    if (L->numerics != WNA16_NUMERICS_F32)
+    if (L->native)
         w16_log_once(L->ctx, WNA16_LOG_INFO, "moe_numerics_native", "moe "
                      "layer: %s GEMMs run the dedicated CPU kernels "
                      "(%s: AVX-512 dot products)", s->name,
                      wna16_numerics_name(L->numerics));
+    else if (L->numerics == WNA16_NUMERICS_BF16_EXACT)
+        w16_log_once(L->ctx, WNA16_LOG_INFO, "moe_numerics_bf16_portable",
+                     "moe layer: %s GEMMs run the portable kernels under "
+                     "bf16-exact (each weight rounded to bf16; the dedicated "
+                     "ones do not apply: %s)", s->name, why);
     else if (why[0])
         w16_log_once(L->ctx, WNA16_LOG_INFO, "moe_numerics_f32", "moe layer: "
                      "%s GEMMs run the portable f32 kernels: %s", s->name,
@@ -533,7 +548,7 @@ void wna16_moe_layer_destroy(wna16_moe_layer_t *L)
  * build_moe.c's) */
 static bool native_stage(const wna16_moe_layer_t *L, w16_moe_stage_t s)
 {
-    return L->numerics != WNA16_NUMERICS_F32 && s != W16_MOE_COMBINE;
+    return L->native && s != W16_MOE_COMBINE;
 }
 
 /* The request key of stage s: a dedicated CPU kernel's differs from the

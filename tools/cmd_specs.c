@@ -170,7 +170,7 @@ static void print_caps(const wna16_spec_t *s)
         if (c->input_dtypes[d])
             printf(" %s", wna16_input_dtype_name((wna16_input_dtype_t)d));
     printf("\n");
-    if (s->kind == WNA16_SPEC_BACKEND) {
+    if (s->kind == WNA16_SPEC_BACKEND || s->stacked) {
         printf("    numeric contracts:");
         for (int i = 0; i < c->n_numerics; i++)
             printf(" %s", wna16_numerics_name(c->numerics[i]));

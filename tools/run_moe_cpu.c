@@ -68,6 +68,11 @@ int run_moe_cpu(wna16_context_t *ctx, const run_layer_t *L,
                          ? "the dedicated CPU kernels: activations quantized "
                            "per token to 8 bits, AVX512-VNNI dot products, "
                            "vLLM's CPUExpertsInt4 arithmetic"
+                     : f->numerics == WNA16_NUMERICS_BF16_EXACT
+                         ? "weights dequantized and rounded to bf16, times "
+                           "the bf16 activations, summed in float32: "
+                           "Marlin's arithmetic (the layer's log says which "
+                           "kernels)"
                          : "the portable kernels: weights dequantized to "
                            "float32, float32 FMA");
         rc = run_time_calls(ctx, call_cpu, &call, out, f);

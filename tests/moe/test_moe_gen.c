@@ -19,7 +19,8 @@
  *
  * The reference runs under the numeric contract the layer reports
  * (wna16_moe_layer_numerics: int8-dynamic for the CPU layout on hosts with
- * AVX512-VNNI, else f32).
+ * AVX512-VNNI, else f32; with $WNA16_NUMERICS=bf16-exact, test_moe_gen_bf16,
+ * bf16-exact on every layout for bf16 activations, checked).
  *
  * Usage: test_moe_gen [CONFIGS [SEED [-v|-q [BACKEND]]]]   (default 100,
  * seed 0x30e; -v prints each configuration; BACKEND draws only that one)
@@ -239,6 +240,14 @@ static bool make_case(int i, tcase_t *c)
     bool gated = wna16_activation_is_gated(c->p.activation);
     c->L = (wna16_qlayer_t){.E = E, .H = H, .I = I};
     wna16_dtype_t sd = tu_rng_below(&rng, 2) ? WNA16_DTYPE_F16 : WNA16_DTYPE_BF16;
+    /* asked for a contract ($WNA16_NUMERICS, test_moe_gen_bf16): every
+     * layer is of its activations' dtype, scales too, as a model's are,
+     * so bf16-exact runs wherever the activations are bf16 */
+    const char *want = getenv("WNA16_NUMERICS");
+    if (want && *want) {
+        c->q.model_dtype = c->p.act_dtype;
+        sd = c->p.act_dtype;
+    }
     if (operand(&c->L.w13, E, gated ? 2 * I : I, H, &c->q, sd) ||
         operand(&c->L.w2, E, H, I, &c->q, sd))
         return false;
@@ -455,6 +464,14 @@ static int one(int i, tally_t *all)
                                      c.w, c.topk, want, &err);
         size_t wl = strlen(what);
         snprintf(what + wl, sizeof what - wl, " [%s]", wna16_numerics_name(nu));
+        /* asked for bf16-exact, a bf16 layer gets it on every layout (the
+         * portable kernels round each weight where no dedicated kernel
+         * applies) */
+        const char *want_nu = getenv("WNA16_NUMERICS");
+        if (want_nu && strcmp(want_nu, "bf16-exact") == 0 &&
+            c.p.act_dtype == WNA16_DTYPE_BF16)
+            TU_CHECK_MSG(nu == WNA16_NUMERICS_BF16_EXACT, "%s: asked "
+                         "bf16-exact, runs %s", what, wna16_numerics_name(nu));
         TU_CHECK_MSG(r1 == WNA16_OK, "%s: reference: %s", what, err.message);
         wna16_status_t r2 = c.batched
             ? wna16_moe_layer_run_batched(layer, &c.p, c.hidden, c.max_tokens,
