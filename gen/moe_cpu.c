@@ -411,6 +411,12 @@ static wna16_status_t make_plan(const w16_moe_request_t *req,
                            P->op[g].shape == W16_MOE_CPU_COLS
                                ? "K-contiguous column" : "VNNI block", why);
     }
+    if (numerics == WNA16_NUMERICS_BF16_EXACT &&
+        P->op[0].shape == W16_MOE_CPU_COLS)
+        return w16_err(err, WNA16_EUNSUPPORTED, "%s: the dedicated CPU kernels "
+                       "for K-contiguous columns compute int8-dynamic only "
+                       "(their bf16-exact version was slower than the "
+                       "portable kernels', which run it)", req->backend->name);
     if (P->op[0].shape != P->op[1].shape)
         return w16_err(err, WNA16_EUNSUPPORTED, "%s: w13 and w2 have different "
                        "code structures; the CPU kernels take one for both",

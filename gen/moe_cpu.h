@@ -35,7 +35,7 @@ enum {
 unsigned w16_moe_cpu_isa(const char *llvm_features);
 
 /* Bump when the generated code changes (it is in every kernel's text). */
-#define W16_MOE_CPU_VERSION 4
+#define W16_MOE_CPU_VERSION 5
 
 /* The code structures the generator reads (one kernel shape each). */
 typedef enum w16_moe_cpu_shape {

@@ -18,10 +18,13 @@
  *     C[r]      = tree(acc[r][kc][16 h .. 16 h + 15]) (16 column sums)
  *                 - zero * (sum_q[r][kc] - 128 bk)   (exact int32)
  *     facc[r][h] += float(C) * scale_x[r] * scale_w[g]
- *   bf16-exact, per k block:
- *     w = bf16((code - zero) * scale) of 64 k of a column (vcvtne2ps2bf16)
- *     acc[r][n] = vdpbf16ps over the block's pairs of channels (16 lanes)
- *     facc[r][h] += tree(acc[r][...])                (float32)
+ *   bf16-exact is not built for this shape: a version (w = bf16((code -
+ *   zero) * scale) of 64 k of a column by vcvtne2ps2bf16, vdpbf16ps over
+ *   the block's pairs, a float tree per k block) took 3.9 ms at M = 1 and
+ *   43.6 ms at M = 16 on the 8-bit Qwen3-30B-A3B layer against the
+ *   portable bf16-exact kernels' 2.7 and 29.0 ms in the same minutes, so
+ *   bf16-exact on these layouts runs the portable kernels
+ *   (docs/design-notes.md).
  *
  * tree: a transposing add tree, 15 shuffle pairs and adds, turning 16
  * vectors into one whose lane i sums vector i's lanes. Scales and zero
@@ -167,13 +170,11 @@ typedef struct tree {
     int slot_of[16];         /* column -> slot */
     LLVMValueRef stack[8];   /* pending partial trees, their levels */
     int level[8], depth;
-    bool fp;
 } tree_t;
 
-static void tree_init(cg_t *G, tree_t *T, bool fp)
+static void tree_init(cg_t *G, tree_t *T)
 {
     memset(T, 0, sizeof *T);
-    T->fp = fp;
     int lab[16][16]; /* labels (slots) of each lane, per pending vector */
     for (int s = 0; s < 16; s++)
         for (int i = 0; i < 16; i++)
@@ -212,7 +213,7 @@ static void tree_push(cg_t *G, tree_t *T, LLVMValueRef v)
         LLVMValueRef x = T->stack[T->depth - 2], y = T->stack[T->depth - 1];
         LLVMValueRef a = shuf(G, x, y, T->p[lv]), b = shuf(G, x, y, T->q[lv]);
         T->depth--;
-        T->stack[T->depth - 1] = T->fp ? fadd(G, a, b) : add(G, a, b);
+        T->stack[T->depth - 1] = add(G, a, b);
         T->level[T->depth - 1] = lv + 1;
     }
 }
@@ -227,75 +228,6 @@ typedef struct cols_ctx {
     const prow_t *rows;
     tree_t T;
 } cols_ctx_t;
-
-/* The address of line l of column 16 h + c in the current block. */
-static LLVMValueRef line_at(cg_t *G, const cols_ctx_t *C, int h, int c, int l)
-{
-    const mc_op_t *o = &G->P->op[C->g];
-    LLVMValueRef qw = arg_ptr(G, w16_moe_weight_arg((wna16_gemm_t)C->g, W16_ROLE_QWEIGHT));
-    LLVMValueRef off = add(G, C->col0, add(G, C->qoff,
-                                           ci64(G, (16 * h + c) * o->q_n + 64 * l)));
-    LLVMValueRef lp = at(G, qw, off);
-    prefetch(G, lp);
-    return lp;
-}
-
-static void gemm_cols_bf16(cg_t *G, cols_ctx_t *C, LLVMValueRef facc[][2])
-{
-    LLVMTypeRef v32bf = LLVMVectorType(LLVMBFloatTypeInContext(G->c), 32);
-    LLVMValueRef x[4][4]; /* [row][32 k] bf16 */
-    for (int t = 0; t < C->BM; t++)
-        for (int j = 0; j < 2 * C->lines; j++) {
-            LLVMValueRef p = at(G, C->rows[t].q, mul(G, add(G, C->qoff, ci64(G, 32 * j)),
-                                                     ci64(G, 2)));
-            x[t][j] = LLVMBuildBitCast(G->b, ld(G, G->v16i32, p, 2), v32bf, "");
-        }
-    for (int h = 0; h < 2; h++) {
-        LLVMValueRef scale, zero;
-        cols_params(G, C->g, C->e, C->nb, h, C->qoff, &scale, &zero);
-        LLVMValueRef zf = LLVMBuildSIToFP(G->b, zero, G->v16f32, "");
-        tree_t T[4];
-        for (int t = 0; t < C->BM; t++)
-            T[t] = C->T;
-        for (int slot = 0; slot < 16; slot++) {
-            int c = 0;
-            while (C->T.slot_of[c] != slot)
-                c++;
-            int lane[16] = {0};
-            for (int i = 0; i < 16; i++)
-                lane[i] = c;
-            LLVMValueRef sc = shuf(G, scale, NULL, mask(G, lane, 16));
-            LLVMValueRef zc = shuf(G, zf, NULL, mask(G, lane, 16));
-            LLVMValueRef acc[4];
-            for (int t = 0; t < C->BM; t++)
-                acc[t] = vf32(G, 0.0);
-            for (int l = 0; l < C->lines; l++) {
-                LLVMValueRef lp = line_at(G, C, h, c, l);
-                LLVMValueRef wf[4];
-                for (int u = 0; u < 4; u++) {
-                    LLVMValueRef b = ld(G, G->v16i8, at(G, lp, ci64(G, 16 * u)), 1);
-                    LLVMValueRef cf = LLVMBuildUIToFP(G->b, b, G->v16f32, "");
-                    wf[u] = fmul(G, fsub(G, cf, zc), sc); /* exact difference */
-                }
-                for (int pr = 0; pr < 2; pr++) {
-                    LLVMValueRef ops2[2] = {wf[2 * pr + 1], wf[2 * pr]};
-                    LLVMValueRef wb = intrinsic(G, "llvm.x86.avx512bf16.cvtne2ps2bf16.512",
-                                                NULL, 0, ops2, 2);
-                    for (int t = 0; t < C->BM; t++) {
-                        LLVMValueRef ops3[3] = {acc[t], x[t][2 * l + pr], wb};
-                        acc[t] = intrinsic(G, "llvm.x86.avx512bf16.dpbf16ps.512", NULL, 0,
-                                           ops3, 3);
-                    }
-                }
-            }
-            for (int t = 0; t < C->BM; t++)
-                tree_push(G, &T[t], acc[t]);
-        }
-        for (int t = 0; t < C->BM; t++)
-            st(G, fadd(G, ld(G, G->v16f32, facc[t][h], 64), T[t].stack[0]),
-               facc[t][h], 64);
-    }
-}
 
 /* int8-dynamic: one column at a time over all of K (the column block's
  * bytes read in storage order, one stream), the 16 lanes of each (row,
@@ -375,23 +307,14 @@ void w16_moe_cpu_gemm_cols(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
                            const prow_t *rows, int BM, LLVMValueRef facc[][2])
 {
     const mc_op_t *o = &G->P->op[g];
-    bool bf16 = G->P->numerics == WNA16_NUMERICS_BF16_EXACT;
     cols_ctx_t C = {.g = g, .BM = BM, .lines = (int)(o->bk / 64), .e = e,
                     .nb = nb, .rows = rows};
-    tree_init(G, &C.T, bf16);
+    tree_init(G, &C.T);
     for (int t = 0; t < BM; t++)
         for (int h = 0; h < 2; h++)
             st(G, vf32(G, 0.0), facc[t][h], 64);
     C.col0 = add(G, ci64(G, o->q0), add(G, mul(G, e, ci64(G, o->q_e)),
                                         mul(G, nb, ci64(G, 32 * o->q_n))));
-    if (!bf16) {
-        gemm_cols_i8_seq(G, &C, facc);
-        return;
-    }
-    loop_t K;
-    C.kc = loop_open(G, &K, ci64(G, 0), ci64(G, o->KC), 1);
-    C.qoff = mul(G, C.kc, ci64(G, o->bk));
-    gemm_cols_bf16(G, &C, facc);
-    loop_close(G, &K);
+    gemm_cols_i8_seq(G, &C, facc);
 }
 #endif

@@ -234,10 +234,10 @@ static inline void prefetch(cg_t *G, LLVMValueRef p)
     intrinsic(G, "llvm.prefetch", &pt, 1, pa, 4);
 }
 /* The GEMM blocks of the K-contiguous column shape (gen/moe_cpu_cols.c),
- * as moe_cpu.c's block_gemm and block_gemm_bf16 for the VNNI blocks:
- * facc[r][0|1] (columns 32 nb + 0..15 | 16..31, natural order) = column
- * block nb of operand g against the pass's rows, under the plan's
- * numerics. */
+ * as moe_cpu.c's block_gemm for the VNNI blocks: facc[r][0|1] (columns
+ * 32 nb + 0..15 | 16..31, natural order) = column block nb of operand g
+ * against the pass's rows, int8-dynamic (the only contract of this
+ * shape). */
 void w16_moe_cpu_gemm_cols(cg_t *G, int g, LLVMValueRef e, LLVMValueRef nb,
                            const prow_t *rows, int BM, LLVMValueRef facc[][2]);
 #endif
