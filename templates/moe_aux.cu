@@ -336,7 +336,8 @@ __device__ __forceinline__ int block_scan_excl(int v, int *s_warp, int *total)
 // most SCAN_THREADS), not SCAN_THREADS, so that each barrier waits for few
 // warps; the slots' experts are read once (ids and expert_map are global
 // loads, two dependent round trips) and kept in shared memory for the
-// scatter. Dynamic shared memory: 2 * E + 1 + P ints.
+// scatter. Dynamic shared memory: 2 * E + 1 + P ints (at least 97: the
+// decode path, P <= 32, keeps its expert groups there).
 #ifdef W16_WANT_w16_route_small
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
 w16_route_small(const int *__restrict__ ids, int P,
@@ -351,6 +352,72 @@ w16_route_small(const int *__restrict__ ids, int P,
     int *s_exp = s_small + 2 * E + 1;  // [P]: slot t's local expert, or -1
     __shared__ int s_warp[SCAN_THREADS / 32];
     const int T = blockDim.x;
+    if (P <= 32) {
+        // Decode (at most 32 slots): warp 0 computes every slot's padded
+        // position with warp votes, the experts' groups in expert order go
+        // to shared memory, one barrier, then the fill; the same results
+        // as the general path below (five barriers fewer).
+        int *g_start = s_small, *g_cnt = s_small + 33, *g_exp = s_small + 65;
+        __shared__ int s_groups;
+        w16_pdl_enter(); // ids may come from the previous kernel
+        if (threadIdx.x < 32) {
+            const int lane = threadIdx.x;
+            const unsigned lt = (1u << lane) - 1u;
+            int e = lane < P ? slot_expert(ids, lane, expert_map, n_ids, err)
+                             : -1;
+            unsigned peers = __match_any_sync(0xffffffffu, e);
+            bool lead = e >= 0 && (peers & lt) == 0u;
+            int padded = lead ? (__popc(peers) + BM - 1) / BM * BM : 0;
+            // start of e's group: the padded sizes of the smaller experts;
+            // ord: the group's place in expert order
+            int start = 0, ord = 0, used = 0, groups = 0;
+            for (int j = 0; j < 32; j++) {
+                int pj = __shfl_sync(0xffffffffu, padded, j);
+                int ej = __shfl_sync(0xffffffffu, e, j);
+                used += pj;
+                groups += pj > 0;
+                if (pj > 0 && ej < e) {
+                    start += pj;
+                    ord++;
+                }
+            }
+            if (lead) {
+                g_start[ord] = start;
+                g_cnt[ord] = __popc(peers);
+                g_exp[ord] = e;
+            }
+            if (e >= 0) // scatter: a slot's rank among its expert's slots
+                sorted_ids[start + __popc(peers & lt)] = lane;
+            if (lane == 0) {
+                s_groups = groups;
+                g_start[groups] = used;
+                *num_post = used;
+            }
+        }
+        __syncthreads();
+        const int groups = s_groups, used = g_start[groups];
+        for (int p = threadIdx.x; p < cap; p += T) {
+            if (p >= used) {
+                sorted_ids[p] = sentinel;
+                if (p % BM == 0)
+                    expert_ids[p / BM] = -1;
+                continue;
+            }
+            int g = 0, hi = groups - 1; // the last group starting <= p
+            while (g < hi) {
+                int mid = (g + hi + 1) / 2;
+                if (g_start[mid] <= p)
+                    g = mid;
+                else
+                    hi = mid - 1;
+            }
+            if (p % BM == 0)
+                expert_ids[p / BM] = g_exp[g];
+            if (p - g_start[g] >= g_cnt[g])
+                sorted_ids[p] = sentinel;
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < E; e += T)
         s_cnt[e] = 0;
     w16_pdl_enter(); // ids may come from the previous kernel

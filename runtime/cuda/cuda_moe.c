@@ -1050,9 +1050,13 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                                           ? most : W16_AUX_SCAN_THREADS);
         void *ar[] = {(void *)&a->ids, &iP, &map, &n_ids, &iE, &ibm, &icap,
                       &sentinel, &d_num, &d_sorted, &d_eids, &m->err_dev};
+        /* shared memory: the general path's 2E + 1 + P ints, or the
+         * decode path's 3 x 32 + 1 (P <= 32) */
+        int64_t words = 2 * E + 1 + P;
+        words = words > 97 ? words : 97;
         st = w16_cuda_launch_chained(m->cuda, aux[W16_AUX_ROUTE_SMALL], 1,
-                                     threads, (unsigned)((2 * E + 1 + P) * 4),
-                                     s, ar, err);
+                                     threads, (unsigned)(words * 4), s, ar,
+                                     err);
     }
     if (!small && !a->batched) {
         void *ac[] = {(void *)&a->ids, &iP, &map, &n_ids, &iE, &d_hist,
