@@ -612,19 +612,76 @@ w16_finalize(const float *__restrict__ y, int M, int topk, int N,
 }
 #endif
 
+#ifdef W16_WANT_w16_finalize_small
+// Row m's output n of w16_finalize_small: the slots of cmask (then of
+// row_slots past 32) in ascending j, U of them a round, their split slabs
+// S at a time; each slot's splits summed in order, then c_j times it (R()
+// with round_sum) added to the row's sum in slot order.
+template <int U, int S>
+__device__ __forceinline__ float
+slot_sums(const float *__restrict__ y, int m, int topk, int N, int n,
+          unsigned cmask, const int *__restrict__ ids,
+          const int *__restrict__ expert_map, int n_ids,
+          const float *__restrict__ w, int splits, int round_sum, size_t slab)
+{
+    float acc = 0.0f;
+    for (int j0 = 0; j0 < topk; j0 += 32) {
+        unsigned mask = j0 == 0 ? cmask
+                                : row_slots(ids, expert_map, n_ids, m, topk,
+                                            j0);
+        while (mask) {
+            // the next U slots (ascending j), -1 past the last
+            int t[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                t[u] = mask ? m * topk + j0 + __ffs(mask) - 1 : -1;
+                mask &= mask - 1u;
+            }
+            float c[U], v[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                c[u] = t[u] >= 0 && w ? w[t[u]] : 1.0f;
+                v[u] = 0.0f; // replaced by split 0's slab below
+            }
+            for (int s0 = 0; s0 < splits; s0 += S) {
+                float x[U][S];
+#pragma unroll
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int k = 0; k < S; k++)
+                        if (t[u] >= 0 && s0 + k < splits)
+                            x[u][k] = y[(size_t)t[u] * N + n +
+                                        (size_t)(s0 + k) * slab];
+#pragma unroll
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int k = 0; k < S; k++)
+                        if (t[u] >= 0 && s0 + k < splits)
+                            v[u] = s0 + k == 0 ? x[u][k] : v[u] + x[u][k];
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (t[u] >= 0)
+                    acc += c[u] * (round_sum ? round_act(v[u]) : v[u]);
+        }
+    }
+    return acc;
+}
+#endif
+
 // w16_finalize's results (the same sums in the same order) for few output
 // elements, where the kernel is a chain of dependent loads, not bytes:
 // w16_finalize's thread reads, for each j in turn, the id, then the map
 // entry, then the slabs. Here the ids and map entries of a row's slots are
 // read eight at a time (row_slots) and before the wait: they are the
 // layer's inputs, which the routing read three kernels back (templates/
-// moe_pdl.cu); after the wait, the slabs of four slots and eight splits
-// are in flight at once. That takes about 80 registers (launch
-// bounds: 3 CTAs an SM), so the host runs it only while its grid is at
-// most two waves (runtime/cuda/cuda_moe.c); larger M keeps
-// w16_finalize's occupancy.
+// moe_pdl.cu); after the wait, 32 slabs
+// are in flight at once (eight slots of up to four splits, or four of up
+// to eight). That takes up to 128 registers (launch bounds: 2 CTAs an
+// SM), so the host runs it only while its grid is at most two waves
+// (runtime/cuda/cuda_moe.c); larger M keeps w16_finalize's occupancy.
 #ifdef W16_WANT_w16_finalize_small
-extern "C" __global__ void __launch_bounds__(256, 3)
+extern "C" __global__ void __launch_bounds__(256, 2)
 w16_finalize_small(const float *__restrict__ y, int M, int topk, int N,
                    const int *__restrict__ ids,
                    const int *__restrict__ expert_map, int n_ids,
@@ -646,47 +703,13 @@ w16_finalize_small(const float *__restrict__ y, int M, int topk, int N,
             cm = m;
             cmask = row_slots(ids, expert_map, n_ids, m, topk, 0);
         }
-        float acc = 0.0f;
-        for (int j0 = 0; j0 < topk; j0 += 32) {
-            unsigned mask = j0 == 0 ? cmask
-                                    : row_slots(ids, expert_map, n_ids, m,
-                                                topk, j0);
-            while (mask) {
-                // the next four slots (ascending j), -1 past the last
-                int t[4];
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    t[u] = mask ? m * topk + j0 + __ffs(mask) - 1 : -1;
-                    mask &= mask - 1u;
-                }
-                float c[4], v[4];
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    c[u] = t[u] >= 0 && w ? w[t[u]] : 1.0f;
-                    v[u] = 0.0f; // replaced by split 0's slab below
-                }
-                for (int s0 = 0; s0 < splits; s0 += 8) {
-                    float x[4][8];
-#pragma unroll
-                    for (int u = 0; u < 4; u++)
-#pragma unroll
-                        for (int k = 0; k < 8; k++)
-                            if (t[u] >= 0 && s0 + k < splits)
-                                x[u][k] = y[(size_t)t[u] * N + n +
-                                            (size_t)(s0 + k) * slab];
-#pragma unroll
-                    for (int u = 0; u < 4; u++)
-#pragma unroll
-                        for (int k = 0; k < 8; k++)
-                            if (t[u] >= 0 && s0 + k < splits)
-                                v[u] = s0 + k == 0 ? x[u][k] : v[u] + x[u][k];
-                }
-#pragma unroll
-                for (int u = 0; u < 4; u++)
-                    if (t[u] >= 0)
-                        acc += c[u] * (round_sum ? round_act(v[u]) : v[u]);
-            }
-        }
+        // eight slots a round where at most four splits come with each
+        // (32 loads in flight either way; the same sums in the same order)
+        float acc = splits <= 4
+            ? slot_sums<8, 4>(y, m, topk, N, n, cmask, ids, expert_map,
+                              n_ids, w, splits, round_sum, slab)
+            : slot_sums<4, 8>(y, m, topk, N, n, cmask, ids, expert_map,
+                              n_ids, w, splits, round_sum, slab);
         out[i] = act::from_f(acc);
     }
 }

@@ -979,7 +979,7 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     bool gather1 = m->quant.act_order || (on_input && a->weights);
     bool gather2 = m->quant.act_order;
     /* few outputs with split-K sums to add: the latency-bound finalize,
-     * while its CTAs (3 an SM by its launch bounds) take at most two
+     * while its CTAs (2 an SM by its launch bounds) take at most two
      * waves; otherwise the plain form's occupancy (templates/moe_aux.cu;
      * the small form's gain is the partial sums of eight splits in flight,
      * and without a split it measured 0.6-0.8% slower at M = 16 on
@@ -987,7 +987,7 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     const unsigned fin_grid = grid_stride((size_t)a->M * (size_t)H);
     const bool few = !a->batched && split[1] > 1 &&
                      (int64_t)fin_grid <=
-                         6 * (int64_t)w16_cuda_sm_count(m->cuda);
+                         4 * (int64_t)w16_cuda_sm_count(m->cuda);
 
     /* the kernels: both GEMMs, the routing, and the pieces of the gather
      * and finalize this run launches (gen/moe_cuda.h) */
