@@ -121,8 +121,9 @@ static inline LLVMValueRef fmul(cg_t *G, LLVMValueRef a, LLVMValueRef b) { retur
 static inline LLVMValueRef fadd(cg_t *G, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFAdd(G->b, a, b, ""); }
 static inline LLVMValueRef fsub(cg_t *G, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFSub(G->b, a, b, ""); }
 
-/* An alloca in the entry block (promoted to registers by O3). */
-static inline LLVMValueRef var(cg_t *G, LLVMTypeRef t, LLVMValueRef init)
+/* A builder at the start of the entry block, where allocas go (the
+ * caller disposes of it). */
+static inline LLVMBuilderRef entry_builder(cg_t *G)
 {
     LLVMBuilderRef e = LLVMCreateBuilderInContext(G->c);
     LLVMValueRef first = LLVMGetFirstInstruction(G->entry);
@@ -130,6 +131,13 @@ static inline LLVMValueRef var(cg_t *G, LLVMTypeRef t, LLVMValueRef init)
         LLVMPositionBuilderBefore(e, first);
     else
         LLVMPositionBuilderAtEnd(e, G->entry);
+    return e;
+}
+
+/* An alloca in the entry block (promoted to registers by O3). */
+static inline LLVMValueRef var(cg_t *G, LLVMTypeRef t, LLVMValueRef init)
+{
+    LLVMBuilderRef e = entry_builder(G);
     LLVMValueRef a = LLVMBuildAlloca(e, t, "");
     LLVMDisposeBuilder(e);
     if (init)
@@ -139,12 +147,7 @@ static inline LLVMValueRef var(cg_t *G, LLVMTypeRef t, LLVMValueRef init)
 
 static inline LLVMValueRef array(cg_t *G, LLVMTypeRef t, int64_t n, unsigned align)
 {
-    LLVMBuilderRef e = LLVMCreateBuilderInContext(G->c);
-    LLVMValueRef first = LLVMGetFirstInstruction(G->entry);
-    if (first)
-        LLVMPositionBuilderBefore(e, first);
-    else
-        LLVMPositionBuilderAtEnd(e, G->entry);
+    LLVMBuilderRef e = entry_builder(G);
     LLVMValueRef a = LLVMBuildArrayAlloca(e, t, ci64(G, n), "");
     LLVMSetAlignment(a, align);
     LLVMDisposeBuilder(e);

@@ -327,6 +327,37 @@ __device__ __forceinline__ int block_scan_excl(int v, int *s_warp, int *total)
     return (warp ? s_warp[warp - 1] : 0) + x - v;
 }
 
+// route_small's fill of padded position p < cap, from n groups (an
+// expert's slots, in expert order) starting at start[] with cnt[] slots
+// each, start[n] = used: the block's expert (exp[g], or g where exp is
+// null) at a block's first position, the sentinel past a group's slots
+// and past `used` (where the block has no expert, -1).
+__device__ __forceinline__ void route_fill_at(int p, const int *start,
+                                              const int *cnt, const int *exp,
+                                              int n, int BM, int sentinel,
+                                              int *__restrict__ sorted_ids,
+                                              int *__restrict__ expert_ids)
+{
+    if (p >= start[n]) {
+        sorted_ids[p] = sentinel;
+        if (p % BM == 0)
+            expert_ids[p / BM] = -1;
+        return;
+    }
+    int g = 0, hi = n - 1; // the last group starting <= p
+    while (g < hi) {
+        int mid = (g + hi + 1) / 2;
+        if (start[mid] <= p)
+            g = mid;
+        else
+            hi = mid - 1;
+    }
+    if (p % BM == 0)
+        expert_ids[p / BM] = exp ? exp[g] : g;
+    if (p - start[g] >= cnt[g])
+        sorted_ids[p] = sentinel;
+}
+
 // The four routing steps for P <= CHUNK slots (standard format) in one
 // CTA, with the results of route_count, route_scan, route_fill and
 // route_scatter for one chunk (their hist_off is 0): the count in shared
@@ -395,27 +426,10 @@ w16_route_small(const int *__restrict__ ids, int P,
             }
         }
         __syncthreads();
-        const int groups = s_groups, used = g_start[groups];
-        for (int p = threadIdx.x; p < cap; p += T) {
-            if (p >= used) {
-                sorted_ids[p] = sentinel;
-                if (p % BM == 0)
-                    expert_ids[p / BM] = -1;
-                continue;
-            }
-            int g = 0, hi = groups - 1; // the last group starting <= p
-            while (g < hi) {
-                int mid = (g + hi + 1) / 2;
-                if (g_start[mid] <= p)
-                    g = mid;
-                else
-                    hi = mid - 1;
-            }
-            if (p % BM == 0)
-                expert_ids[p / BM] = g_exp[g];
-            if (p - g_start[g] >= g_cnt[g])
-                sorted_ids[p] = sentinel;
-        }
+        const int groups = s_groups;
+        for (int p = threadIdx.x; p < cap; p += T)
+            route_fill_at(p, g_start, g_cnt, g_exp, groups, BM, sentinel,
+                          sorted_ids, expert_ids);
         return;
     }
     for (int e = threadIdx.x; e < E; e += T)
@@ -448,27 +462,11 @@ w16_route_small(const int *__restrict__ ids, int P,
         *num_post = used;
     }
     __syncthreads();
-    // fill: block experts and padding (as route_fill, standard format)
-    for (int p = threadIdx.x; p < cap; p += T) {
-        if (p >= used) {
-            sorted_ids[p] = sentinel;
-            if (p % BM == 0)
-                expert_ids[p / BM] = -1;
-            continue;
-        }
-        int lo = 0, hi = E - 1;
-        while (lo < hi) {
-            int mid = (lo + hi + 1) / 2;
-            if (s_start[mid] <= p)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        if (p % BM == 0)
-            expert_ids[p / BM] = lo;
-        if (p - s_start[lo] >= s_cnt[lo])
-            sorted_ids[p] = sentinel;
-    }
+    // fill: block experts and padding (as route_fill, standard format);
+    // every expert is a group (s_start[E] = used)
+    for (int p = threadIdx.x; p < cap; p += T)
+        route_fill_at(p, s_start, s_cnt, nullptr, E, BM, sentinel,
+                      sorted_ids, expert_ids);
     // scatter: slots in order, one warp at a time (as route_scatter); the
     // bases start at s_start (s_cnt is no longer read by the fill after
     // this barrier)
