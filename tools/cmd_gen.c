@@ -38,7 +38,7 @@ static void usage(FILE *f)
         "                 --bits 4|8 --group-size G [--zero-point] [--bias]\n"
         "                 [--activation NAME] [--act-dtype F16|BF16] [--topk K]\n"
         "                 [--block-m BM] [--batched] [--stage NAME]\n"
-        "                 [--expert-map]\n"
+        "                 [--expert-map] [--numerics f32|bf16-exact]\n"
         "                 [--hidden H] [--intermediate I] [--experts E]\n"
         "                 [--scale-dtype F16|BF16]\n"
         "       wna16 gen --batch LIST|- [--batch-dir DIR]\n\n"
@@ -49,7 +49,10 @@ static void usage(FILE *f)
         "BACKEND's layout: input, gemm1 (gate/up and the activation), gemm2\n"
         "and combine, or only --stage NAME; --activation (default silu),\n"
         "--act-dtype (BF16), --topk (8), --block-m (slots per block, 4) and\n"
-        "--batched (the batched activation format) select the configuration.\n"
+        "--batched (the batched activation format) select the configuration;\n"
+        "--numerics bf16-exact prints the GEMMs that round each dequantized\n"
+        "weight to bf16 (the portable kernels' bf16-exact; bf16 activations),\n"
+        "f32 (default) those that keep it in float32.\n"
         "--stage route prints the routing kernel that targets running the\n"
         "fused MoE on the device (xpu, ocl) launch first: vLLM's\n"
         "moe_align_block_size as one workgroup, for --experts, --block-m and\n"
@@ -91,6 +94,7 @@ typedef struct gen_opts {
     long bits, gs, hidden, inter, experts, topk, block_m;
     bool zp, act_order, bias, gs_set, batched, expert_map;
     wna16_dtype_t scale_dtype, act_dtype;
+    wna16_numerics_t numerics;
     wna16_activation_t activation;
     wna16_input_dtype_t input;
 } gen_opts_t;
@@ -139,6 +143,16 @@ static int parse(int argc, char **argv, gen_opts_t *o)
                 return cli_usage_error("gen", "--act-dtype: F16 or BF16");
             continue;
         }
+        else if (cli_opt_value(argc, argv, &i, "--numerics", &v)) {
+            o->numerics = v ? wna16_numerics_from_name(v)
+                            : WNA16_NUMERICS_INVALID;
+            if (o->numerics != WNA16_NUMERICS_F32 &&
+                o->numerics != WNA16_NUMERICS_BF16_EXACT)
+                return cli_usage_error("gen", "--numerics: f32 or bf16-exact "
+                                       "(int8-dynamic is the dedicated CPU "
+                                       "kernels', which print no IR)");
+            continue;
+        }
         else if (cli_opt_value(argc, argv, &i, "--scale-dtype", &v)) {
             o->scale_dtype = v ? wna16_dtype_from_name(v, strlen(v)) : 0;
             if (o->scale_dtype != WNA16_DTYPE_F16 && o->scale_dtype != WNA16_DTYPE_BF16)
@@ -174,6 +188,8 @@ static int parse(int argc, char **argv, gen_opts_t *o)
     if (moe && (o->from || o->tensor || o->act_order))
         return cli_usage_error("gen", "--kind moe takes no --from, --tensor "
                                "or --act-order");
+    if (!moe && o->numerics != WNA16_NUMERICS_F32)
+        return cli_usage_error("gen", "--numerics is for --kind moe");
     if (o->expert_map && !(o->stage && strcmp(o->stage, "route") == 0))
         return cli_usage_error("gen", "--expert-map is for --stage route");
     if (!moe && (o->stage || o->batched))
@@ -344,6 +360,7 @@ static int gen_moe(const gen_opts_t *o, wna16_context_t *ctx,
     wna16_moe_params_init(&req.params);
     req.params.activation = o->activation;
     req.params.act_dtype = o->act_dtype;
+    req.numerics = o->numerics;
     for (int g = 0; g < 2; g++) {
         const w16_layout_t *ls = dst->layouts[W16_ROLE_SCALES];
         const w16_layout_t *lb = dst->layouts[W16_ROLE_BIAS];
