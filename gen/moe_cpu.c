@@ -81,34 +81,6 @@ unsigned w16_moe_cpu_isa(const char *f)
 
 /* ---- the plan: what the layout's maps say ---------------------------------- */
 
-/* The flat element offset and bit of role r's element at (e, n, k, g). */
-bool w16_moe_cpu_locate(const w16_layout_t *l, const int64_t *v,
-                        const int64_t *shape, int64_t e, int64_t n, int64_t k,
-                        int64_t g, int64_t *flat, int64_t *bit)
-{
-    int64_t vars[W16_VAR_COUNT], coord[W16_MAX_COORDS], ix[W16_MAX_STORE_DIMS];
-    memcpy(vars, v, sizeof vars);
-    w16_var_t cv[W16_MAX_COORDS];
-    int nc = w16_role_coords(l->role, cv);
-    for (int i = 0; i < nc; i++)
-        coord[i] = cv[i] == W16_VAR_e ? e : cv[i] == W16_VAR_n ? n
-                 : cv[i] == W16_VAR_k ? k : g;
-    w16_eval_error_t ee = {0};
-    int64_t b = 0;
-    if (!w16_layout_locate(l, vars, coord, ix, &b, &ee))
-        return false;
-    int64_t f = 0;
-    for (int d = 0; d < l->ndim; d++) {
-        if (ix[d] < 0 || ix[d] >= shape[d])
-            return false;
-        f = f * shape[d] + ix[d];
-    }
-    *flat = f;
-    if (bit)
-        *bit = b;
-    return true;
-}
-
 /* The flat offset of the compensation sum of (e, n, block kc). */
 static bool locate_sum(const w16_layout_t *l, const int64_t *v,
                        const int64_t *shape, int64_t e, int64_t n, int64_t kc,
@@ -130,22 +102,6 @@ static bool locate_sum(const w16_layout_t *l, const int64_t *v,
     }
     *flat = f;
     return true;
-}
-
-wna16_dtype_t w16_moe_cpu_dtype_of(const w16_moe_request_t *req, int g,
-                                   w16_role_t r)
-{
-    const w16_layout_t *l = req->backend->layouts[r];
-    return req->dtype[g][r] ? req->dtype[g][r] : l->dtypes[0];
-}
-
-/* The e values a probe walks: the first and the last (the strides come
- * from the first two). */
-int w16_moe_cpu_probe_experts(int64_t E, int64_t *out)
-{
-    out[0] = 0;
-    out[1] = E - 1;
-    return E > 1 ? 2 : 1;
 }
 
 /* Checks that the float (or zero-point) layout of role r stores (e, n, g)

@@ -145,13 +145,26 @@ repack_jit_off_nopack)
 damaged)
   fresh_cache
   cp "$pack" "$work/damaged.w16pack"
-  # the last byte of the payload belongs to the last entry in key order
-  size=$(stat -c %s "$work/damaged.w16pack")
-  printf '\x5a' | dd of="$work/damaged.w16pack" bs=1 seek=$((size - 1)) conv=notrunc status=none
+  # damage an entry the repack below reads (gptq -> triton's w13 codes):
+  # its bytes, as `pack extract` gives them, found in the file and the
+  # last one changed (keys carry the generator's fingerprint, so which
+  # entry comes last in key order moves with every change to gen/)
+  want=$("$wna16" pack list "$pack" | awk '/wna16_repack_gptq_to_triton_w13_qweight/ {print $NF; exit}')
+  [ -n "$want" ] || fail "no gptq -> triton w13_qweight entry in the pack"
+  "$wna16" pack extract "$pack" "$want" --target cpu --arch x86-64-v3 -o "$work/entry.bin" || fail "extract $want"
+  python3 - "$work/damaged.w16pack" "$work/entry.bin" <<'PY' || fail "entry $want not found once in the pack's bytes"
+import sys
+pack = bytearray(open(sys.argv[1], 'rb').read())
+entry = open(sys.argv[2], 'rb').read()
+at = pack.find(entry)
+assert at >= 0 and pack.find(entry, at + 1) < 0
+pack[at + len(entry) - 1] ^= 0x5a
+open(sys.argv[1], 'wb').write(pack)
+PY
   out=$("$wna16" pack verify "$work/damaged.w16pack" 2>&1); rc=$?
   [ $rc = 1 ] && echo "$out" | grep -q "damaged (checksum mismatch)" && echo "$out" | grep -q "^FAILED$" || fail "verify: $rc $out"
   name=$(echo "$out" | sed -n 's/^entry [0-9]* \([a-z0-9_]*\) (cpu x86-64-v3): damaged.*/\1/p')
-  [ -n "$name" ] || fail "no entry named: $out"
+  [ "$name" = "$want" ] || fail "verify names '$name', not $want: $out"
   out=$(WNA16_PACK_PATH=$work/damaged.w16pack "$wna16" repack "$ckpt" --to triton --target cpu -o "$work/d.safetensors" 2>&1); rc1=$?
   # --backend triton: the pack's layout (on an AVX512-VNNI host `run`
   # would run selection's cpu layout with its dedicated kernels)
