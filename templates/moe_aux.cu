@@ -217,6 +217,46 @@ w16_route_scan(const int *__restrict__ hist, int C,
 }
 #endif
 
+// The fill of padded position p < cap (route_fill, route_small), from n
+// groups of slots in expert order (every expert: exp null, group g is
+// expert g; route_small's decode path: only those with slots, exp[g])
+// starting at start[] with cnt[] slots each, start[n] = used: the block's
+// expert at a block's first position (-1 past `used`), the sentinel past
+// a group's slots and past `used`, and in the batched format the row
+// e * max_tokens + r of the group's r-th slot (the standard format's
+// slots come from the scatter).
+__device__ __forceinline__ void route_fill_at(int p, const int *start,
+                                              const int *cnt, const int *exp,
+                                              int n, int BM, int sentinel,
+                                              int batched, int max_tokens,
+                                              int *__restrict__ sorted_ids,
+                                              int *__restrict__ expert_ids)
+{
+    if (p >= start[n]) {
+        sorted_ids[p] = sentinel;
+        if (p % BM == 0)
+            expert_ids[p / BM] = -1;
+        return;
+    }
+    // the last group whose run starts at or before p (empty runs are
+    // skipped because the next group starts at the same place)
+    int g = 0, hi = n - 1;
+    while (g < hi) {
+        int mid = (g + hi + 1) / 2;
+        if (start[mid] <= p)
+            g = mid;
+        else
+            hi = mid - 1;
+    }
+    const int e = exp ? exp[g] : g, r = p - start[g];
+    if (p % BM == 0)
+        expert_ids[p / BM] = e;
+    if (r >= cnt[g])
+        sorted_ids[p] = sentinel;
+    else if (batched)
+        sorted_ids[p] = e * max_tokens + r;
+}
+
 // One thread per position p < cap of the padded order.
 #ifdef W16_WANT_w16_route_fill
 extern "C" __global__ void
@@ -227,31 +267,9 @@ w16_route_fill(const int *__restrict__ start, const int *__restrict__ total,
 {
     w16_pdl_enter(); // route_scan wrote start, total
     int p = blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= cap)
-        return;
-    if (p >= start[E]) {
-        sorted_ids[p] = sentinel;
-        if (p % BM == 0)
-            expert_ids[p / BM] = -1;
-        return;
-    }
-    // the last expert whose run starts at or before p (empty runs are
-    // skipped because the next expert starts at the same place)
-    int lo = 0, hi = E - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (start[mid] <= p)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    int e = lo, r = p - start[e];
-    if (p % BM == 0)
-        expert_ids[p / BM] = e;
-    if (r >= total[e])
-        sorted_ids[p] = sentinel;
-    else if (batched)
-        sorted_ids[p] = e * max_tokens + r;
+    if (p < cap)
+        route_fill_at(p, start, total, nullptr, E, BM, sentinel, batched,
+                      max_tokens, sorted_ids, expert_ids);
 }
 #endif
 
@@ -327,37 +345,6 @@ __device__ __forceinline__ int block_scan_excl(int v, int *s_warp, int *total)
     return (warp ? s_warp[warp - 1] : 0) + x - v;
 }
 
-// route_small's fill of padded position p < cap, from n groups (an
-// expert's slots, in expert order) starting at start[] with cnt[] slots
-// each, start[n] = used: the block's expert (exp[g], or g where exp is
-// null) at a block's first position, the sentinel past a group's slots
-// and past `used` (where the block has no expert, -1).
-__device__ __forceinline__ void route_fill_at(int p, const int *start,
-                                              const int *cnt, const int *exp,
-                                              int n, int BM, int sentinel,
-                                              int *__restrict__ sorted_ids,
-                                              int *__restrict__ expert_ids)
-{
-    if (p >= start[n]) {
-        sorted_ids[p] = sentinel;
-        if (p % BM == 0)
-            expert_ids[p / BM] = -1;
-        return;
-    }
-    int g = 0, hi = n - 1; // the last group starting <= p
-    while (g < hi) {
-        int mid = (g + hi + 1) / 2;
-        if (start[mid] <= p)
-            g = mid;
-        else
-            hi = mid - 1;
-    }
-    if (p % BM == 0)
-        expert_ids[p / BM] = exp ? exp[g] : g;
-    if (p - start[g] >= cnt[g])
-        sorted_ids[p] = sentinel;
-}
-
 // The four routing steps for P <= CHUNK slots (standard format) in one
 // CTA, with the results of route_count, route_scan, route_fill and
 // route_scatter for one chunk (their hist_off is 0): the count in shared
@@ -428,8 +415,8 @@ w16_route_small(const int *__restrict__ ids, int P,
         __syncthreads();
         const int groups = s_groups;
         for (int p = threadIdx.x; p < cap; p += T)
-            route_fill_at(p, g_start, g_cnt, g_exp, groups, BM, sentinel,
-                          sorted_ids, expert_ids);
+            route_fill_at(p, g_start, g_cnt, g_exp, groups, BM, sentinel, 0,
+                          0, sorted_ids, expert_ids);
         return;
     }
     for (int e = threadIdx.x; e < E; e += T)
@@ -465,7 +452,7 @@ w16_route_small(const int *__restrict__ ids, int P,
     // fill: block experts and padding (as route_fill, standard format);
     // every expert is a group (s_start[E] = used)
     for (int p = threadIdx.x; p < cap; p += T)
-        route_fill_at(p, s_start, s_cnt, nullptr, E, BM, sentinel,
+        route_fill_at(p, s_start, s_cnt, nullptr, E, BM, sentinel, 0, 0,
                       sorted_ids, expert_ids);
     // scatter: slots in order, one warp at a time (as route_scatter); the
     // bases start at s_start (s_cnt is no longer read by the fill after
