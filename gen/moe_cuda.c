@@ -386,6 +386,23 @@ wna16_status_t w16_moe_cuda_block_m(const wna16_spec_t *spec,
     return WNA16_OK;
 }
 
+bool w16_moe_cuda_self_route_row(const wna16_spec_t *spec, int block_m,
+                                 int64_t experts)
+{
+    if (!spec->tiling || experts < 1)
+        return false;
+    /* the runtime's slots an expert: ceil(slots / the ids' experts) */
+    const int64_t most = (W16_MOE_SELF_ROUTE_SLOTS + experts - 1) / experts;
+    for (int64_t tpe = 1; tpe <= most; tpe++)
+        for (int ok = 0; ok < 2; ok++) {
+            const w16_tile_bm_t *b =
+                w16_tiling_block_m(spec->tiling, tpe, ok != 0);
+            if (b->block_m == block_m && !b->wgmma)
+                return true;
+        }
+    return false;
+}
+
 wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
                                  bool wgmma, wna16_gemm_t gemm, int64_t N,
                                  int64_t K,
@@ -526,6 +543,7 @@ void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size)
         {c->split_codes && c->bits == 4, "_sc", -1},
         {c->wgmma && c->grouped && !c->group_stages, "_gk", -1},
         {c->split_sums && !c->wgmma && w13, "_ss", -1},
+        {c->self_route && !c->wgmma, "_rt", -1},
     };
     for (size_t i = 0; i < W16_ARRAY_LEN(keys); i++) {
         size_t len = strlen(out);
@@ -722,6 +740,8 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
                                    c->warps_n == 8);
     if (!c->wgmma) { /* the mma.sync template's choices only */
         def_bool(b, "SCALES_IN_B", c->scales_in_b);
+        def_bool(b, "SELF_ROUTE", c->self_route);
+        def_int(b, "ERR_ID", W16_AUX_ERR_ID); /* SELF_ROUTE's bad ids */
         def_bool(b, "SPLIT_SUMS",
                  c->split_sums && c->gemm == WNA16_GEMM_W13);
         def_int(b, "GS", c->grouped && !c->act_order ? c->group_size : 0);
@@ -742,6 +762,8 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     wna16_status_t cst = append_template(b, "moe_pdl.cu", err);
     if (cst == WNA16_OK)
         cst = append_template(b, "moe_quant.cu", err);
+    if (cst == WNA16_OK) /* a CTA's own routing at decode sizes */
+        cst = append_template(b, "moe_route_warp.cu", err);
     if (cst == WNA16_OK)
         cst = append_template(b, "moe_gemm_common.cu", err);
     if (cst != WNA16_OK)
@@ -927,5 +949,7 @@ wna16_status_t w16_moe_aux_source(wna16_dtype_t act_dtype, int piece,
     for (int k = first; k < first + n; k++)
         w16_buf_printf(b, "#define W16_WANT_%s\n", w16_moe_aux_names[k]);
     wna16_status_t st = append_template(b, "moe_pdl.cu", err);
+    if (st == WNA16_OK) /* route_small's warp path, which the GEMMs share */
+        st = append_template(b, "moe_route_warp.cu", err);
     return st == WNA16_OK ? append_template(b, "moe_aux.cu", err) : st;
 }

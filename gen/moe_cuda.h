@@ -80,6 +80,11 @@ typedef struct w16_moe_gemm_cfg {
                                 slabs itself (the last split of a tile,
                                 templates/moe_gemm_common.cu splitk_fixup)
                                 instead of the reduce kernel */
+    bool self_route;         /* mma.sync, at most 32 routed slots (the
+                                host's choice for the run): each CTA routes
+                                its own row block from the top-k ids
+                                (templates/moe_route_warp.cu), and the run
+                                launches no routing kernel */
     int group_size;          /* grouped, not act-order: the group size, a
                                 constant of the mma.sync unit (its stages'
                                 group rows and checks fold to constants);
@@ -100,6 +105,17 @@ wna16_status_t w16_moe_cuda_block_m(const wna16_spec_t *spec,
                                     int64_t tokens_per_expert, bool wgmma_ok,
                                     int *block_m, bool *wgmma,
                                     wna16_error_t *err);
+
+/* The most routed slots of a run whose GEMM CTAs route their own row
+ * blocks (w16_moe_gemm_cfg_t.self_route: one warp, a lane a slot). */
+#define W16_MOE_SELF_ROUTE_SLOTS 32
+
+/* Whether some run of at most W16_MOE_SELF_ROUTE_SLOTS routed slots over
+ * at least `experts` experts (the layer's; an expert map's ids name more)
+ * gets the mma.sync row of `block_m` on either kind of device, so that its
+ * self_route units may be asked for (`wna16 pack` packs them). */
+bool w16_moe_cuda_self_route_row(const wna16_spec_t *spec, int block_m,
+                                 int64_t experts);
 
 /* Fills cfg's tile fields for one GEMM of N x K from the spec's tiling:
  * the first matching row (a wgmma row when `wgmma`, the block_m row's
@@ -137,9 +153,10 @@ typedef struct w16_moe_unit_quant {
  * `wgmma` (from w16_moe_cuda_block_m), as the runtime launches it: every
  * byte zeroed first (configurations are compared by their bytes and
  * hashed into request keys), the tile of w16_moe_cuda_tile, then q's
- * fields (w13 takes the activation). split_sums stays false: a run sets
- * it (w13 on mma.sync rows, when its split-K sums fit one wave), so the
- * same tile has a unit with and one without. Every caller that names a
+ * fields (w13 takes the activation). split_sums and self_route stay false: a
+ * run sets them (split_sums: w13 on mma.sync rows, when its split-K sums
+ * fit one wave; self_route: at most 32 routed slots), so the same tile has
+ * a unit with and one without each. Every caller that names a
  * unit (the runtime, `wna16 pack`) goes through here, so that equal
  * problems give equal configurations and request keys. */
 wna16_status_t w16_moe_cuda_cfg(const wna16_spec_t *spec,

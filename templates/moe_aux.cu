@@ -380,36 +380,20 @@ w16_route_small(const int *__restrict__ ids, int P,
         w16_pdl_enter(); // ids may come from the previous kernel
         if (threadIdx.x < 32) {
             const int lane = threadIdx.x;
-            const unsigned lt = (1u << lane) - 1u;
             int e = lane < P ? slot_expert(ids, lane, expert_map, n_ids, err)
                              : -1;
-            unsigned peers = __match_any_sync(0xffffffffu, e);
-            bool lead = e >= 0 && (peers & lt) == 0u;
-            int padded = lead ? (__popc(peers) + BM - 1) / BM * BM : 0;
-            // start of e's group: the padded sizes of the smaller experts;
-            // ord: the group's place in expert order
-            int start = 0, ord = 0, used = 0, groups = 0;
-            for (int j = 0; j < 32; j++) {
-                int pj = __shfl_sync(0xffffffffu, padded, j);
-                int ej = __shfl_sync(0xffffffffu, e, j);
-                used += pj;
-                groups += pj > 0;
-                if (pj > 0 && ej < e) {
-                    start += pj;
-                    ord++;
-                }
-            }
-            if (lead) {
-                g_start[ord] = start;
-                g_cnt[ord] = __popc(peers);
-                g_exp[ord] = e;
+            const warp_route r = route_warp(e, BM); // moe_route_warp.cu
+            if (r.padded > 0) {
+                g_start[r.ord] = r.start;
+                g_cnt[r.ord] = __popc(r.peers);
+                g_exp[r.ord] = e;
             }
             if (e >= 0) // scatter: a slot's rank among its expert's slots
-                sorted_ids[start + __popc(peers & lt)] = lane;
+                sorted_ids[r.pos] = lane;
             if (lane == 0) {
-                s_groups = groups;
-                g_start[groups] = used;
-                *num_post = used;
+                s_groups = r.groups;
+                g_start[r.groups] = r.used;
+                *num_post = r.used;
             }
         }
         __syncthreads();

@@ -418,7 +418,9 @@ __device__ __forceinline__ void splitk_fixup(
         const bias_t *__restrict__ bias, const int *__restrict__ g_idx,      \
         void *__restrict__ out, int N, int K, int G, int group_size, int ip, \
         float limit, float alpha, float beta, int round_out, int splits,     \
-        act_t *__restrict__ act_out, int *__restrict__ tile_sem
+        act_t *__restrict__ act_out, int *__restrict__ tile_sem,           \
+        const int *__restrict__ topk_ids, const int *__restrict__ expert_map, \
+        int n_ids, int *__restrict__ err
 
 #ifdef W16_REDUCE
 using namespace w16;

@@ -8,7 +8,9 @@
 //
 // What one launch computes: rows are routed slots (token t routed to
 // expert e), sorted and padded per expert into blocks of BM rows by the
-// routing kernels; block b of rows belongs to expert expert_ids[b]. Each
+// routing kernels (or, SELF_ROUTE at most 32 slots, by each CTA for its
+// own block: moe_route_warp.cu); block b of rows belongs to expert
+// expert_ids[b]. Each
 // CTA computes BM rows x BN columns of  A[rows] . W_e^T  over all of K, in
 // fp32 on tensor cores, then runs the epilogue:
 //   GEMM 1 (w13): gate and up columns of the same output i sit in one CTA
@@ -190,6 +192,9 @@ constexpr bool FP16_HI = DEFER && !ACT_BF16 && BITS == 4 && !ZP;
 // reduce): at small M a CTA's K range is a few stages, mostly this
 // prologue. The routing it reads first was written before that kernel.
 constexpr bool EARLY_B = GEMM == 2;
+// the err[] slot where a SELF_ROUTE unit records a bad top-k id (every
+// unit names it: the text below uses it in a discarded branch)
+static_assert(ERR_ID >= 0, "err slot");
 
 // The group size is a constant of the unit (GS, the generator's
 // cfg.group_size) where grouped scales travel with the stages: a stage then
@@ -319,21 +324,57 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // it still reads the routing (moe_pdl.cu). The host's grid covers the
     // most row blocks any routing fills, most of them empty at small M,
     // and an empty CTA that waited held its SM slot until GEMM 1 ended.
-    if (mblk * BM >= *num_post || expert_ids[mblk] < 0) {
-        if (EARLY_B && blockIdx.x == 0)
-            w16_pdl_wait();
-        return;
+    int e;
+    if constexpr (SELF_ROUTE) {
+        // The CTA's own routing of the top-k ids (the host's choice at
+        // most 32 routed slots, and then it launches no routing kernel):
+        // route_small's order (moe_route_warp.cu). Every warp routes (the
+        // ids and map entries are L1 hits after the first), so every
+        // thread holds the block's expert and the order's length without
+        // a barrier; warp 0 writes the block's rows. GEMM 1's CTA 0
+        // records a bad id as the routing kernel would; GEMM 2 reads the
+        // ids before its wait (the layer's input, written before GEMM 1
+        // started: moe_pdl.cu).
+        bool bad;
+        const int le = lane_expert(topk_ids, n_slots, expert_map, n_ids, &bad);
+        const warp_route r = route_warp(le, BM);
+        const int b0 = mblk * BM;
+        const unsigned hit = __ballot_sync(
+            0xffffffffu,
+            r.padded > 0 && r.start <= b0 && b0 < r.start + r.padded);
+        e = hit ? __shfl_sync(0xffffffffu, le, __ffs(hit) - 1) : -1;
+        if (threadIdx.x < 32) {
+            if (GEMM == 1 && blockIdx.x == 0 && bad)
+                atomicMin(err + ERR_ID, (int)threadIdx.x);
+            for (int q = threadIdx.x; q < BM; q += 32)
+                s_rows[q] = -1;
+            __syncwarp();
+            if (le >= 0 && r.pos / BM == mblk)
+                s_rows[r.pos % BM] = threadIdx.x;
+        }
+        if (b0 >= r.used || e < 0) {
+            if (EARLY_B && blockIdx.x == 0)
+                w16_pdl_wait();
+            return;
+        }
+    } else {
+        if (mblk * BM >= *num_post || expert_ids[mblk] < 0) {
+            if (EARLY_B && blockIdx.x == 0)
+                w16_pdl_wait();
+            return;
+        }
+        e = expert_ids[mblk];
     }
-    const int e = expert_ids[mblk];
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wn = warp % WN, wk = warp / WN;
     const int gid = lane / 4, tig = lane % 4;
 
-    for (int r = tid; r < BM; r += NTHREADS) {
-        int t = sorted_ids[mblk * BM + r];
-        s_rows[r] = (t >= 0 && t < n_slots) ? t : -1;
-    }
+    if constexpr (!SELF_ROUTE)
+        for (int r = tid; r < BM; r += NTHREADS) {
+            int t = sorted_ids[mblk * BM + r];
+            s_rows[r] = (t >= 0 && t < n_slots) ? t : -1;
+        }
     __syncthreads();
 
     const size_t tiles_n = (size_t)(N / 64);

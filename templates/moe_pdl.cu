@@ -25,8 +25,10 @@
 // returned from their wait, so W had completed and its writes are
 // visible. Three kernels read before their wait:
 //   GEMM 2 of the mma.sync template (EARLY_B in moe_marlin_gemm.cu) reads
-//     the routing (num_post, expert_ids, sorted_ids) and issues its first
-//     stages' weight loads, then waits for its activations;
+//     the routing (num_post, expert_ids, sorted_ids), or in a SELF_ROUTE
+//     unit the layer's top-k ids and expert map (GEMM 1, which routes the
+//     same ids itself after its wait, is the kernel between), and issues
+//     its first stages' weight loads, then waits for its activations;
 //   GEMM 1's split-K reduce (W16_REDUCE in moe_gemm_common.cu) reads the
 //     routing (num_post, sorted_ids) of its first position, then waits
 //     for the partial sums;

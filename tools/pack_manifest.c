@@ -647,6 +647,10 @@ static bool expand_cuda_moe(ml_t *L, pack_manifest_t *m, const char *family,
             again = tl->bm[o].block_m == bm && tl->bm[o].wgmma == wgmma;
         if (again || (wgmma && p.act_order))
             continue;
+        /* the units that route their own row block (self_route): runs
+         * of at most 32 slots, so at most 32 a local expert, without act
+         * order (runtime/cuda/cuda_moe.c) */
+        bool rt = !wgmma && !p.act_order && w16_moe_cuda_self_route_row(backend, bm, p.E);
         for (int g = 0; g < 2; g++) {
             pack_job_t j = {.kind = PACK_CUDA_UNIT};
             if (w16_moe_cuda_cfg(backend, &op[g], &q, bm, wgmma,
@@ -655,14 +659,16 @@ static bool expand_cuda_moe(ml_t *L, pack_manifest_t *m, const char *family,
                 refuse(m, family, what, &e);
                 continue;
             }
-            if (!push_unit(L, m, family, t, &j))
-                return false;
             int max_split, cps;
             w16_moe_cuda_split(backend, bm, wgmma, (wna16_gemm_t)g, op[g].N,
                                op[g].K, &max_split, &cps);
-            if (g == WNA16_GEMM_W13 && !wgmma && max_split > 1 &&
-                op[g].K / j.cfg.block_k > 1) {
-                j.cfg.split_sums = true;
+            bool ss = g == WNA16_GEMM_W13 && !wgmma && max_split > 1 &&
+                      op[g].K / j.cfg.block_k > 1;
+            for (int k = 0; k < 4; k++) {
+                j.cfg.split_sums = k & 1;
+                j.cfg.self_route = k & 2;
+                if ((j.cfg.split_sums && !ss) || (j.cfg.self_route && !rt))
+                    continue;
                 if (!push_unit(L, m, family, t, &j))
                     return false;
             }

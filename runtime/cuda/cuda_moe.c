@@ -989,9 +989,25 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                      (int64_t)fin_grid <=
                          4 * (int64_t)w16_cuda_sm_count(m->cuda);
 
+    /* one chunk of slots: the routing's four steps in one launch
+     * (route_small); at most 32 slots, where nothing but the GEMMs reads
+     * the routing (no split-K reduce kernel, no gather) and both GEMMs
+     * are mma.sync units: no routing launch, each GEMM CTA routes its own
+     * row block from the ids (templates/moe_route_warp.cu, the same
+     * order). Not where most of the grid's row blocks stay empty (an
+     * expert-parallel rank): an empty CTA then routes before it can
+     * return instead of reading num_post (DeepSeek-V3/EP8 M = 1 23.6 ->
+     * 26.6 us, bench/README.md). */
+    const bool small = !a->batched && C == 1;
+    const bool self_route = small && P <= W16_MOE_SELF_ROUTE_SLOTS &&
+                            2 * blocks >= nblk && !gather1 && !gather2 &&
+                            !cfg[0].wgmma && !cfg[1].wgmma &&
+                            (split[0] == 1 || fixup);
+    cfg[0].self_route = cfg[1].self_route = self_route; /* units of their own */
+
     /* the kernels: both GEMMs, the routing, and the pieces of the gather
      * and finalize this run launches (gen/moe_cuda.h) */
-    unsigned need = 1u << W16_AUX_PIECE_ROUTE;
+    unsigned need = self_route ? 0u : 1u << W16_AUX_PIECE_ROUTE;
     need |= 1u << (few ? W16_AUX_PIECE_FINALIZE_SMALL
                        : W16_AUX_PIECE_GATHER_FINALIZE);
     if (gather1 || gather2)
@@ -1037,9 +1053,7 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     w16_cuda_stream_t *s = a->stream;
 
     /* ---- routing ---- */
-    /* one chunk of slots: the four steps in one launch (route_small) */
-    bool small = !a->batched && C == 1;
-    if (small) {
+    if (small && !self_route) {
         /* a thread a slot, expert or padded position, in whole warps: the
          * kernel is all latency (barriers, shared memory), and fewer warps
          * make each barrier shorter */
@@ -1119,7 +1133,8 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                         m->quant.act_order ? &t[W16_ROLE_G_IDX] : &nul, &outp,
                         &N, &K, &G, &gs, &iIP, &limit, &alpha, &beta, &round,
                         &sk, g == 0 && fixup ? &d_a2 : &nul,
-                        g == 0 && fixup ? &m->sem : &nul};
+                        g == 0 && fixup ? &m->sem : &nul,
+                        &ids, &map, &n_ids, &m->err_dev};
         int64_t ctas = nblk * ncta[g] * sk;
         if (ctas > INT32_MAX)
             st = w16_err(err, WNA16_ELIMIT, "moe: %lld CTAs", (long long)ctas);

@@ -12,7 +12,8 @@
  *     quantization variants, cycled through the tiles and also each
  *     compiled with one fixed tile);
  *   - GEMM 1 adding its own split-K sums (split_sums) on every mma.sync
- *     w13 row's full-K tile;
+ *     w13 row's full-K tile; the CTAs routing their own row block
+ *     (self_route) on every other mma.sync unit without act order;
  *   - the routing/gather/finalize kernels for both activation dtypes, in
  *     one unit and in the runtime's pieces (gen/moe_cuda.h: each piece
  *     exports its kernels and no other);
@@ -323,6 +324,10 @@ static void test_tiling_rows(wna16_context_t *ctx)
                                VARIANTS[vi % W16_ARRAY_LEN(VARIANTS)].act_order)
                             vi++;
                         apply(&c, &VARIANTS[vi++ % W16_ARRAY_LEN(VARIANTS)]);
+                        /* the CTAs routing their own row block (the
+                         * runtime's choice at most 32 slots, never with
+                         * act order): every other mma.sync unit */
+                        c.self_route = !c.wgmma && !c.act_order && vi % 2;
                         compile_gemm(ctx, &c, row->json_path);
                     }
                 }

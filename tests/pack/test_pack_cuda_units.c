@@ -108,8 +108,16 @@ static void gemm_requests(lookup_t *L, const layer_t *ly, bool cc_90,
                                ly->op[g].N, ly->op[g].K, &max_split, &cps);
             bool can_split = g == WNA16_GEMM_W13 && !wgmma &&
                              max_split > 1 && ly->op[g].K / c.block_k > 1;
-            for (int s = 0; s < (can_split ? 2 : 1); s++) {
-                c.split_sums = s == 1;
+            /* at most 32 routed slots: the units that route their own
+             * row block (the layer's E = 4 experts: up to 8 an expert) */
+            bool can_route = !wgmma && !ly->q.act_order &&
+                             tpe * E <= W16_MOE_SELF_ROUTE_SLOTS;
+            for (int s = 0; s < 4; s++) {
+                c.split_sums = s & 1;
+                c.self_route = s & 2;
+                if ((c.split_sums && !can_split) ||
+                    (c.self_route && !can_route))
+                    continue;
                 char name[160];
                 w16_moe_gemm_name(&c, name, sizeof name);
                 expect(L, w16_moe_cuda_gemm_key(&c), name,
