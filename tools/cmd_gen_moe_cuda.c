@@ -19,7 +19,8 @@ static void usage(FILE *f)
         "                 [--tokens M] [--topk K] [--dtype F16|BF16]\n"
         "                 [--scale-dtype F16|BF16] [--activation NAME]\n"
         "                 [--unit w13|w2|decode|aux|aux_route|\n"
-        "                  aux_finalize_small|aux_gather_finalize] [--sm 80|90]\n\n"
+        "                  aux_finalize_small|aux_gather_finalize] [--sm 80|90]\n"
+        "                 [--split-sums] [--self-route]\n\n"
         "Prints the CUDA C translation unit of one kernel of the fused MoE on\n"
         "tensor cores: --unit w13 (default; GEMM 1 with the activation fused),\n"
         "w2 (GEMM 2), decode (the whole layer in one persistent kernel, which\n"
@@ -35,7 +36,13 @@ static void usage(FILE *f)
         "wgmma rows apply (Hopper's warpgroup MMA, not for act-order), and the\n"
         "unit then needs sm_90a. The unit compiles with NVRTC or\n"
         "nvcc -std=c++17 -arch=sm_80 -c (a wgmma unit: nvcc -std=c++17\n"
-        "-gencode arch=compute_90a,code=sm_90a -c).\n");
+        "-gencode arch=compute_90a,code=sm_90a -c).\n"
+        "The runtime picks two variants of a GEMM unit per run, printed with:\n"
+        "--split-sums (w13: the last split-K slice of a tile adds the\n"
+        "slices and activates, instead of a reduce kernel) and --self-route\n"
+        "(each CTA routes its own row block from the top-k ids, for at most\n"
+        "32 routed slots, --tokens x --topk; no routing kernel runs). Both\n"
+        "are for mma.sync tiles only, --self-route not with --act-order.\n");
 }
 
 /* --unit values for the routing kernels (gen/moe_cuda.h) */
@@ -61,7 +68,7 @@ static int aux_piece(const char *unit)
 typedef struct moe_opts {
     const char *to, *unit, *activation;
     long bits, gs, hidden, inter, experts, tokens, topk, sm;
-    bool zp, act_order, bias, gs_set;
+    bool zp, act_order, bias, gs_set, split_sums, self_route;
     wna16_dtype_t dtype, scale_dtype;
     wna16_activation_t act; /* from `activation` */
 } moe_opts_t;
@@ -124,6 +131,8 @@ static int parse(int argc, char **argv, moe_opts_t *o)
         else if (strcmp(opt, "--zero-point") == 0) { o->zp = true; continue; }
         else if (strcmp(opt, "--act-order") == 0) { o->act_order = true; continue; }
         else if (strcmp(opt, "--bias") == 0) { o->bias = true; continue; }
+        else if (strcmp(opt, "--split-sums") == 0) { o->split_sums = true; continue; }
+        else if (strcmp(opt, "--self-route") == 0) { o->self_route = true; continue; }
         else return cli_usage_error("gen", "unknown option '%s'", opt);
         if (!v)
             return cli_usage_error("gen", "%s needs a value", opt);
@@ -182,6 +191,25 @@ static int gemm_unit(wna16_context_t *ctx, const moe_opts_t *o,
     c.scale_dtype = o->scale_dtype;
     c.bias_dtype = o->scale_dtype;
     c.activation = g == WNA16_GEMM_W13 ? act : WNA16_ACT_INVALID;
+    /* the run's variants, refused where the runtime never picks them */
+    const char *why = NULL;
+    if ((o->split_sums || o->self_route) && c.wgmma)
+        why = "the tile is a wgmma row (these variants are mma.sync's)";
+    else if (o->split_sums && g != WNA16_GEMM_W13)
+        why = "--split-sums is GEMM 1's (--unit w13)";
+    else if (o->self_route && o->act_order)
+        why = "--self-route does not take act order (the run gathers rows)";
+    if (why || (o->self_route && slots > W16_MOE_SELF_ROUTE_SLOTS)) {
+        if (why)
+            fprintf(stderr, "wna16: %s: %s\n", rule, why);
+        else
+            fprintf(stderr, "wna16: --self-route takes at most %d routed "
+                    "slots (--tokens x --topk: %lld)\n",
+                    W16_MOE_SELF_ROUTE_SLOTS, (long long)slots);
+        return CLI_FAIL;
+    }
+    c.split_sums = o->split_sums;
+    c.self_route = o->self_route;
     int64_t ncta = g == WNA16_GEMM_W13
                        ? (op.IP + c.block_n / 2 - 1) / (c.block_n / 2)
                        : (op.N + c.block_n - 1) / c.block_n;

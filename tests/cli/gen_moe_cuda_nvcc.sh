@@ -33,6 +33,10 @@ unit b8_gelu_w13 -arch=sm_80 --to batched_marlin --bits 8 --group-size -1 \
 unit wgmma_w13 "-gencode arch=compute_90a,code=sm_90a" --to marlin --bits 4 \
   --group-size 128 $MIX --tokens 4096 --sm 90
 unit aux -arch=sm_80 --to marlin --unit aux --dtype F16
+unit rt_w2 -arch=sm_80 --to marlin --bits 4 --group-size 128 --self-route \
+  --unit w2
+unit ss_rt_w13 -arch=sm_80 --to marlin --bits 4 --group-size 128 --dtype F16 \
+  --split-sums --self-route
 unit decode -arch=sm_80 --to marlin --bits 4 --group-size 128 --zero-point \
   --unit decode
 grep -q "_wg" "$D/wgmma_w13.cu" || { echo "FAIL: not a wgmma unit"; exit 1; }
