@@ -569,17 +569,18 @@ static const char *check_wgmma(const w16_moe_gemm_cfg_t *c)
     if (c->act_order)
         return "wgmma: act-order runs on the mma.sync template";
     if (!w16_tile_block_m_ok(c->block_m, true))
-        return "wgmma: block_m is 16, 32, 48, 64, 128 or 256";
-    /* a warpgroup's columns: 128 (two m64 slices), or 64 (one slice: at
-     * block_m 256, and for four warp-specialized consumer warpgroups) */
+        return "wgmma: block_m is a multiple of 16 from 16 to 256";
+    /* a warpgroup's columns: 128 (two m64 slices), or 64 (one slice: above
+     * block_m 128, whose accumulators would not fit twice, and for four
+     * warp-specialized consumer warpgroups) */
     int slices = c->warps_n > 0 ? c->block_n / (16 * c->warps_n) : 0;
     bool four = c->warps_n == 16;
     if ((c->warps_n != 4 && c->warps_n != 8 && !four) || c->warps_k != 1 ||
         (slices != 1 && slices != 2) ||
         c->block_n != 16 * slices * c->warps_n ||
-        ((c->block_m == 256 || four) && slices != 1))
-        return "wgmma: one warpgroup (4 warps_n) per 128 columns (64 at "
-               "block_m 256), one or two warpgroups, or four of 64 columns, "
+        ((c->block_m > 128 || four) && slices != 1))
+        return "wgmma: one warpgroup (4 warps_n) per 128 columns (64 above "
+               "block_m 128), one or two warpgroups, or four of 64 columns, "
                "warps_k 1";
     if (four && c->split_codes)
         return "wgmma: split codes are for two consumer warpgroups "
@@ -686,6 +687,31 @@ static void def_activations(w16_buf_t *b)
     w16_buf_puts(b, " };\n");
 }
 
+/* The wgmma template's one product, m64nBMk16 (templates/moe_wgmma_gemm.cu,
+ * wgmma_step): the instruction names every accumulator register as an
+ * operand, so its operand list is written here for the unit's block_m
+ * (BM / 2 floats a thread) rather than once a size in the template.
+ * Operands: the accumulators d[0 .. ACC), then the A fragment's four
+ * registers, the B descriptor and scale-d (0: D = A . B). */
+static void def_wgmma(w16_buf_t *b, const w16_moe_gemm_cfg_t *c)
+{
+    int acc = c->block_m / 2;
+    w16_buf_printf(b, "#define W16_WGMMA_ACC %d\n", acc);
+    w16_buf_printf(b, "#define W16_WGMMA_ASM \"{\\n.reg .pred p;\\n"
+                   "setp.ne.b32 p, %%%d, 0;\\nwgmma.mma_async.sync.aligned."
+                   "m64n%dk16%s {", acc + 5, c->block_m,
+                   c->act_dtype == WNA16_DTYPE_BF16 ? ".f32.bf16.bf16"
+                                                    : ".f32.f16.f16");
+    for (int i = 0; i < acc; i++)
+        w16_buf_printf(b, "%s%%%d", i ? "," : "", i);
+    w16_buf_printf(b, "}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1, 0;\\n}"
+                   "\\n\"\n", acc, acc + 1, acc + 2, acc + 3, acc + 4);
+    w16_buf_puts(b, "#define W16_WGMMA_D");
+    for (int i = 0; i < acc; i++)
+        w16_buf_printf(b, "%s\"+f\"(d[%d])", i ? ", " : " ", i);
+    w16_buf_puts(b, "\n");
+}
+
 static wna16_status_t append_template(w16_buf_t *b, const char *file,
                                       wna16_error_t *err)
 {
@@ -736,7 +762,7 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     /* the stage copies (moe_gemm_common.cu) split the codes: wgmma
      * warp-specialized 4-bit tiles of two m64 slices a warpgroup only */
     def_bool(b, "SPLIT_CODES", c->wgmma && c->ws && c->split_codes &&
-                                   c->bits == 4 && c->block_m != 256 &&
+                                   c->bits == 4 && c->block_m <= 128 &&
                                    c->warps_n == 8);
     if (!c->wgmma) { /* the mma.sync template's choices only */
         def_bool(b, "SCALES_IN_B", c->scales_in_b);
@@ -754,6 +780,8 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     def_int(b, "S_ROWS", scale_rows(c));
     def_int(b, "SMEM_BYTES", (long long)w16_moe_gemm_shared(c));
     w16_buf_puts(b, "} // namespace w16cfg\n");
+    if (c->wgmma)
+        def_wgmma(b, c);
     w16_buf_printf(b, "#define W16_KERNEL %s\n", name);
     if (c->gemm == WNA16_GEMM_W13)
         w16_buf_printf(b, "#define W16_REDUCE %s_reduce\n", name);
@@ -882,6 +910,7 @@ const char *const w16_moe_aux_names[W16_AUX_COUNT] = {
     [W16_AUX_FINALIZE_SMALL] = "w16_finalize_small",
     [W16_AUX_GATHER] = "w16_gather",
     [W16_AUX_FINALIZE] = "w16_finalize",
+    [W16_AUX_FINALIZE_ROWS] = "w16_finalize_rows",
     [W16_AUX_FINALIZE_BATCHED] = "w16_finalize_batched",
     [W16_AUX_CHECK_ACT_ORDER] = "w16_check_act_order",
     [W16_AUX_CHECK_SEEN] = "w16_check_seen",

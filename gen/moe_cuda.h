@@ -225,7 +225,8 @@ wna16_status_t w16_moe_decode_source(const w16_moe_decode_cfg_t *c,
 /* The routing / gather / finalize kernels of templates/moe_aux.cu, in the
  * order of w16_moe_aux_names; specialized on the activation dtype only.
  * They compile in W16_AUX_PIECES units ("pieces"), each a run of this
- * enum: one unit of all eleven cost NVRTC 0.6-0.8 s on a 2-core machine
+ * enum: one unit of all eleven (before the rows' finalize) cost NVRTC
+ * 0.6-0.8 s on a 2-core machine
  * (the optimizer and ptxas; w16_finalize_small alone 0.3 s), a piece at
  * most about 0.35 s. The pieces compile in parallel threads, and a layer
  * compiles only the pieces it launches (its first call 8-18% shorter on
@@ -243,6 +244,7 @@ enum {
      * the act-order checks (small kernels) */
     W16_AUX_GATHER,
     W16_AUX_FINALIZE,
+    W16_AUX_FINALIZE_ROWS,
     W16_AUX_FINALIZE_BATCHED,
     W16_AUX_CHECK_ACT_ORDER,
     W16_AUX_CHECK_SEEN,

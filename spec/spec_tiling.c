@@ -157,10 +157,10 @@ static bool mma_at(tload_t *L, const cJSON *obj, const char *base,
 
 bool w16_tile_block_m_ok(int block_m, bool wgmma)
 {
-    if (block_m >= 16 && block_m <= 64 && block_m % 16 == 0)
-        return true;
-    return wgmma ? block_m == 128 || block_m == 256
-                 : block_m == 8 || block_m == 24;
+    if (wgmma) /* wgmma's N, the producer's copies in rounds of 16 rows */
+        return block_m >= 16 && block_m <= 256 && block_m % 16 == 0;
+    return block_m == 8 || block_m == 24 ||
+           (block_m >= 16 && block_m <= 64 && block_m % 16 == 0);
 }
 
 size_t w16_tile_shared_bytes(int block_m, int block_n, int block_k,
@@ -208,7 +208,7 @@ static bool load_bm(tload_t *L, const cJSON *arr, const char *base,
         if (!int_at(L, v, pk, 8, 256, &bm))
             return false;
         if (b->wgmma && !w16_tile_block_m_ok((int)bm, true))
-            return tfail(L, pk, "expected 16, 32, 48, 64, 128 or 256 "
+            return tfail(L, pk, "expected a multiple of 16 from 16 to 256 "
                          "(wgmma's N)");
         if (!b->wgmma && !w16_tile_block_m_ok((int)bm, false))
             return tfail(L, pk, "expected 8, 16, 24, 32, 48 or 64");
@@ -265,8 +265,9 @@ static bool check_rule(tload_t *L, const char *p, const w16_tile_rule_t *g,
         if (bm < g->bm_lo || bm > g->bm_hi || t->bm[i].wgmma != g->wgmma ||
             caught_before(t, idx, g->wgmma, bm))
             continue;
-        /* four consumer warpgroups (warps_n 16) compute 64 columns each */
-        int wg_cols = bm == 256 || g->warps_n == 16 ? 64 : 128;
+        /* above block_m 128 (the accumulators fit once) and for four
+         * consumer warpgroups (warps_n 16) a warpgroup computes 64 columns */
+        int wg_cols = bm > 128 || g->warps_n == 16 ? 64 : 128;
         if (g->wgmma && g->warps_n != 4 * g->block_n / wg_cols)
             return tfail(L, p, "with block_m %d (from %s) a wgmma warpgroup "
                          "(4 warps_n) computes %d columns: block_n %d needs "
@@ -362,13 +363,13 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
             snprintf(pk, sizeof pk, "%s.block_k", p);
             return tfail(L, pk, "expected 64, 128 or 256");
         }
-        /* (block_m 256: 64 columns a warpgroup, checked in check_rule) */
+        /* (above block_m 128: 64 columns a warpgroup, in check_rule) */
         if (g->wgmma && (v[1] != 64 || v[3] != 1 ||
                          (v[2] != v[0] / 32 && v[2] != v[0] / 16) ||
                          (v[2] != 4 && v[2] != 8 && v[2] != 16) || v[4] < 3))
             return tfail(L, p, "a wgmma row has block_k 64, warps_k 1, "
                          "one or two warpgroups (4 warps_n each), one per "
-                         "128 columns (64 at block_m 256), or four of 64 "
+                         "128 columns (64 above block_m 128), or four of 64 "
                          "columns (warp-specialized), and at least 3 "
                          "stages");
         if (!g->wgmma && (!is_pow2(v[2]) || (v[0] / 64) % v[2] != 0)) {

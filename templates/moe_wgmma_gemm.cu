@@ -9,7 +9,7 @@
 // from registers; that is what lets the dequantization stay in the
 // registers, as in the mma.sync kernel), and the activation tile is B,
 // read by the tensor cores from shared memory through a descriptor. The
-// routed rows are wgmma's N (BM = 16, 32, 48, 64, 128 or 256), the weight
+// routed rows are wgmma's N (BM: a multiple of 16 up to 256), the weight
 // columns its M. At BM 16 and 32 (up to 24 rows an expert: the small-M
 // decode) the products are m64n16k16 and m64n32k16, 8 and 16
 // accumulators a slice; measured 1.2-1.5x slower than the mma.sync
@@ -33,8 +33,8 @@
 // and g + 8 are columns 8 j0 + g and 8 j1 + g). So an m64 row r of warp w,
 // slice s, is the column 16 (4h + 2s) / 2 + r = 16 (2h + s) + r of tile
 // 2wg + w/2: the slices cover each tile's 64 columns in order.
-// With one slice (SLICES = 1: BM 256, or four consumer warpgroups, WN
-// 16) warpgroup wg owns tile wg alone (64 columns, BN = 64 * WGS) with one
+// With one slice (SLICES = 1: BM above 128, or four consumer
+// warpgroups, WN 16) warpgroup wg owns tile wg alone (64 columns, BN = 64 * WGS) with one
 // m64nBMk16 product a step: warp w takes n8 blocks 2w and 2w + 1, the
 // lane's word w (4-bit; words 2w, 2w + 1 for 8-bit).
 //
@@ -105,8 +105,8 @@ constexpr int NEED_BYTES = (PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES) + 1024;
 constexpr int ACC = BM / 2; // accumulator floats per slice (m64 x BM / 128)
 // m64 slices a warpgroup computes (BN = 64 * SLICES * WGS): two (128
 // columns, two Marlin tiles) for BM 16 to 128 with one or two warpgroups;
-// one (64 columns, one tile) for BM 256, whose m64n256k16 products reuse
-// each dequantized fragment for twice the rows, and for four consumer
+// one (64 columns, one tile) above BM 128, whose m64nBMk16 products reuse
+// each dequantized fragment for more rows, and for four consumer
 // warpgroups (WN 16, warp-specialized), which keep twice the warps
 // dequantizing beside the same products
 constexpr int SLICES = BN / (16 * WN);
@@ -126,15 +126,14 @@ constexpr bool SOA = ACC_SCALES && GROUPED;
 constexpr int DEPTH = GROUPED && !GROUP_STAGES ? 1 : WGMMA_GROUPS;
 
 static_assert(!ACT_ORDER, "act-order runs on the mma.sync kernel");
-static_assert(BM == 16 || BM == 32 || BM == 48 || BM == 64 || BM == 128 ||
-                  BM == 256,
-              "block_m (wgmma N) is 16, 32, 48, 64, 128 or 256");
+static_assert(BM % 16 == 0 && BM >= 16 && BM <= 256,
+              "block_m (wgmma N) is a multiple of 16 from 16 to 256");
 static_assert(WN == 4 || WN == 8 || (WN == 16 && WS),
               "one or two warpgroups, or four warp-specialized ones");
 static_assert(WK == 1, "no K split between warps");
 static_assert((SLICES == 1 || SLICES == 2) && BN == 64 * SLICES * WGS,
               "one or two Marlin tiles a warpgroup");
-static_assert(BM != 256 || SLICES == 1, "block_m 256: one slice");
+static_assert(BM <= 128 || SLICES == 1, "above block_m 128: one slice");
 static_assert(WGS != 4 || (SLICES == 1 && BM <= 128 &&
                            128 * PRODUCER_REGS + NTHREADS * CONSUMER_REGS <=
                                CTA_THREADS * 96),
@@ -248,154 +247,20 @@ __device__ __forceinline__ u64 smem_desc(u32 addr)
            ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
 }
 
-// D (m64 x BM, f32) += A (m64 x k16, registers) . B (k16 x BM, shared).
-// The operand list is written out by the macros below: wgmma takes every
-// accumulator register as an operand.
-#define W16_R8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
-                  "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-// The small products (BM 16, 32, 48: N 16, 32, 48), 8, 16 or 24
-// accumulators.
-#define W16_D8 "{%0,%1,%2,%3,%4,%5,%6,%7}"
-#define W16_D16 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
-#define W16_D24                                                              \
-    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                \
-    "%16,%17,%18,%19,%20,%21,%22,%23}"
-#define W16_WGMMA_N16(TYPES)                                                 \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"               \
-                 "wgmma.mma_async.sync.aligned.m64n16k16" TYPES " " W16_D8    \
-                 ", {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"                   \
-                 : W16_R8(0)                                                  \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),    \
-                   "r"(scale_d))
-#define W16_WGMMA_N32(TYPES)                                                 \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"               \
-                 "wgmma.mma_async.sync.aligned.m64n32k16" TYPES " " W16_D16   \
-                 ", {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"                 \
-                 : W16_R8(0), W16_R8(8)                                       \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),    \
-                   "r"(scale_d))
-#define W16_WGMMA_N48(TYPES)                                                 \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"               \
-                 "wgmma.mma_async.sync.aligned.m64n48k16" TYPES " " W16_D24   \
-                 ", {%24,%25,%26,%27}, %28, p, 1, 1, 0;\n}\n"                 \
-                 : W16_R8(0), W16_R8(8), W16_R8(16)                           \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),    \
-                   "r"(scale_d))
-
-// M accumulators (8, 16, 24): m64n(2M)k16
-template <int M>
-__device__ __forceinline__ void wgmma_small(float (&d)[M], const u32 (&a)[4],
-                                            u64 desc, int scale_d)
-{
-    if constexpr (M == 8) {
-        if constexpr (ACT_BF16)
-            W16_WGMMA_N16(".f32.bf16.bf16");
-        else
-            W16_WGMMA_N16(".f32.f16.f16");
-    } else if constexpr (M == 16) {
-        if constexpr (ACT_BF16)
-            W16_WGMMA_N32(".f32.bf16.bf16");
-        else
-            W16_WGMMA_N32(".f32.f16.f16");
-    } else {
-        if constexpr (ACT_BF16)
-            W16_WGMMA_N48(".f32.bf16.bf16");
-        else
-            W16_WGMMA_N48(".f32.f16.f16");
-    }
-}
-
-#define W16_D32 \
-    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
-// One product; TYPES: the accumulator and operand types of the PTX name.
-#define W16_WGMMA_N64(TYPES)                                                 \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"               \
-                 "wgmma.mma_async.sync.aligned.m64n64k16" TYPES " " W16_D32   \
-                 ", {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"                 \
-                 : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24)               \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),    \
-                   "r"(scale_d))
-
-__device__ __forceinline__ void wgmma_n64(float (&d)[32], const u32 (&a)[4],
-                                          u64 desc, int scale_d)
-{
-    if constexpr (ACT_BF16)
-        W16_WGMMA_N64(".f32.bf16.bf16");
-    else
-        W16_WGMMA_N64(".f32.f16.f16");
-}
-
-#define W16_D64 \
-    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
-    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
-    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
-
-#define W16_WGMMA_N128(TYPES)                                                \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"               \
-                 "wgmma.mma_async.sync.aligned.m64n128k16" TYPES " " W16_D64  \
-                 ", {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"                 \
-                 : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24), W16_R8(32),  \
-                   W16_R8(40), W16_R8(48), W16_R8(56)                         \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),    \
-                   "r"(scale_d))
-
-__device__ __forceinline__ void wgmma_n128(float (&d)[64], const u32 (&a)[4],
+// D (m64 x BM, f32) += A (m64 x k16, registers) . B (k16 x BM, shared);
+// scale_d 0: D = A . B (the first product of a tile). wgmma takes every
+// accumulator register as an operand, so the instruction and its operand
+// list come from the prelude, written for this unit's BM (gen/moe_cuda.c,
+// def_wgmma: W16_WGMMA_ASM, W16_WGMMA_D).
+__device__ __forceinline__ void wgmma_step(float (&d)[ACC], const u32 (&a)[4],
                                            u64 desc, int scale_d)
 {
-    if constexpr (ACT_BF16)
-        W16_WGMMA_N128(".f32.bf16.bf16");
-    else
-        W16_WGMMA_N128(".f32.f16.f16");
+    static_assert(W16_WGMMA_ACC == ACC, "the prelude's product is m64nBMk16");
+    asm volatile(W16_WGMMA_ASM
+                 : W16_WGMMA_D
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),
+                   "r"(scale_d));
 }
-
-#define W16_D128                                                             \
-    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                \
-    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"       \
-    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"       \
-    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"       \
-    "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"       \
-    "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"       \
-    "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,"     \
-    "%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,"      \
-    "%123,%124,%125,%126,%127}"
-
-#define W16_WGMMA_N256(TYPES)                                                \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"            \
-                 "wgmma.mma_async.sync.aligned.m64n256k16" TYPES " " W16_D128 \
-                 ", {%128,%129,%130,%131}, %132, p, 1, 1, 0;\n}\n"           \
-                 : W16_R8(0), W16_R8(8), W16_R8(16), W16_R8(24), W16_R8(32),  \
-                   W16_R8(40), W16_R8(48), W16_R8(56), W16_R8(64),            \
-                   W16_R8(72), W16_R8(80), W16_R8(88), W16_R8(96),            \
-                   W16_R8(104), W16_R8(112), W16_R8(120)                      \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),    \
-                   "r"(scale_d))
-
-__device__ __forceinline__ void wgmma_n256(float (&d)[128], const u32 (&a)[4],
-                                           u64 desc, int scale_d)
-{
-    if constexpr (ACT_BF16)
-        W16_WGMMA_N256(".f32.bf16.bf16");
-    else
-        W16_WGMMA_N256(".f32.f16.f16");
-}
-
-// scale_d 0: D = A . B (the first product of a tile), else D += A . B.
-template <int M>
-__device__ __forceinline__ void wgmma_step(float (&d)[M], const u32 (&a)[4],
-                                           u64 desc, int scale_d)
-{
-    if constexpr (M < 32)
-        wgmma_small<M>(d, a, desc, scale_d);
-    else if constexpr (M == 32)
-        wgmma_n64(d, a, desc, scale_d);
-    else if constexpr (M == 64)
-        wgmma_n128(d, a, desc, scale_d);
-    else
-        wgmma_n256(d, a, desc, scale_d);
-}
-
 
 } // namespace w16
 

@@ -1177,9 +1177,27 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
             int32_t M = a->M;
             void *af[] = {&d_y, &M, &topk, &N, (void *)&a->ids, &map, &n_ids,
                           &wgt, (void *)&a->out, &split[1], &round_sum};
-            st = w16_cuda_launch_chained(
-                m->cuda, aux[few ? W16_AUX_FINALIZE_SMALL : W16_AUX_FINALIZE],
-                fin_grid, 256, 0, s, af, err);
+            if (few) {
+                st = w16_cuda_launch_chained(m->cuda,
+                                             aux[W16_AUX_FINALIZE_SMALL],
+                                             fin_grid, 256, 0, s, af, err);
+            } else {
+                /* one slab: a CTA a row (w16_finalize_rows), its slots
+                 * and weights in dynamic shared memory, rows split into
+                 * ranges of 256 groups of columns (4 columns, 1 where out
+                 * is not 8-byte aligned) where the grid allows, the kernel
+                 * following the rows and ranges from its grid; GEMM 2's
+                 * split slabs: a thread an element (w16_finalize) */
+                int64_t groups = H % 4 == 0 && a->out % 8 == 0 ? H / 4 : H;
+                int64_t ctas = (int64_t)a->M * ((groups + 255) / 256);
+                ctas = ctas < 8192 ? ctas : 8192;
+                bool rows = split[1] == 1;
+                st = w16_cuda_launch_chained(
+                    m->cuda, aux[rows ? W16_AUX_FINALIZE_ROWS
+                                      : W16_AUX_FINALIZE],
+                    rows ? (unsigned)ctas : fin_grid, 256,
+                    rows ? (unsigned)(8 * topk) : 0u, s, af, err);
+            }
         }
     }
     if (st != WNA16_OK)

@@ -57,6 +57,7 @@ typedef struct tcase {
     int bits, gs;
     bool zp, act_order, bias, batched;
     bool on_input, round, map, device_tensors, weights, repeat;
+    bool odd_out; /* run on device buffers, out 2 bytes past 8-aligned */
     /* an expert map of 8 global experts a local one (8-way expert
      * parallelism), every slot routed to a local expert: eight times the
      * rows the runtime expects (its tiles and split-K come from the
@@ -274,6 +275,18 @@ static void build_cases(void)
     }
     c = base_case(); c.batched = true; c.max_tokens = 130; c.weights = true;
     c.why = "wgmma rows, batched"; add(c);
+    /* the wgmma rows between 64 and 128 rows (block_m 80, 96, 112: 52, 70
+     * and 85 routed slots an expert), 4-bit with zero points, 8-bit, F16 */
+    static const int32_t mid[] = {208, 280, 340};
+    for (size_t i = 0; i < W16_ARRAY_LEN(mid); i++) {
+        c = base_case();
+        c.M = mid[i];
+        c.zp = i == 0;
+        c.bits = i == 1 ? 8 : 4;
+        c.act = c.scale = i == 2 ? WNA16_DTYPE_F16 : WNA16_DTYPE_BF16;
+        c.why = "wgmma rows of 80-112";
+        add(c);
+    }
     /* 512 routed slots an expert and more (a table's block_m 256 rows:
      * one m64 slice a warpgroup, m64n256k16 products; the built-in table
      * has none, measured slower): zero points and a ragged w2 N (320 =
@@ -300,6 +313,14 @@ static void build_cases(void)
     /* layers given as device tensors */
     c = base_case(); c.device_tensors = true; c.M = 12; c.zp = true;
     c.bias = true; c.why = "device tensors"; add(c);
+    /* the output where the finalize cannot store four columns at once
+     * (device buffers, out 2 bytes past an 8-byte boundary): without and
+     * with GEMM 2 split-K sums, and the small finalize */
+    c = base_case(); c.odd_out = true; c.M = 300; c.why = "odd out"; add(c);
+    c = base_case(); c.odd_out = true; c.M = 150; c.E = 16; c.H = 1024;
+    c.I = 256; c.why = "odd out, split-K"; add(c);
+    c = base_case(); c.odd_out = true; c.M = 2; c.E = 256; c.topk = 8;
+    c.why = "odd out, small finalize"; add(c);
 
     /* random fill */
     tu_rng_t r;
@@ -462,6 +483,39 @@ enum { MAX_THREADS = 32 };
 static wna16_context_t *g_ctx;
 static w16_cuda_t *g_cuda;
 static const wna16_spec_t *g_marlin, *g_batched;
+
+/* wna16_cuda_moe_run_device on device copies of the inputs, the output
+ * 2 bytes past an 8-byte boundary (the finalize's one-column path), then
+ * the output back in `got`. */
+static wna16_status_t run_odd_out(wna16_cuda_moe_t *moe,
+                                  const wna16_moe_params_t *p,
+                                  const uint16_t *hidden, int32_t M,
+                                  int32_t H, const int32_t *ids,
+                                  const float *w, int32_t topk, uint16_t *got,
+                                  wna16_error_t *err)
+{
+    size_t hb = (size_t)M * H * 2, sb = (size_t)M * topk * 4;
+    size_t oh = 0, oi = (hb + 255) / 256 * 256, ow = oi + (sb + 255) / 256 * 256;
+    size_t oo = ow + (sb + 255) / 256 * 256 + 2;
+    uint64_t d = 0;
+    wna16_status_t st = w16_cuda_alloc(g_cuda, oo + hb, &d, err);
+    if (st != WNA16_OK)
+        return st;
+    st = w16_cuda_copy_h2d(g_cuda, d + oh, hidden, hb, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_copy_h2d(g_cuda, d + oi, ids, sb, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_copy_h2d(g_cuda, d + ow, w, sb, err);
+    if (st == WNA16_OK)
+        st = wna16_cuda_moe_run_device(moe, p, d + oh, M, d + oi, d + ow, topk,
+                                       d + oo, NULL, err);
+    if (st == WNA16_OK)
+        st = wna16_cuda_moe_sync(moe, NULL, err);
+    if (st == WNA16_OK)
+        st = w16_cuda_copy_d2h(g_cuda, got, d + oo, hb, err);
+    w16_cuda_free(g_cuda, d);
+    return st;
+}
 static result_t results[N_CASES];
 static int next_case;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -614,10 +668,14 @@ static void run_case(const tcase_t *c, result_t *res)
             fail(res, "reference", &err);
             goto out;
         }
-        sg = dry ? wna16_ref_moe(&L, &p, hidden, c->M, ids, w, c->topk, got,
-                                 &err)
-                 : wna16_cuda_moe_run(moe, &p, hidden, c->M, ids, w, c->topk,
-                                      got, &err);
+        if (c->odd_out && !dry)
+            sg = run_odd_out(moe, &p, hidden, c->M, c->H, ids, w, c->topk,
+                             got, &err);
+        else
+            sg = dry ? wna16_ref_moe(&L, &p, hidden, c->M, ids, w, c->topk,
+                                     got, &err)
+                     : wna16_cuda_moe_run(moe, &p, hidden, c->M, ids, w,
+                                          c->topk, got, &err);
         if (sg == WNA16_OK && c->repeat && !dry)
             sg = wna16_cuda_moe_run(moe, &p, hidden, c->M, ids, w, c->topk,
                                     got2, &err);
@@ -842,15 +900,20 @@ int main(int argc, char **argv)
                w16_cuda_driver_version(g_cuda));
     build_cases();
     /* argv: N runs only case N (a reproducer); --stride S runs every S-th
-     * case (the dry run in CI); --threads T runs T cases at once (default
-     * 8; the cases' NVRTC compiles and CPU references are most of the
-     * time, so a machine with more cores finishes sooner) */
+     * case (the dry run in CI); --why TEXT only the cases whose reason
+     * contains TEXT (a tiling row's cases, e.g. under a $WNA16_SPEC_DIR
+     * table); --threads T runs T cases at once (default 8; the cases'
+     * NVRTC compiles and CPU references are most of the time, so a
+     * machine with more cores finishes sooner) */
     int only = -1, stride = 1, nt = 8;
+    const char *why = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--stride") == 0 && i + 1 < argc)
             stride = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             nt = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--why") == 0 && i + 1 < argc)
+            why = argv[++i];
         else
             only = atoi(argv[i]);
     }
@@ -859,10 +922,12 @@ int main(int argc, char **argv)
         run_case(&cases[only], &results[only]);
     } else {
         only = -1;
-        if (stride > 1) { /* keep every stride-th case */
-            int k = 0;
-            for (int i = 0; i < n_cases; i += stride)
-                cases[k++] = cases[i];
+        if (stride > 1 || why) { /* keep every stride-th case (of why) */
+            int k = 0, seen = 0;
+            for (int i = 0; i < n_cases; i++)
+                if (!why || strstr(cases[i].why, why))
+                    if (seen++ % stride == 0)
+                        cases[k++] = cases[i];
             n_cases = k;
         }
         pthread_t th[MAX_THREADS];

@@ -244,7 +244,7 @@ static void e_halves(cJSON *r, int a)
 }
 static void e_range(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", ROW[G_W13_32]), "n", 9, 3); }
 static void e_last(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", ROW[G_LAST]), "k", 1, 64); }
-static void e_wg_bm(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", ROW[BM_WG128]), "block_m", 96); }
+static void e_wg_bm(cJSON *r, int a) { (void)a; set_num(row(r, "block_m", ROW[BM_WG128]), "block_m", 104); }
 static void e_wg_shape(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_WGMMA]), "warps_n", 4); }
 static void e_wg_catch(cJSON *r, int a) { (void)a; set_range(row(r, "gemm", ROW[G_WGMMA]), "n", 1, 4096); }
 static void e_wg_mma(cJSON *r, int a) { (void)a; cJSON_ReplaceItemInObjectCaseSensitive(row(r, "gemm", ROW[G_WGMMA]), "mma", cJSON_CreateString("tcgen05")); }
@@ -328,8 +328,8 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         {e_range, "$.tiling.gemm[%d].n: empty range [9, 3]", G_W13_32, -1},
         {e_last, "$.tiling.gemm[%d]: the last row must have no condition",
          G_LAST, -1},
-        {e_wg_bm, "$.tiling.block_m[%d].block_m: expected 16, 32, 48, 64, "
-                  "128 or 256 (wgmma", BM_WG128, -1},
+        {e_wg_bm, "$.tiling.block_m[%d].block_m: expected a multiple of 16 "
+                  "from 16 to 256 (wgmma", BM_WG128, -1},
         {e_wg_shape, "$.tiling.gemm[%d]: a wgmma row has block_k 64, "
                      "warps_k 1", G_WGMMA, -1},
         {e_wg_catch, "block_m has wgmma rows, but no wgmma GEMM row without "
@@ -487,13 +487,20 @@ static void test_lookups(wna16_context_t *ctx)
     TU_CHECK(w16_moe_cuda_tile(m, 16, false, WNA16_GEMM_W2, 256, 96, &c, &path,
                                &err) == WNA16_EUNSUPPORTED);
     /* where wgmma runs: block_m 48 from 25 routed slots per expert, 64
-     * from 41, 128 from 57, on the wgmma GEMM row; below that, and
-     * without wgmma, the mma.sync rows */
+     * from 41, 80 from 49, 96 from 65, 112 from 77, 128 from 91, on the
+     * wgmma GEMM row; below that, and without wgmma, the mma.sync rows */
     bool wg = false;
-    TU_OK(w16_moe_cuda_block_m(m, 57, true, &bm0, &wg, &err), &err);
-    TU_CHECK_MSG(bm0 == 128 && wg, "block_m %d wgmma %d", bm0, wg);
-    TU_OK(w16_moe_cuda_block_m(m, 56, true, &bm0, &wg, &err), &err);
-    TU_CHECK(bm0 == 64 && wg);
+    static const int tpe_bm[][2] = {{48, 64}, {49, 80}, {64, 80}, {65, 96},
+                                    {76, 96}, {77, 112}, {90, 112},
+                                    {91, 128}, {4096, 128}};
+    for (size_t i = 0; i < W16_ARRAY_LEN(tpe_bm); i++) {
+        TU_OK(w16_moe_cuda_block_m(m, tpe_bm[i][0], true, &bm0, &wg, &err),
+              &err);
+        TU_CHECK_MSG(bm0 == tpe_bm[i][1] && wg, "%d slots an expert: "
+                     "block_m %d wgmma %d", tpe_bm[i][0], bm0, wg);
+    }
+    TU_OK(w16_moe_cuda_block_m(m, 91, false, &bm0, &wg, &err), &err);
+    TU_CHECK(bm0 == 64 && !wg);
     TU_OK(w16_moe_cuda_block_m(m, 40, true, &bm0, &wg, &err), &err);
     TU_CHECK(bm0 == 48 && wg);
     TU_OK(w16_moe_cuda_block_m(m, 40, false, &bm0, &wg, &err), &err);
@@ -610,8 +617,8 @@ static void test_small_wgmma(wna16_context_t *ctx)
     c.block_m = 40;
     w16_buf_init(&b, ctx);
     TU_CHECK_MSG(w16_moe_gemm_source(&c, &b, &err) == WNA16_EINVAL &&
-                 strstr(err.message, "wgmma: block_m is 16, 32, 48, 64, "
-                        "128 or 256"), "%s", err.message);
+                 strstr(err.message, "wgmma: block_m is a multiple of 16 "
+                        "from 16 to 256"), "%s", err.message);
     w16_buf_free(&b);
 }
 

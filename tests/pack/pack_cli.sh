@@ -210,12 +210,12 @@ cuda)
   echo "ok: 18 CUDA entries (sm_80, sm_90a CUBINs, compute_80 PTX), reproducible" ;;
 cuda_moe)
   # the fused MoE's units for one layer (E=4, H=256, I=128, 4-bit g128,
-  # bfloat16, silu): both GEMMs at each of the marlin tiling's 9 block_m
-  # rows (6 mma.sync, 3 wgmma), GEMM 1 also with its split-K sums on the 4
+  # bfloat16, silu): both GEMMs at each of the marlin tiling's 12 block_m
+  # rows (6 mma.sync, 6 wgmma), GEMM 1 also with its split-K sums on the 4
   # mma.sync rows that split this K, the units that route their own row
   # block (at most 32 slots over 4 experts: the block_m 8 and 16 rows;
   # GEMM 1 with and without its split-K sums, GEMM 2), the 3 routing
-  # pieces: 31 units, the
+  # pieces: 37 units, the
   # mma.sync ones and the pieces for sm_90 (not again for sm_90a), the
   # wgmma ones for sm_90a alone; the standard and batched formats share them
   rm -f "$work/cuda_moe.w16pack"
@@ -228,9 +228,9 @@ cuda_moe)
   cmp "$work/cuda_moe.tmp" "$work/cuda_moe2.tmp" || fail "two builds differ"
   list=$("$wna16" pack list "$work/cuda_moe.tmp") || fail "list"
   echo "$list" | head -5
-  echo "$list" | grep -q "^pack $work/cuda_moe.tmp (ci-cuda-moe): format 1, 31 entries" || fail "header: $list"
+  echo "$list" | grep -q "^pack $work/cuda_moe.tmp (ci-cuda-moe): format 1, 37 entries" || fail "header: $list"
   [ "$(echo "$list" | grep -Ec "  cuda   sm_90  +[0-9]+  marlin-moe +w16_moe_(marlin|aux)_")" = 25 ] || fail "25 sm_90 units: $list"
-  [ "$(echo "$list" | grep -Ec "  cuda   sm_90a +[0-9]+  marlin-moe +w16_moe_marlin_w(13_silu|2)_bf16_b4_sym_g[cq]_t32_sbf16_bf16_m(48|64|128)n256k64_w8x1_p4_wg_ws$")" = 6 ] || fail "6 wgmma units for sm_90a: $list"
+  [ "$(echo "$list" | grep -Ec "  cuda   sm_90a +[0-9]+  marlin-moe +w16_moe_marlin_w(13_silu|2)_bf16_b4_sym_g[cq]_t32_sbf16_bf16_m(48|64|80|96|112|128)n256k64_w8x1_p4_wg_ws$")" = 12 ] || fail "12 wgmma units for sm_90a: $list"
   echo "$list" | grep -q "_wg.*" && ! echo "$list" | grep -q " sm_90  .*_wg" || fail "a wgmma unit for sm_90"
   for u in w16_moe_aux_route_bf16 w16_moe_aux_finalize_small_bf16 w16_moe_aux_gather_finalize_bf16 \
            w16_moe_marlin_w13_silu_bf16_b4_sym_g128_t32_sbf16_bf16_m8n256k128_w4x1_p3_o4_ss \
@@ -242,16 +242,16 @@ cuda_moe)
   echo "$json" | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-assert d["entry_count"] == 31 and d["generator_matches"] is True, d["entry_count"]
+assert d["entry_count"] == 37 and d["generator_matches"] is True, d["entry_count"]
 assert all(e["target"] == "cuda" and e["family"] == "marlin-moe" and e["bytes"] > 1000 for e in d["entries"])
-assert len({e["key"] for e in d["entries"]}) == 31
+assert len({e["key"] for e in d["entries"]}) == 37
 ' || fail "list --json content"
   out=$("$wna16" pack verify "$work/cuda_moe.tmp") || fail "verify: $out"
-  echo "$out" | grep -q "31 entries: 31 intact, 0 damaged" || fail "verify: $out"
+  echo "$out" | grep -q "37 entries: 37 intact, 0 damaged" || fail "verify: $out"
   "$wna16" pack extract "$work/cuda_moe.tmp" w16_moe_aux_route_bf16 -o "$work/route.bin" 2>/dev/null || fail "extract"
   [ "$(dd if="$work/route.bin" bs=1 skip=16 count=4 status=none | od -An -c | tr -d ' ')" = '177ELF' ] || fail "not a CUBIN"
   mv "$work/cuda_moe.tmp" "$work/cuda_moe.w16pack"
-  echo "ok: 31 CUDA fused-MoE units (25 for sm_90, 6 wgmma for sm_90a), listed, verified, reproducible" ;;
+  echo "ok: 37 CUDA fused-MoE units (25 for sm_90, 12 wgmma for sm_90a), listed, verified, reproducible" ;;
 golden)
   # every golden checkpoint of these shapes (../shared/golden) repacked on
   # the CPU into Triton's and Marlin's layouts from a pack, JIT off: the
