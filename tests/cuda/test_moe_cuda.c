@@ -230,15 +230,16 @@ static void build_cases(void)
     add(c);
     c = base_case(); c.M = 90; c.topk = 2; c.E = 8; c.why = "block_m 32";
     add(c);
-    /* 25-56 routed slots an expert: the wgmma rows on an sm_90 device,
-     * mma.sync elsewhere and with act order (the second of each pair) */
-    c = base_case(); c.M = 160; c.topk = 2; c.E = 8; c.why = "block_m 48";
+    /* 25-48 routed slots an expert: the wgmma rows on an sm_90 device
+     * (48 up to 36, 64 from 37), mma.sync elsewhere and with act order
+     * (the second of each pair) */
+    c = base_case(); c.M = 140; c.topk = 2; c.E = 8; c.why = "block_m 48";
     add(c);
     c.act_order = true; c.why = "block_m 48, act order (mma.sync)"; add(c);
-    c = base_case(); c.M = 222; c.topk = 2; c.E = 8; c.I = 512; c.H = 128;
+    c = base_case(); c.M = 160; c.topk = 2; c.E = 8; c.I = 512; c.H = 128;
     c.why = "block_m 64, wide w13"; add(c);
     c.act_order = true; c.why = "block_m 64, act order (mma.sync)"; add(c);
-    c = base_case(); c.M = 60; c.topk = 8; c.E = 8; c.H = 1024; c.I = 64;
+    c = base_case(); c.M = 40; c.topk = 8; c.E = 8; c.H = 1024; c.I = 64;
     c.gs = 64; c.why = "block_m 64, wide w2"; add(c);
     c = base_case(); c.M = 3; c.topk = 2; c.E = 2; c.H = 4224; c.I = 64;
     c.gs = -1; c.why = "w2 N > 4096 at block_m 16"; add(c);
