@@ -774,7 +774,8 @@ slot_sums(const float *__restrict__ y, int m, int topk, int N, int n,
 // are in flight at once (eight slots of up to four splits, or four of up
 // to eight). That takes up to 128 registers (launch bounds: 2 CTAs an
 // SM), so the host runs it only while its grid is at most two waves
-// (runtime/cuda/cuda_moe.c); larger M keeps w16_finalize's occupancy.
+// (runtime/cuda/cuda_moe.c); larger M runs w16_finalize_rows, or
+// w16_finalize with GEMM 2's split slabs.
 #ifdef W16_WANT_w16_finalize_small
 extern "C" __global__ void __launch_bounds__(256, 2)
 w16_finalize_small(const float *__restrict__ y, int M, int topk, int N,

@@ -980,8 +980,9 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     bool gather2 = m->quant.act_order;
     /* few outputs with split-K sums to add: the latency-bound finalize,
      * while its CTAs (2 an SM by its launch bounds) take at most two
-     * waves; otherwise the plain form's occupancy (templates/moe_aux.cu;
-     * the small form's gain is the partial sums of eight splits in flight,
+     * waves; otherwise the element-wise form's occupancy, or without a
+     * split the rows' form (templates/moe_aux.cu, below; the small form's
+     * gain is the partial sums of eight splits in flight,
      * and without a split it measured 0.6-0.8% slower at M = 16 on
      * DeepSeek-V3/EP8 and Qwen3-30B-A3B) */
     const unsigned fin_grid = grid_stride((size_t)a->M * (size_t)H);
