@@ -759,6 +759,8 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     def_int(b, "WK", c->warps_k);
     def_int(b, "STAGES", c->stages);
     def_int(b, "MIN_CTAS", c->min_ctas > 1 ? c->min_ctas : 1);
+    /* moe_route_warp.cu's slot_expert (SELF_ROUTE's bad ids) */
+    def_int(b, "ERR_ID", W16_AUX_ERR_ID);
     /* the stage copies (moe_gemm_common.cu) split the codes: wgmma
      * warp-specialized 4-bit tiles of two m64 slices a warpgroup only */
     def_bool(b, "SPLIT_CODES", c->wgmma && c->ws && c->split_codes &&
@@ -767,7 +769,6 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
     if (!c->wgmma) { /* the mma.sync template's choices only */
         def_bool(b, "SCALES_IN_B", c->scales_in_b);
         def_bool(b, "SELF_ROUTE", c->self_route);
-        def_int(b, "ERR_ID", W16_AUX_ERR_ID); /* SELF_ROUTE's bad ids */
         def_bool(b, "SPLIT_SUMS",
                  c->split_sums && c->gemm == WNA16_GEMM_W13);
         def_int(b, "GS", c->grouped && !c->act_order ? c->group_size : 0);

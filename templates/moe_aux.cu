@@ -108,19 +108,7 @@ __device__ __forceinline__ float round_act(float v)
     return act::to_f(act::from_f(v));
 }
 
-// Local expert of slot t (standard format), or -1: absent from this rank
-// (expert_map gives -1) or a bad id (recorded).
-__device__ __forceinline__ int slot_expert(const int *ids, int t,
-                                           const int *expert_map, int n_ids,
-                                           int *err)
-{
-    int id = ids[t];
-    if (id < 0 || id >= n_ids) {
-        atomicMin(err + ERR_ID, t);
-        return -1;
-    }
-    return expert_map ? expert_map[id] : id;
-}
+// (slot_expert, a slot's local expert: moe_route_warp.cu)
 
 } // namespace w16
 

@@ -335,8 +335,11 @@ W16_KERNEL(W16_GEMM_PARAMS)
         // records a bad id as the routing kernel would; GEMM 2 reads the
         // ids before its wait (the layer's input, written before GEMM 1
         // started: moe_pdl.cu).
-        bool bad;
-        const int le = lane_expert(topk_ids, n_slots, expert_map, n_ids, &bad);
+        const int lane = threadIdx.x % 32;
+        const int le = lane < n_slots
+            ? slot_expert(topk_ids, lane, expert_map, n_ids, err,
+                          GEMM == 1 && blockIdx.x == 0 && threadIdx.x < 32)
+            : -1;
         const warp_route r = route_warp(le, BM);
         const int b0 = mblk * BM;
         const unsigned hit = __ballot_sync(
@@ -344,8 +347,6 @@ W16_KERNEL(W16_GEMM_PARAMS)
             r.padded > 0 && r.start <= b0 && b0 < r.start + r.padded);
         e = hit ? __shfl_sync(0xffffffffu, le, __ffs(hit) - 1) : -1;
         if (threadIdx.x < 32) {
-            if (GEMM == 1 && blockIdx.x == 0 && bad)
-                atomicMin(err + ERR_ID, (int)threadIdx.x);
             for (int q = threadIdx.x; q < BM; q += 32)
                 s_rows[q] = -1;
             __syncwarp();

@@ -5,8 +5,10 @@
 // when the host lets each CTA route its own row block from the top-k ids
 // (no routing launch before GEMM 1). Both call this text, so both give
 // the same order: experts ascending, each expert's slots in slot order,
-// each expert padded to whole blocks of bm rows. It comes after moe_pdl.cu
-// in the routing units and after moe_quant.cu in the GEMM units.
+// each expert padded to whole blocks of bm rows; and the one reading of a
+// slot's expert from the ids (slot_expert). It comes after moe_pdl.cu in
+// the routing units and after moe_quant.cu in the GEMM units (ERR_ID from
+// either prelude).
 
 namespace w16 {
 
@@ -53,19 +55,20 @@ __device__ __forceinline__ warp_route route_warp(int e, int bm)
     return r;
 }
 
-// The local expert of slot `lane` (< P), or -1: absent from this rank
-// (expert_map -1) or a bad id (*bad set; the caller records it).
-__device__ __forceinline__ int lane_expert(const int *ids, int P,
+// The local expert of slot t (standard format), or -1: absent from this
+// rank (expert_map gives -1) or a bad id, recorded as the smallest bad
+// slot in err[ERR_ID] (atomicMin: deterministic) where `record` (the
+// routing kernels always; of the GEMMs' own routing, GEMM 1's first warp
+// of its first CTA). The routing kernels (moe_aux.cu) and the GEMMs' own
+// routing read the ids through this one function.
+__device__ __forceinline__ int slot_expert(const int *ids, int t,
                                            const int *expert_map, int n_ids,
-                                           bool *bad)
+                                           int *err, bool record = true)
 {
-    const int lane = threadIdx.x % 32;
-    *bad = false;
-    if (lane >= P)
-        return -1;
-    const int id = ids[lane];
+    const int id = ids[t];
     if (id < 0 || id >= n_ids) {
-        *bad = true;
+        if (record)
+            atomicMin(err + w16cfg::ERR_ID, t);
         return -1;
     }
     return expert_map ? expert_map[id] : id;
