@@ -192,10 +192,6 @@ constexpr bool FP16_HI = DEFER && !ACT_BF16 && BITS == 4 && !ZP;
 // reduce): at small M a CTA's K range is a few stages, mostly this
 // prologue. The routing it reads first was written before that kernel.
 constexpr bool EARLY_B = GEMM == 2;
-// the err[] slot where a SELF_ROUTE unit records a bad top-k id (every
-// unit names it: the text below uses it in a discarded branch)
-static_assert(ERR_ID >= 0, "err slot");
-
 // The group size is a constant of the unit (GS, the generator's
 // cfg.group_size) where grouped scales travel with the stages: a stage then
 // holds BK / GS whole groups or lies inside one group, so its rows of
