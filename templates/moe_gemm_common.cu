@@ -280,45 +280,99 @@ __device__ __forceinline__ void store_c_tile(
         }
         return;
     }
+    // The output of one C element (GEMM 1: a gate and up pair): the same
+    // operations in the same order on either path below.
+    auto gate_up = [&](float hg, float hu, int n) {
+        if constexpr (!GROUPED) {
+            hg *= sca::to_f(sc_e[scale_pos(n)]);
+            hu *= sca::to_f(sc_e[scale_pos(ip + n)]);
+        }
+        if (bias_e) {
+            hg += bia::to_f(bias_e[bias_pos(n)]);
+            hu += bia::to_f(bias_e[bias_pos(ip + n)]);
+        }
+        if (round_out) {
+            hg = round_act(hg);
+            hu = round_act(hu);
+        }
+        return act::from_f(activation(hg, hu, limit, alpha, beta));
+    };
+    auto finish_y = [&](float y, int n) {
+        if constexpr (!GROUPED)
+            y *= sca::to_f(sc_e[scale_pos(n)]);
+        if (bias_e)
+            y += bia::to_f(bias_e[bias_pos(n)]);
+        if (round_out)
+            y = round_act(y);
+        return y;
+    };
+    // Vectors: a thread takes 4 consecutive columns of a row, 16-byte
+    // reads of the C tile and one 8-byte (GEMM 1) or 16-byte (GEMM 2)
+    // store, where the row width keeps every vector whole and the output
+    // is 16-byte aligned (the runtime's buffers are); the other problems
+    // keep one element a thread. With one element a thread (2- or 4-byte
+    // stores, one dependent chain at a time) a quarter of the wgmma GEMM
+    // 1's stall samples at Qwen3-30B-A3B M = 4096 fell in this epilogue
+    // (ncu); vectors took that layer from 1062 to 965 us on the H200.
+    // Eight columns and 16-byte stores in GEMM 1 made ptxas spill 72
+    // instead of 24 bytes in the mma.sync block_m 24 kernel (Mixtral-8x7B
+    // M = 64 6% slower).
+    const bool vec = (size_t)out % 16 == 0 && (GEMM == 1 ? ip : N) % 4 == 0;
     if constexpr (GEMM == 1) {
         act_t *o = static_cast<act_t *>(out);
         constexpr int OUTW = BN / 2;
+        if (vec) {
+            constexpr int VW = OUTW / 4; // vectors a row
+            for (int i = tid; i < BM * VW; i += NTHREADS) {
+                int r = i / VW, c = (i % VW) * 4, t = s_rows[r];
+                int n = ncol * OUTW + c;
+                if (t < 0 || n >= ip)
+                    continue;
+                const float4 g =
+                    *reinterpret_cast<const float4 *>(cs + r * C_LD + c);
+                const float4 u = *reinterpret_cast<const float4 *>(
+                    cs + r * C_LD + OUTW + c);
+                const u32 w0 = as_u32(act::pair(gate_up(g.x, u.x, n),
+                                                gate_up(g.y, u.y, n + 1)));
+                const u32 w1 = as_u32(act::pair(gate_up(g.z, u.z, n + 2),
+                                                gate_up(g.w, u.w, n + 3)));
+                *reinterpret_cast<uint2 *>(o + (size_t)t * ip + n) =
+                    make_uint2(w0, w1);
+            }
+            return;
+        }
         for (int i = tid; i < BM * OUTW; i += NTHREADS) {
             int r = i / OUTW, c = i % OUTW, t = s_rows[r];
             int n = ncol * OUTW + c;
             if (t < 0 || n >= ip)
                 continue;
-            float hg = cs[r * C_LD + c], hu = cs[r * C_LD + OUTW + c];
-            if constexpr (!GROUPED) {
-                hg *= sca::to_f(sc_e[scale_pos(n)]);
-                hu *= sca::to_f(sc_e[scale_pos(ip + n)]);
-            }
-            if (bias_e) {
-                hg += bia::to_f(bias_e[bias_pos(n)]);
-                hu += bia::to_f(bias_e[bias_pos(ip + n)]);
-            }
-            if (round_out) {
-                hg = round_act(hg);
-                hu = round_act(hu);
-            }
             o[(size_t)t * ip + n] =
-                act::from_f(activation(hg, hu, limit, alpha, beta));
+                gate_up(cs[r * C_LD + c], cs[r * C_LD + OUTW + c], n);
         }
     } else {
         float *o = static_cast<float *>(out);
+        if (vec) {
+            constexpr int VW = BN / 4;
+            for (int i = tid; i < BM * VW; i += NTHREADS) {
+                int r = i / VW, c = (i % VW) * 4, t = s_rows[r];
+                int n = ncol * BN + c;
+                if (t < 0 || n >= N)
+                    continue;
+                float4 y = *reinterpret_cast<const float4 *>(cs + r * C_LD + c);
+                y.x = finish_y(y.x, n);
+                y.y = finish_y(y.y, n + 1);
+                y.z = finish_y(y.z, n + 2);
+                y.w = finish_y(y.w, n + 3);
+                *reinterpret_cast<float4 *>(o + (size_t)t * N + n) = y;
+            }
+            return;
+        }
         for (int i = tid; i < BM * BN; i += NTHREADS) {
             int r = i / BN, c = i % BN, t = s_rows[r];
             int n = ncol * BN + c;
             if (t < 0 || n >= N)
                 continue;
-            float y = cs[r * C_LD + c];
-            if constexpr (!GROUPED)
-                y *= sca::to_f(sc_e[scale_pos(n)]);
-            if (bias_e)
-                y += bia::to_f(bias_e[bias_pos(n)]);
-            if (round_out)
-                y = round_act(y);
-            o[(size_t)t * N + n] = y;
+            o[(size_t)t * N + n] = finish_y(cs[r * C_LD + c], n);
         }
     }
 }
