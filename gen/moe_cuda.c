@@ -436,6 +436,7 @@ wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
     cfg->acc_scales = cfg->ws && r->scales_on_acc;
     cfg->wgmma_groups = cfg->ws ? r->wgmma_groups : 1;
     cfg->split_codes = cfg->ws && r->split_codes;
+    cfg->tail_m = cfg->ws ? r->tail_m : 0;
     if (json_path)
         *json_path = r->json_path;
     return WNA16_OK;
@@ -501,7 +502,8 @@ static int scale_rows(const w16_moe_gemm_cfg_t *c)
 
 size_t w16_moe_gemm_shared(const w16_moe_gemm_cfg_t *c)
 {
-    return w16_tile_shared_bytes(c->block_m, c->block_n, c->block_k,
+    return w16_tile_shared_bytes(c->block_m + c->tail_m, c->block_n,
+                                 c->block_k,
                                  c->stages, c->bits, scale_rows(c),
                                  c->wgmma);
 }
@@ -541,6 +543,7 @@ void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size)
         {c->acc_scales, "_sa", -1},
         {c->wgmma_groups > 1, "_d", c->wgmma_groups},
         {c->split_codes && c->bits == 4, "_sc", -1},
+        {c->tail_m > 0, "_tm", c->tail_m},
         {c->wgmma && c->grouped && !c->group_stages, "_gk", -1},
         {c->split_sums && !c->wgmma && w13, "_ss", -1},
         {c->self_route && !c->wgmma, "_rt", -1},
@@ -603,6 +606,12 @@ static const char *check_wgmma(const w16_moe_gemm_cfg_t *c)
                "and split codes are for warp-specialized rows";
     if (c->wgmma_groups < 0 || c->wgmma_groups > 2)
         return "wgmma: 1 or 2 groups in flight";
+    if (c->tail_m != 0 &&
+        ((c->tail_m != 16 && c->tail_m != 32) || !c->ws || slices != 2 ||
+         c->warps_n != 8 || c->acc_scales))
+        return "wgmma: tail rows (16 or 32) are for warp-specialized rows "
+               "of two consumer warpgroups and two slices, without scales "
+               "on the accumulators";
     return NULL;
 }
 
@@ -693,23 +702,33 @@ static void def_activations(w16_buf_t *b)
  * (BM / 2 floats a thread) rather than once a size in the template.
  * Operands: the accumulators d[0 .. ACC), then the A fragment's four
  * registers, the B descriptor and scale-d (0: D = A . B). */
-static void def_wgmma(w16_buf_t *b, const w16_moe_gemm_cfg_t *c)
+static void def_wgmma_n(w16_buf_t *b, const w16_moe_gemm_cfg_t *c,
+                        const char *tag, int n)
 {
-    int acc = c->block_m / 2;
-    w16_buf_printf(b, "#define W16_WGMMA_ACC %d\n", acc);
-    w16_buf_printf(b, "#define W16_WGMMA_ASM \"{\\n.reg .pred p;\\n"
+    int acc = n / 2;
+    w16_buf_printf(b, "#define W16_WGMMA%s_ACC %d\n", tag, acc);
+    w16_buf_printf(b, "#define W16_WGMMA%s_ASM \"{\\n.reg .pred p;\\n"
                    "setp.ne.b32 p, %%%d, 0;\\nwgmma.mma_async.sync.aligned."
-                   "m64n%dk16%s {", acc + 5, c->block_m,
+                   "m64n%dk16%s {", tag, acc + 5, n,
                    c->act_dtype == WNA16_DTYPE_BF16 ? ".f32.bf16.bf16"
                                                     : ".f32.f16.f16");
     for (int i = 0; i < acc; i++)
         w16_buf_printf(b, "%s%%%d", i ? "," : "", i);
     w16_buf_printf(b, "}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1, 0;\\n}"
                    "\\n\"\n", acc, acc + 1, acc + 2, acc + 3, acc + 4);
-    w16_buf_puts(b, "#define W16_WGMMA_D");
+    w16_buf_printf(b, "#define W16_WGMMA%s_D", tag);
     for (int i = 0; i < acc; i++)
         w16_buf_printf(b, "%s\"+f\"(d[%d])", i ? ", " : " ", i);
     w16_buf_puts(b, "\n");
+}
+
+/* The product's instruction and operand list for the unit's block_m
+ * (W16_WGMMA_*), and for its tail rows (W16_WGMMA_TAIL_*, TAIL_M). */
+static void def_wgmma(w16_buf_t *b, const w16_moe_gemm_cfg_t *c)
+{
+    def_wgmma_n(b, c, "", c->block_m);
+    if (c->tail_m > 0)
+        def_wgmma_n(b, c, "_TAIL", c->tail_m);
 }
 
 static wna16_status_t append_template(w16_buf_t *b, const char *file,
@@ -778,6 +797,7 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
         def_int(b, "WGMMA_GROUPS", c->wgmma_groups > 1 ? 2 : 1);
         def_bool(b, "GROUP_STAGES", c->grouped && c->group_stages);
     }
+    def_int(b, "TAIL_M", c->wgmma ? c->tail_m : 0);
     def_int(b, "S_ROWS", scale_rows(c));
     def_int(b, "SMEM_BYTES", (long long)w16_moe_gemm_shared(c));
     w16_buf_puts(b, "} // namespace w16cfg\n");

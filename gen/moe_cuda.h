@@ -69,6 +69,9 @@ typedef struct w16_moe_gemm_cfg {
                                 accumulators, exact codes in the A operand */
     int wgmma_groups;        /* wgmma: groups in flight a warpgroup, 1 or
                                 2 (0 reads as 1) */
+    int tail_m;              /* wgmma, warp-specialized, two slices: the
+                                rows of the expert's last block taken
+                                beside this one (0: none) */
     bool split_codes;        /* wgmma, warp-specialized, 4-bit: the codes
                                 in shared memory by warp half, two k16
                                 steps a 16-byte lane vector */

@@ -202,6 +202,11 @@ typedef struct w16_tile_rule {
     /* warp-specialized wgmma rows, 4-bit codes: stage copies of 8-byte
      * halves so that a warp reads whole 16-byte vectors (two k16 steps) */
     bool split_codes;
+    /* warp-specialized wgmma rows of two slices: the first tail_m (0, 16
+     * or 32) rows of an expert's next block, when they are its last,
+     * computed by this block's CTA beside its own (templates/
+     * moe_wgmma_gemm.cu, TAIL_M) */
+    int tail_m;
     const char *json_path;
 } w16_tile_rule_t;
 

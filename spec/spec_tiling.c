@@ -273,6 +273,10 @@ static bool check_rule(tload_t *L, const char *p, const w16_tile_rule_t *g,
                          "(4 warps_n) computes %d columns: block_n %d needs "
                          "warps_n %d", bm, t->bm[i].json_path, wg_cols,
                          g->block_n, 4 * g->block_n / wg_cols);
+        if (g->tail_m && (bm > 128 || bm + g->tail_m > 256))
+            return tfail(L, p, "with block_m %d (from %s): tail rows need "
+                         "two slices a warpgroup (block_m 128 at most)", bm,
+                         t->bm[i].json_path);
         if (g->wgmma && g->warps_n == 16 && bm > 128)
             return tfail(L, p, "with block_m %d (from %s): four consumer "
                          "warpgroups (warps_n 16) take block_m 128 at most",
@@ -283,7 +287,7 @@ static bool check_rule(tload_t *L, const char *p, const w16_tile_rule_t *g,
                          "floats a thread)", bm, t->bm[i].json_path,
                          (bm + 15) / 16, nt);
         /* the most: 8-bit codes, a row of scales every k16 step */
-        size_t sh = w16_tile_shared_bytes(bm, g->block_n, g->block_k,
+        size_t sh = w16_tile_shared_bytes(bm + g->tail_m, g->block_n, g->block_k,
                                           g->stages, 8, g->block_k / 16,
                                           g->wgmma);
         if (sh > W16_TILING_MAX_SHARED)
@@ -303,7 +307,7 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
                                        "ctas_per_sm", "min_ctas",
                                        "scales_in_b", "mma", "warp_specialized",
                                        "scales_on_acc", "wgmma_groups", "split_codes",
-                                       NULL};
+                                       "tail_m", NULL};
     int n = cJSON_GetArraySize(arr);
     if (!cJSON_IsArray(arr) || n < 1 || n > 32)
         return tfail(L, base, "expected an array of 1 to 32 rows");
@@ -429,6 +433,16 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
                 return tfail(L, pk, "expected 1 or 2");
             g->wgmma_groups = (int)wgr->valuedouble;
         }
+        g->tail_m = 0;
+        const cJSON *tm = cJSON_GetObjectItemCaseSensitive(r, "tail_m");
+        if (tm) {
+            snprintf(pk, sizeof pk, "%s.tail_m", p);
+            if (!cJSON_IsNumber(tm) ||
+                (tm->valuedouble != 0 && tm->valuedouble != 16 &&
+                 tm->valuedouble != 32))
+                return tfail(L, pk, "expected 0, 16 or 32");
+            g->tail_m = (int)tm->valuedouble;
+        }
         if (g->warp_specialized &&
             (!g->wgmma || (v[2] != 8 && v[2] != 16) || sk[2] > 1))
             key = "warp_specialized", why = "only a wgmma row with two or "
@@ -449,6 +463,11 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
         else if (g->split_codes && v[2] == 16)
             key = "split_codes", why = "the codes are split for two "
                   "consumer warpgroups (warps_n 8) only";
+        else if (g->tail_m &&
+                 (!g->warp_specialized || v[2] != 8 || g->scales_on_acc))
+            key = "tail_m", why = "tail rows are for warp_specialized rows "
+                  "of two consumer warpgroups (warps_n 8) without "
+                  "scales_on_acc";
         if (why) {
             snprintf(pk, sizeof pk, "%s.%s", p, key);
             return tfail(L, pk, "%s", why);

@@ -20,7 +20,10 @@ constexpr int TILE_WORDS = 32 * BITS;     // words per 16 x 64 tile
 constexpr int TILE_VECS = TILE_WORDS / 4; // 16-byte vectors per tile
 constexpr int LANE_VECS = BITS / 4;       // 16-byte vectors per lane
 constexpr int A_CHUNKS = BK / 8;          // 16-byte chunks per A row
-constexpr int A_STAGE = BM * BK;          // activation elements per stage
+// rows of a stage's A tile and of the C tile: the CTA's BM, and (wgmma,
+// TAIL_M) the tail rows of the expert's next block it may take
+constexpr int ROWS = BM + TAIL_M;
+constexpr int A_STAGE = ROWS * BK;        // activation elements per stage
 constexpr int B_STAGE = KSTEPS * TILES * TILE_VECS; // vectors per stage
 constexpr int C_LD = BN + 4;              // floats per row of the C tile
 // Grouped scales (not act-order) travel with their stage: S_ROWS rows
@@ -29,7 +32,7 @@ constexpr int C_LD = BN + 4;              // floats per row of the C tile
 constexpr int S_STAGE = S_ROWS * TILES * 8; // 16-byte vectors per stage
 constexpr int STAGE_BYTES = A_STAGE * 2 + B_STAGE * 16 + S_STAGE * 16;
 constexpr int PIPE_BYTES = STAGES * STAGE_BYTES;
-constexpr int C_BYTES = BM * C_LD * 4;
+constexpr int C_BYTES = ROWS * C_LD * 4;
 
 static_assert(GEMM == 2 || GATED, "GEMM 1 fuses a gated activation");
 static_assert(GEMM == 2 || GATED_ACTIVATION, "a gated activation");
@@ -136,12 +139,12 @@ __device__ __forceinline__ int tile_col(int tt, int ncol, int N, int ip)
 constexpr bool SMEM_SCALES = GROUPED && !ACT_ORDER;
 // The thread's share of every stage's loads, computed once per CTA
 // (stage_plan), then one stage's cp.async copies (stage_copy). A: chunk
-// i = tid + q * NTHREADS of the BM x BK tile, its 16-byte chunks
+// i = tid + q * NTHREADS of the ROWS x BK tile, its 16-byte chunks
 // XOR-swizzled by row % 8; rows of padding (no routed slot) are zeroed
 // once in every stage buffer and never loaded. B: vector i of the stage's
 // tiles, as an offset from the stage's first k16 row (-1: a tile past the
 // end of N or IP). Grouped scales (not act-order): the stage's rows.
-constexpr int A_PER = (BM * A_CHUNKS + NTHREADS - 1) / NTHREADS;
+constexpr int A_PER = (ROWS * A_CHUNKS + NTHREADS - 1) / NTHREADS;
 constexpr int B_PER = B_STAGE / NTHREADS;
 static_assert(B_STAGE % NTHREADS == 0, "B vectors per thread");
 
@@ -153,7 +156,7 @@ __device__ __forceinline__ void stage_plan(
 #pragma unroll
     for (int q = 0; q < A_PER; q++) {
         int i = tid + q * NTHREADS, r = i / A_CHUNKS, c = i % A_CHUNKS;
-        int t = i < BM * A_CHUNKS ? s_rows[r] : -1;
+        int t = i < ROWS * A_CHUNKS ? s_rows[r] : -1;
         a_src[q] = t >= 0 ? a + (size_t)(t / a_row_div) * K + c * 8 : nullptr;
         a_dst[q] = r * BK + ((c ^ (r % 8)) * 8);
     }
@@ -166,8 +169,8 @@ __device__ __forceinline__ void stage_plan(
         b_off[q] = col >= 0 ? (int)((ks * tiles_n + col / 64) * TILE_VECS + v)
                             : -1;
     }
-    for (int i = tid; i < STAGES * BM * A_CHUNKS; i += NTHREADS) {
-        int r = (i / A_CHUNKS) % BM;
+    for (int i = tid; i < STAGES * ROWS * A_CHUNKS; i += NTHREADS) {
+        int r = (i / A_CHUNKS) % ROWS;
         if (s_rows[r] < 0)
             reinterpret_cast<int4 *>(sA)[i] = make_int4(0, 0, 0, 0);
     }
@@ -245,7 +248,7 @@ __device__ __forceinline__ void stage_copy(
 
 // ---- the epilogue -----------------------------------------------------------
 
-// The CTA's C tile (BM rows x BN columns of float32 in shared memory, row
+// The CTA's C tile (ROWS rows x BN columns of float32 in shared memory, row
 // r = routed slot s_rows[r], -1 for padding) to the GEMM's output:
 //   split-K (splits > 1): a float32 partial sum, scaled when channelwise,
 //     with the bias in split 0 only, to this split's slab;
@@ -265,7 +268,7 @@ __device__ __forceinline__ void store_c_tile(
         const int W = GATED ? 2 * ip : N;
         float *o = static_cast<float *>(out) + (size_t)split * n_slots * W;
         constexpr int OUTW = GATED ? BN / 2 : BN;
-        for (int i = tid; i < BM * BN; i += NTHREADS) {
+        for (int i = tid; i < ROWS * BN; i += NTHREADS) {
             int r = i / BN, c = i % BN, t = s_rows[r];
             int n = GATED ? ncol * OUTW + c % OUTW : ncol * BN + c;
             if (t < 0 || n >= (GATED ? ip : N))
@@ -323,7 +326,7 @@ __device__ __forceinline__ void store_c_tile(
         constexpr int OUTW = BN / 2;
         if (vec) {
             constexpr int VW = OUTW / 4; // vectors a row
-            for (int i = tid; i < BM * VW; i += NTHREADS) {
+            for (int i = tid; i < ROWS * VW; i += NTHREADS) {
                 int r = i / VW, c = (i % VW) * 4, t = s_rows[r];
                 int n = ncol * OUTW + c;
                 if (t < 0 || n >= ip)
@@ -341,7 +344,7 @@ __device__ __forceinline__ void store_c_tile(
             }
             return;
         }
-        for (int i = tid; i < BM * OUTW; i += NTHREADS) {
+        for (int i = tid; i < ROWS * OUTW; i += NTHREADS) {
             int r = i / OUTW, c = i % OUTW, t = s_rows[r];
             int n = ncol * OUTW + c;
             if (t < 0 || n >= ip)
@@ -353,7 +356,7 @@ __device__ __forceinline__ void store_c_tile(
         float *o = static_cast<float *>(out);
         if (vec) {
             constexpr int VW = BN / 4;
-            for (int i = tid; i < BM * VW; i += NTHREADS) {
+            for (int i = tid; i < ROWS * VW; i += NTHREADS) {
                 int r = i / VW, c = (i % VW) * 4, t = s_rows[r];
                 int n = ncol * BN + c;
                 if (t < 0 || n >= N)
@@ -367,7 +370,7 @@ __device__ __forceinline__ void store_c_tile(
             }
             return;
         }
-        for (int i = tid; i < BM * BN; i += NTHREADS) {
+        for (int i = tid; i < ROWS * BN; i += NTHREADS) {
             int r = i / BN, c = i % BN, t = s_rows[r];
             int n = ncol * BN + c;
             if (t < 0 || n >= N)

@@ -98,8 +98,11 @@ constexpr int CTA_THREADS = WS ? NTHREADS + 128 : NTHREADS;
 // the accumulators, but at 104 registers ptxas serialized their wgmmas
 // (C7512), so they take 112 and leave the producer 32, at which it spills
 // its copy plan (about 200-350 bytes, ptxas -v).
-constexpr int PRODUCER_REGS = WGS == 4 ? 32 : 104;
-constexpr int CONSUMER_REGS = WGS == 4 ? 112 : 200;
+// Tail rows (TAIL_M) add their accumulators and a second copy of the
+// main loop: at 200 ptxas serialized every wgmma (C7512), so those units
+// give the consumers 208 and the producer 88 (no spill, ptxas -v).
+constexpr int PRODUCER_REGS = WGS == 4 ? 32 : TAIL_M ? 88 : 104;
+constexpr int CONSUMER_REGS = WGS == 4 ? 112 : TAIL_M ? 208 : 200;
 // + 1024: the dynamic shared memory is aligned up to the swizzle atom
 constexpr int NEED_BYTES = (PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES) + 1024;
 constexpr int ACC = BM / 2; // accumulator floats per slice (m64 x BM / 128)
@@ -150,6 +153,12 @@ static_assert(!WS || NTHREADS == 256 || NTHREADS == 512,
 static_assert(!WS || NTHREADS % 128 == 0, "plan threads per producer "
               "thread");
 static_assert(DEPTH == 1 || DEPTH == 2, "one or two wgmma groups in flight");
+static_assert(TAIL_M == 0 || ((TAIL_M == 16 || TAIL_M == 32) && WS &&
+                              WGS == 2 && SLICES == 2 && !SOA),
+              "tail rows: 16 or 32, two warp-specialized consumer "
+              "warpgroups of two slices, scales in the dequantization");
+// accumulator floats per slice of the tail rows (1: none, unused)
+constexpr int TAIL_ACC = TAIL_M > 0 ? TAIL_M / 2 : 1;
 static_assert(!SPLIT_CODES || (WS && BITS == 4 && SLICES == 2 &&
                                KSTEPS % 2 == 0),
               "split codes: warp-specialized, 4-bit, two slices");
@@ -262,6 +271,25 @@ __device__ __forceinline__ void wgmma_step(float (&d)[ACC], const u32 (&a)[4],
                    "r"(scale_d));
 }
 
+// a compile-time bool as a value (a generic lambda's template argument)
+template <bool B> struct bool_c {
+    static constexpr bool value = B;
+};
+
+#ifdef W16_WGMMA_TAIL_ASM
+// D (m64 x TAIL_M) += A . B (the tail rows: TAIL_M rows of B from row BM)
+__device__ __forceinline__ void wgmma_tail_step(float (&d)[TAIL_ACC],
+                                                const u32 (&a)[4], u64 desc,
+                                                int scale_d)
+{
+    static_assert(W16_WGMMA_TAIL_ACC == TAIL_ACC, "the tail's m64nTAIL_Mk16");
+    asm volatile(W16_WGMMA_TAIL_ASM
+                 : W16_WGMMA_TAIL_D
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),
+                   "r"(scale_d));
+}
+#endif
+
 } // namespace w16
 
 using namespace w16;
@@ -271,7 +299,7 @@ W16_KERNEL(W16_GEMM_PARAMS)
 {
     (void)g_idx; // act-order is the mma.sync kernel's
     extern __shared__ int4 smem_raw[];
-    __shared__ int s_rows[BM];
+    __shared__ int s_rows[ROWS];
     // WS: stage s is loaded (full) / consumed (empty)
     __shared__ alignas(8) u64 s_full[WS ? STAGES : 1];
     __shared__ alignas(8) u64 s_empty[WS ? STAGES : 1];
@@ -303,6 +331,22 @@ W16_KERNEL(W16_GEMM_PARAMS)
     const int e = expert_ids[mblk];
     if (e < 0)
         return;
+    // Tail rows (TAIL_M): an expert's last block whose rows from TAIL_M
+    // on are padding is computed by the CTA of the expert's block before
+    // it, beside that block's BM rows: the weights are streamed and
+    // dequantized once for both, and the tail's own CTA returns. (An
+    // expert's blocks are consecutive and only its last is partial.)
+    bool tail = false;
+    if constexpr (TAIL_M > 0) {
+        auto tail_only = [&](int b) {
+            const int t = sorted_ids[b * BM + TAIL_M];
+            return t < 0 || t >= n_slots;
+        };
+        if (mblk > 0 && expert_ids[mblk - 1] == e && tail_only(mblk))
+            return;
+        tail = (mblk + 1) * BM < *num_post && expert_ids[mblk + 1] == e &&
+               tail_only(mblk + 1);
+    }
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wg = warp / 4, w = warp % 4, h = w % 2;
@@ -312,8 +356,9 @@ W16_KERNEL(W16_GEMM_PARAMS)
     const int my_tile = SLICES == 2 ? 2 * wg + w / 2 : wg;
     auto colq = [&](int s) { return SLICES == 2 ? 2 * h + s : w; };
 
-    for (int r = tid; r < BM; r += NTHREADS) {
-        int t = sorted_ids[mblk * BM + r];
+    for (int r = tid; r < ROWS; r += NTHREADS) {
+        int t = r < BM ? sorted_ids[mblk * BM + r]
+                       : (tail ? sorted_ids[(mblk + 1) * BM + r - BM] : -1);
         s_rows[r] = (t >= 0 && t < n_slots) ? t : -1;
     }
     if constexpr (WS) {
@@ -387,9 +432,9 @@ W16_KERNEL(W16_GEMM_PARAMS)
             // the row (rows 16 apart share their swizzle, r % 8); a padding
             // row (no routed slot) is copied with size 0 from row 0, which
             // writes its zeros
-            constexpr int PA = BM * A_CHUNKS / 128;
+            constexpr int PA = ROWS * A_CHUNKS / 128;
             constexpr int PB = B_STAGE / 128;
-            static_assert(A_CHUNKS == 8 && (BM * A_CHUNKS) % 128 == 0 &&
+            static_assert(A_CHUNKS == 8 && (ROWS * A_CHUNKS) % 128 == 0 &&
                               B_STAGE % 128 == 0 && S_STAGE <= 128,
                           "the producer's copies: whole rounds of 128");
             const int r0 = ptid / A_CHUNKS, c8 = ptid % A_CHUNKS;
@@ -446,10 +491,13 @@ W16_KERNEL(W16_GEMM_PARAMS)
                     mbar_wait(&s_empty[slot], (it / STAGES - 1) & 1);
                 const int k0 = (it0 + it) * BK;
                 act_t *dA = pA + slot * A_STAGE + a_dst0;
+// (the tail rows, q from BM / 16, only where the CTA has a
+                // tail: otherwise no product reads them)
 #pragma unroll
                 for (int q = 0; q < PA; q++)
-                    cp_async16(dA + q * 16 * BK, p_a[q] + k0,
-                               (a_ok >> q) & 1u);
+                    if (q < BM / 16 || tail)
+                        cp_async16(dA + q * 16 * BK, p_a[q] + k0,
+                                   (a_ok >> q) & 1u);
                 int4 *dB = pB + slot * B_STAGE + ptid;
                 const int4 *qs = qw_e + (size_t)(it0 + it) * b_kstride;
 #pragma unroll
@@ -498,11 +546,16 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // then serialize every wgmma. The empty asm only tells the compiler
     // the registers have a value; it emits nothing.
     float acc[SLICES][ACC];
+    float acc_t[SLICES][TAIL_ACC]; // the tail rows' (TAIL_M)
 #pragma unroll
-    for (int s = 0; s < SLICES; s++)
+    for (int s = 0; s < SLICES; s++) {
 #pragma unroll
         for (int i = 0; i < ACC; i++)
             asm volatile("" : "=f"(acc[s][i]));
+#pragma unroll
+        for (int i = 0; i < TAIL_ACC; i++)
+            asm volatile("" : "=f"(acc_t[s][i]));
+    }
 
     typedef typename pick<SCALE_SAME, act_t, float>::t reg_scale_t;
     reg_scale_t s_reg[2][2]; // [slice][lo, hi]
@@ -686,7 +739,12 @@ W16_KERNEL(W16_GEMM_PARAMS)
     int sg = it0_group, sg_next = GROUPED ? (it0_group + 1) * group_size : 0;
     // release (WS): the ring slot of the previous stage, whose products
     // are done after this stage's first wgmma.wait_group 1 (-1: none)
-    auto compute_stage = [&](int it, int slot, int release) {
+    // with_tail (bool_c): the tail rows' products too; the main loop is
+    // compiled once with and once without them, so that a CTA without a
+    // tail runs the loop of a unit without TAIL_M (a run-time test beside
+    // each product made ptxas inject warpgroup.arrive fences, C7519, and
+    // cost Mixtral-8x7B M = 4096 6%)
+    auto compute_stage = [&](int it, int slot, int release, auto with_tail) {
         const int4 *cB = sB + slot * B_STAGE;
         const u32 a_base = smem_addr(sA + slot * A_STAGE);
         const u64 desc0 = smem_desc(a_base);
@@ -749,6 +807,15 @@ W16_KERNEL(W16_GEMM_PARAMS)
 #pragma unroll
             for (int s = 0; s < SLICES; s++)
                 wgmma_step(acc[s], af[kk % NSETS][s], desc, scale_d);
+#ifdef W16_WGMMA_TAIL_ASM
+            // the tail rows start BM rows (BM 128-byte rows, BM * 8 in
+            // the descriptor's address field) into the stage's A tile
+            if constexpr (decltype(with_tail)::value)
+#pragma unroll
+                for (int s = 0; s < SLICES; s++)
+                    wgmma_tail_step(acc_t[s], af[kk % NSETS][s],
+                                    desc + (u64)(BM * 8), scale_d);
+#endif
             wgmma_commit();
             // step kk - DEPTH done: its registers are free
             wgmma_wait<DEPTH>();
@@ -771,12 +838,19 @@ W16_KERNEL(W16_GEMM_PARAMS)
     if constexpr (WS) {
         // WS: the producer's ring; the padding rows are zero (barrier 2)
         bar_sync<2, CTA_THREADS>();
-        for (int it = 0; it < iters; it++) {
-            const int slot = it % STAGES;
-            mbar_wait(&s_full[slot], (it / STAGES) & 1);
-            fence_proxy_async(); // the copies, to wgmma's async proxy
-            compute_stage(it0 + it, slot, it > 0 ? (it - 1) % STAGES : -1);
-        }
+        auto consume = [&](auto with_tail) {
+            for (int it = 0; it < iters; it++) {
+                const int slot = it % STAGES;
+                mbar_wait(&s_full[slot], (it / STAGES) & 1);
+                fence_proxy_async(); // the copies, to wgmma's async proxy
+                compute_stage(it0 + it, slot,
+                              it > 0 ? (it - 1) % STAGES : -1, with_tail);
+            }
+        };
+        if (TAIL_M > 0 && tail)
+            consume(bool_c<true>{});
+        else
+            consume(bool_c<false>{});
     } else {
         constexpr int LOOKAHEAD = STAGES - 2;
 #pragma unroll
@@ -793,7 +867,7 @@ W16_KERNEL(W16_GEMM_PARAMS)
             if (next < iters)
                 load_stage(it0 + next, next % STAGES);
             cp_async_commit();
-            compute_stage(it0 + it, it % STAGES, -1);
+            compute_stage(it0 + it, it % STAGES, -1, bool_c<false>{});
         }
     }
     wgmma_wait<0>();
@@ -809,10 +883,14 @@ W16_KERNEL(W16_GEMM_PARAMS)
             }
     if (iters == 0) // a split without K stages (not chosen by the runtime)
 #pragma unroll
-        for (int s = 0; s < SLICES; s++)
+        for (int s = 0; s < SLICES; s++) {
 #pragma unroll
             for (int i = 0; i < ACC; i++)
                 acc[s][i] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < TAIL_ACC; i++)
+                acc_t[s][i] = 0.0f;
+        }
     // every stage consumed (WS: the producer has no copy left in flight)
     if constexpr (WS) {
         bar_sync<1, NTHREADS>();
@@ -836,6 +914,15 @@ W16_KERNEL(W16_GEMM_PARAMS)
             cs[r0 * C_LD + c + 8] = acc[s][4 * i + 2];
             cs[(r0 + 1) * C_LD + c + 8] = acc[s][4 * i + 3];
         }
+        if constexpr (TAIL_M > 0) // rows BM .. (s_rows -1 without a tail)
+#pragma unroll
+            for (int i = 0; i < TAIL_M / 8; i++) {
+                const int r0 = BM + 8 * i + 2 * tig;
+                cs[r0 * C_LD + c] = acc_t[s][4 * i + 0];
+                cs[(r0 + 1) * C_LD + c] = acc_t[s][4 * i + 1];
+                cs[r0 * C_LD + c + 8] = acc_t[s][4 * i + 2];
+                cs[(r0 + 1) * C_LD + c + 8] = acc_t[s][4 * i + 3];
+            }
     }
     if constexpr (WS)
         bar_sync<1, NTHREADS>();

@@ -315,6 +315,7 @@ static void test_tiling_rows(wna16_context_t *ctx)
                         c.acc_scales = c.ws && row->scales_on_acc;
                         c.wgmma_groups = c.ws ? row->wgmma_groups : 1;
                         c.split_codes = c.ws && row->split_codes;
+                        c.tail_m = c.ws ? row->tail_m : 0;
                         /* GEMM 1 adding its own split-K sums (the
                          * runtime's choice at small M): the full-K tile
                          * of every mma.sync w13 row */
@@ -368,7 +369,7 @@ static void test_tables_agree(wna16_context_t *ctx)
                  x->warp_specialized == y->warp_specialized &&
                  x->scales_on_acc == y->scales_on_acc &&
                  x->wgmma_groups == y->wgmma_groups &&
-                 x->split_codes == y->split_codes);
+                 x->split_codes == y->split_codes && x->tail_m == y->tail_m);
     }
 }
 
@@ -413,10 +414,12 @@ static void test_variants(wna16_context_t *ctx)
  * wgmma groups in flight, then two groups in flight alone; then the small
  * products (block_m 16, 32, 48: m64n16k16 to m64n48k16) on the plain
  * pipeline and on the warp-specialized one with 8 stages; then four
- * consumer warpgroups of one m64 slice (warps_n 16). */
+ * consumer warpgroups of one m64 slice (warps_n 16); then tail rows (32
+ * beside block_m 128, 16 beside 64: the main loop compiled with and
+ * without the tail's products). */
 static void test_variants_wgmma(wna16_context_t *ctx)
 {
-    for (int ws = 0; ws < 9; ws++)
+    for (int ws = 0; ws < 10; ws++)
         for (size_t v = 0; v < W16_ARRAY_LEN(VARIANTS); v++) {
             if (VARIANTS[v].act_order)
                 continue;
@@ -440,6 +443,7 @@ static void test_variants_wgmma(wna16_context_t *ctx)
                 c.acc_scales = ws == 3 || ws == 4;
                 c.wgmma_groups = ws == 4 || ws == 5 ? 2 : 1;
                 c.split_codes = ws == 3 || ws == 4;
+                c.tail_m = ws == 9 ? (v % 2 ? 16 : 32) : 0;
                 apply(&c, &VARIANTS[v]);
                 compile_gemm(ctx, &c, c.ws ? "variant (wgmma, "
                                              "warp-specialized)"
@@ -682,6 +686,15 @@ static void test_refusals(wna16_context_t *ctx)
                     c.block_n = 256, c.block_k = 64, c.warps_n = 16,
                     c.warps_k = 1),
                    "split codes");
+    /* tail rows: 16 or 32, two warp-specialized consumer warpgroups */
+    EXPECT_REFUSED((c.wgmma = c.ws = true, c.block_m = 128, c.block_n = 256,
+                    c.block_k = 64, c.warps_n = 16, c.warps_k = 1,
+                    c.tail_m = 32),
+                   "tail rows");
+    EXPECT_REFUSED((c.wgmma = c.ws = true, c.block_m = 128, c.block_n = 256,
+                    c.block_k = 64, c.warps_n = 8, c.warps_k = 1,
+                    c.tail_m = 24),
+                   "tail rows");
     EXPECT_REFUSED(c.activation = WNA16_ACT_SILU_NO_MUL, "gated activation");
     EXPECT_REFUSED(c.act_dtype = WNA16_DTYPE_F32, "dtypes");
     EXPECT_REFUSED(c.group_size = 0, "group_size");

@@ -274,7 +274,13 @@ static void e_wg4_256(cJSON *r, int a)
 {
     e_wg_256(r, a);
     set_num(row(r, "gemm", ROW[G_WGMMA]), "warps_n", 16);
+    cJSON_DeleteItemFromObjectCaseSensitive(row(r, "gemm", ROW[G_WGMMA]),
+                                            "tail_m");
 }
+/* tail_m: 0, 16 or 32, on warp-specialized rows of two consumer
+ * warpgroups */
+static void e_tm_value(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_WGMMA]), "tail_m", 24); }
+static void e_tm_plain(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", ROW[G_W13_32]), "tail_m", 32); }
 static void e_wg_last(cJSON *r, int a)
 {
     (void)a; /* the catch-all block_m row marked wgmma */
@@ -352,6 +358,10 @@ static void test_tiling_refusals(wna16_context_t *ctx)
                     G_WGMMA, BM_WG128},
         {e_wg4_plain, "$.tiling.gemm[%d].warps_n: four wgmma warpgroups "
                       "(warps_n 16) need \"warp_specialized\"", G_WGMMA, -1},
+        {e_tm_value, "$.tiling.gemm[%d].tail_m: expected 0, 16 or 32",
+         G_WGMMA, -1},
+        {e_tm_plain, "$.tiling.gemm[%d].tail_m: tail rows are for "
+                     "warp_specialized rows", G_W13_32, -1},
         {e_wg4_sc, "$.tiling.gemm[%d].split_codes: the codes are split for "
                    "two consumer warpgroups", G_WGMMA, -1},
         {e_wg4_256, "$.tiling.gemm[%d]: with block_m 256 (from "
