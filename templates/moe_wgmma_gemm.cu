@@ -65,6 +65,14 @@
 // through the async proxy). setmaxnreg moves registers from the producer
 // (PRODUCER_REGS) to the consumers (CONSUMER_REGS).
 //
+// Tail rows (TAIL_M, the row's "tail_m", warp-specialized with two
+// consumer warpgroups): where an expert's last block holds at most TAIL_M
+// routed slots, the CTA of the expert's block before it also computes
+// those rows, a second m64nTAIL_Mk16 product a slice on the same A
+// fragments over rows BM .. BM + TAIL_M - 1 of the stage's activation
+// tile, and the last block's own CTA returns. The main loop is compiled
+// with and without those products; a CTA without a tail runs the latter.
+//
 // Not here: act-order (per-k-row groups would reload scales per row; the
 // tiling table sends those problems to the mma.sync kernel) and split
 // warps along K (the warpgroup's products accumulate in its registers).
@@ -491,8 +499,8 @@ W16_KERNEL(W16_GEMM_PARAMS)
                     mbar_wait(&s_empty[slot], (it / STAGES - 1) & 1);
                 const int k0 = (it0 + it) * BK;
                 act_t *dA = pA + slot * A_STAGE + a_dst0;
-// (the tail rows, q from BM / 16, only where the CTA has a
-                // tail: otherwise no product reads them)
+                // (the tail rows, q from BM / 16, only where the CTA has
+                // a tail: otherwise no product reads them)
 #pragma unroll
                 for (int q = 0; q < PA; q++)
                     if (q < BM / 16 || tail)
