@@ -273,7 +273,7 @@ static bool check_rule(tload_t *L, const char *p, const w16_tile_rule_t *g,
                          "(4 warps_n) computes %d columns: block_n %d needs "
                          "warps_n %d", bm, t->bm[i].json_path, wg_cols,
                          g->block_n, 4 * g->block_n / wg_cols);
-        if (g->tail_m && (bm > 128 || bm + g->tail_m > 256))
+        if (g->tail_m && bm > 128)
             return tfail(L, p, "with block_m %d (from %s): tail rows need "
                          "two slices a warpgroup (block_m 128 at most)", bm,
                          t->bm[i].json_path);
