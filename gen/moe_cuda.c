@@ -437,6 +437,7 @@ wna16_status_t w16_moe_cuda_tile(const wna16_spec_t *spec, int block_m,
     cfg->wgmma_groups = cfg->ws ? r->wgmma_groups : 1;
     cfg->split_codes = cfg->ws && r->split_codes;
     cfg->tail_m = cfg->ws ? r->tail_m : 0;
+    cfg->persistent = cfg->ws && r->persistent;
     if (json_path)
         *json_path = r->json_path;
     return WNA16_OK;
@@ -505,7 +506,7 @@ size_t w16_moe_gemm_shared(const w16_moe_gemm_cfg_t *c)
     return w16_tile_shared_bytes(c->block_m + c->tail_m, c->block_n,
                                  c->block_k,
                                  c->stages, c->bits, scale_rows(c),
-                                 c->wgmma);
+                                 c->wgmma, c->persistent);
 }
 
 /* ---- names and sources ------------------------------------------------------ */
@@ -544,6 +545,7 @@ void w16_moe_gemm_name(const w16_moe_gemm_cfg_t *c, char *out, size_t size)
         {c->wgmma_groups > 1, "_d", c->wgmma_groups},
         {c->split_codes && c->bits == 4, "_sc", -1},
         {c->tail_m > 0, "_tm", c->tail_m},
+        {c->persistent, "_ps", -1},
         {c->wgmma && c->grouped && !c->group_stages, "_gk", -1},
         {c->split_sums && !c->wgmma && w13, "_ss", -1},
         {c->self_route && !c->wgmma, "_rt", -1},
@@ -606,6 +608,9 @@ static const char *check_wgmma(const w16_moe_gemm_cfg_t *c)
                "and split codes are for warp-specialized rows";
     if (c->wgmma_groups < 0 || c->wgmma_groups > 2)
         return "wgmma: 1 or 2 groups in flight";
+    if (c->persistent && (!c->ws || c->split_codes))
+        return "wgmma: persistent CTAs are for warp-specialized rows "
+               "without split codes";
     if (c->tail_m != 0 &&
         ((c->tail_m != 16 && c->tail_m != 32) || !c->ws || slices != 2 ||
          c->warps_n != 8 || c->acc_scales))
@@ -716,10 +721,14 @@ static void def_wgmma_n(w16_buf_t *b, const w16_moe_gemm_cfg_t *c,
         w16_buf_printf(b, "%s%%%d", i ? "," : "", i);
     w16_buf_printf(b, "}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1, 0;\\n}"
                    "\\n\"\n", acc, acc + 1, acc + 2, acc + 3, acc + 4);
-    w16_buf_printf(b, "#define W16_WGMMA%s_D", tag);
-    for (int i = 0; i < acc; i++)
-        w16_buf_printf(b, "%s\"+f\"(d[%d])", i ? ", " : " ", i);
-    w16_buf_puts(b, "\n");
+    /* in and out (D += A . B), and out only (the first product) */
+    for (int o = 0; o < 2; o++) {
+        w16_buf_printf(b, "#define W16_WGMMA%s_D%s", tag, o ? "O" : "");
+        for (int i = 0; i < acc; i++)
+            w16_buf_printf(b, "%s\"%sf\"(d[%d])", i ? ", " : " ",
+                           o ? "=" : "+", i);
+        w16_buf_puts(b, "\n");
+    }
 }
 
 /* The product's instruction and operand list for the unit's block_m
@@ -798,6 +807,15 @@ wna16_status_t w16_moe_gemm_source(const w16_moe_gemm_cfg_t *c, w16_buf_t *b,
         def_bool(b, "GROUP_STAGES", c->grouped && c->group_stages);
     }
     def_int(b, "TAIL_M", c->wgmma ? c->tail_m : 0);
+    if (c->wgmma) { /* the C tile's rows at a time (PERSIST: in chunks) */
+        def_bool(b, "PERSIST", c->persistent);
+        def_int(b, "C_ROWS",
+                c->persistent ? w16_tile_c_rows(c->block_m + c->tail_m,
+                                                 c->block_n, c->block_k,
+                                                 c->stages, c->bits,
+                                                 scale_rows(c))
+                              : c->block_m + c->tail_m);
+    }
     def_int(b, "S_ROWS", scale_rows(c));
     def_int(b, "SMEM_BYTES", (long long)w16_moe_gemm_shared(c));
     w16_buf_puts(b, "} // namespace w16cfg\n");

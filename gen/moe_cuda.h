@@ -72,6 +72,8 @@ typedef struct w16_moe_gemm_cfg {
     int tail_m;              /* wgmma, warp-specialized, two slices: the
                                 rows of the expert's last block taken
                                 beside this one (0: none) */
+    bool persistent;         /* wgmma, warp-specialized: one CTA an SM
+                                loops over the filled items (PERSIST) */
     bool split_codes;        /* wgmma, warp-specialized, 4-bit: the codes
                                 in shared memory by warp half, two k16
                                 steps a 16-byte lane vector */

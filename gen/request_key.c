@@ -107,7 +107,7 @@ w16_key_t w16_repack_request_key(const w16_repack_request_t *r, bool sums)
 /* Tripwire as above: a field added to the CUDA GEMM configuration is
  * hashed in w16_moe_cuda_gemm_key too. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(w16_moe_gemm_cfg_t) == 80, "w16_moe_gemm_cfg_t "
+_Static_assert(sizeof(w16_moe_gemm_cfg_t) == 84, "w16_moe_gemm_cfg_t "
                "changed: hash the new field in w16_moe_cuda_gemm_key");
 #endif
 
@@ -120,7 +120,8 @@ w16_key_t w16_moe_cuda_gemm_key(const w16_moe_gemm_cfg_t *c)
         c->block_m, c->block_n, c->block_k, c->warps_n, c->warps_k,
         c->stages, c->min_ctas, c->wgmma, c->scales_in_b, c->ws,
         c->acc_scales, c->wgmma_groups, c->split_codes, c->group_stages,
-        c->split_sums, c->self_route, c->group_size, c->tail_m};
+        c->split_sums, c->self_route, c->group_size, c->tail_m,
+        c->persistent};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         put(&f, (uint64_t)v[i]);
     return done("wna16 cuda moe gemm unit", &f);

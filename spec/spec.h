@@ -207,6 +207,11 @@ typedef struct w16_tile_rule {
      * computed by this block's CTA beside its own (templates/
      * moe_wgmma_gemm.cu, TAIL_M) */
     int tail_m;
+    /* warp-specialized wgmma rows: one CTA an SM for the whole GEMM, over
+     * the (row block, column tile) items the routing filled; its producer
+     * copies the next item's stages during this item's epilogue
+     * (templates/moe_wgmma_gemm.cu, PERSIST) */
+    bool persistent;
     const char *json_path;
 } w16_tile_rule_t;
 
@@ -226,10 +231,20 @@ typedef struct w16_tiling {
 bool w16_tile_block_m_ok(int block_m, bool wgmma);
 /* Shared memory of a GEMM CTA of this shape (the template's formula):
  * `scale_rows` is the rows of 64 scales a tile that a stage carries
- * (block_k / 16 at most: groups are multiples of 16). */
+ * (block_k / 16 at most: groups are multiples of 16); `persistent`: the
+ * C tile has memory of its own beside the stages, w16_tile_c_rows rows. */
 size_t w16_tile_shared_bytes(int block_m, int block_n, int block_k,
                              int stages, int bits, int scale_rows,
-                             bool wgmma);
+                             bool wgmma, bool persistent);
+/* A persistent wgmma CTA's C tile rows at a time: the most whole 16-row
+ * groups, up to block_m, that fit beside its stages within
+ * W16_TILING_MAX_SHARED less W16_TILING_STATIC_SHARED (16 at least: a
+ * shape whose stages leave less exceeds the maximum). */
+int w16_tile_c_rows(int block_m, int block_n, int block_k, int stages,
+                    int bits, int scale_rows);
+/* What the wgmma template's static shared arrays may take (row ids,
+ * barriers) beside the dynamic shared memory. */
+#define W16_TILING_STATIC_SHARED 4096
 /* The block_m row for `tokens_per_expert` routed slots per expert; rows
  * marked wgmma count only when `wgmma_ok` (an sm_90 device, no act
  * order). */

@@ -163,18 +163,45 @@ bool w16_tile_block_m_ok(int block_m, bool wgmma)
            (block_m >= 16 && block_m <= 64 && block_m % 16 == 0);
 }
 
-size_t w16_tile_shared_bytes(int block_m, int block_n, int block_k,
-                             int stages, int bits, int scale_rows,
-                             bool wgmma)
+static size_t pipe_bytes(int block_m, int block_n, int block_k, int stages,
+                         int bits, int scale_rows)
 {
     /* A rows, B tiles, and the stage's group rows of scales (64 two-byte
      * scales a tile and row) */
     size_t stage = (size_t)block_m * block_k * 2 +
                    (size_t)(block_k / 16) * (block_n / 64) * 128u * bits +
                    (size_t)scale_rows * (block_n / 64) * 128u;
-    size_t pipe = stage * (size_t)stages;
-    size_t c = (size_t)block_m * (block_n + 4) * 4;
+    return stage * (size_t)stages;
+}
+
+int w16_tile_c_rows(int block_m, int block_n, int block_k, int stages,
+                    int bits, int scale_rows)
+{
+    size_t pipe = pipe_bytes(block_m, block_n, block_k, stages, bits,
+                             scale_rows);
+    size_t room = W16_TILING_MAX_SHARED - W16_TILING_STATIC_SHARED - 1024;
+    size_t rows = pipe < room ? (room - pipe) / ((size_t)(block_n + 4) * 4)
+                              : 0;
+    rows = rows / 16 * 16;
+    if (rows > (size_t)block_m)
+        rows = (size_t)block_m;
+    return rows < 16 ? 16 : (int)rows;
+}
+
+size_t w16_tile_shared_bytes(int block_m, int block_n, int block_k,
+                             int stages, int bits, int scale_rows,
+                             bool wgmma, bool persistent)
+{
+    size_t pipe = pipe_bytes(block_m, block_n, block_k, stages, bits,
+                             scale_rows);
+    size_t c_rows = persistent ? (size_t)w16_tile_c_rows(block_m, block_n,
+                                                         block_k, stages,
+                                                         bits, scale_rows)
+                               : (size_t)block_m;
+    size_t c = c_rows * (size_t)(block_n + 4) * 4;
     /* wgmma's template aligns its buffers to the 1024-byte swizzle atom */
+    if (persistent)
+        return pipe + c + 1024u;
     return (pipe > c ? pipe : c) + (wgmma ? 1024u : 0u);
 }
 
@@ -289,8 +316,9 @@ static bool check_rule(tload_t *L, const char *p, const w16_tile_rule_t *g,
         /* the most: 8-bit codes, a row of scales every k16 step */
         size_t sh = w16_tile_shared_bytes(bm + g->tail_m, g->block_n, g->block_k,
                                           g->stages, 8, g->block_k / 16,
-                                          g->wgmma);
-        if (sh > W16_TILING_MAX_SHARED)
+                                          g->wgmma, g->persistent);
+        if (sh > W16_TILING_MAX_SHARED -
+                     (g->persistent ? W16_TILING_STATIC_SHARED : 0))
             return tfail(L, p, "with block_m %d and 8-bit weights a CTA "
                          "needs %zu bytes of shared memory (at most %d)", bm,
                          sh, W16_TILING_MAX_SHARED);
@@ -307,7 +335,7 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
                                        "ctas_per_sm", "min_ctas",
                                        "scales_in_b", "mma", "warp_specialized",
                                        "scales_on_acc", "wgmma_groups", "split_codes",
-                                       "tail_m", NULL};
+                                       "tail_m", "persistent", NULL};
     int n = cJSON_GetArraySize(arr);
     if (!cJSON_IsArray(arr) || n < 1 || n > 32)
         return tfail(L, base, "expected an array of 1 to 32 rows");
@@ -422,7 +450,8 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
         if (!bool_at(L, r, p, "scales_in_b", &g->scales_in_b) ||
             !bool_at(L, r, p, "warp_specialized", &g->warp_specialized) ||
             !bool_at(L, r, p, "scales_on_acc", &g->scales_on_acc) ||
-            !bool_at(L, r, p, "split_codes", &g->split_codes))
+            !bool_at(L, r, p, "split_codes", &g->split_codes) ||
+            !bool_at(L, r, p, "persistent", &g->persistent))
             return false;
         g->wgmma_groups = 1;
         const cJSON *wgr = cJSON_GetObjectItemCaseSensitive(r, "wgmma_groups");
@@ -468,6 +497,9 @@ static bool load_gemm(tload_t *L, const cJSON *arr, const char *base,
             key = "tail_m", why = "tail rows are for warp_specialized rows "
                   "of two consumer warpgroups (warps_n 8) without "
                   "scales_on_acc";
+        else if (g->persistent && (!g->warp_specialized || g->split_codes))
+            key = "persistent", why = "persistent CTAs are for "
+                  "warp_specialized rows without split_codes";
         if (why) {
             snprintf(pk, sizeof pk, "%s.%s", p, key);
             return tfail(L, pk, "%s", why);

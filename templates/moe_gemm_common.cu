@@ -248,8 +248,10 @@ __device__ __forceinline__ void stage_copy(
 
 // ---- the epilogue -----------------------------------------------------------
 
-// The CTA's C tile (ROWS rows x BN columns of float32 in shared memory, row
-// r = routed slot s_rows[r], -1 for padding) to the GEMM's output:
+// The CTA's C tile (nrows rows, ROWS unless the wgmma template's
+// persistent CTAs pass their tile in row chunks, x BN columns of float32
+// in shared memory, row r = routed slot s_rows[r], -1 for padding) to the
+// GEMM's output:
 //   split-K (splits > 1): a float32 partial sum, scaled when channelwise,
 //     with the bias in split 0 only, to this split's slab;
 //   GEMM 1: the first BN/2 columns are gate, the last BN/2 the matching up
@@ -260,7 +262,7 @@ __device__ __forceinline__ void store_c_tile(
     const float *cs, const int *s_rows, int tid, int e, int ncol, int split,
     int splits, int N, int ip, int n_slots, const scale_t *sc_e,
     const bias_t *bias, void *out, int round_out, float limit, float alpha,
-    float beta)
+    float beta, int nrows = ROWS)
 {
     const bias_t *bias_e = (bias && split == 0) ? bias + (size_t)e * N
                                                 : nullptr;
@@ -268,7 +270,7 @@ __device__ __forceinline__ void store_c_tile(
         const int W = GATED ? 2 * ip : N;
         float *o = static_cast<float *>(out) + (size_t)split * n_slots * W;
         constexpr int OUTW = GATED ? BN / 2 : BN;
-        for (int i = tid; i < ROWS * BN; i += NTHREADS) {
+        for (int i = tid; i < nrows * BN; i += NTHREADS) {
             int r = i / BN, c = i % BN, t = s_rows[r];
             int n = GATED ? ncol * OUTW + c % OUTW : ncol * BN + c;
             if (t < 0 || n >= (GATED ? ip : N))
@@ -326,7 +328,7 @@ __device__ __forceinline__ void store_c_tile(
         constexpr int OUTW = BN / 2;
         if (vec) {
             constexpr int VW = OUTW / 4; // vectors a row
-            for (int i = tid; i < ROWS * VW; i += NTHREADS) {
+            for (int i = tid; i < nrows * VW; i += NTHREADS) {
                 int r = i / VW, c = (i % VW) * 4, t = s_rows[r];
                 int n = ncol * OUTW + c;
                 if (t < 0 || n >= ip)
@@ -344,7 +346,7 @@ __device__ __forceinline__ void store_c_tile(
             }
             return;
         }
-        for (int i = tid; i < ROWS * OUTW; i += NTHREADS) {
+        for (int i = tid; i < nrows * OUTW; i += NTHREADS) {
             int r = i / OUTW, c = i % OUTW, t = s_rows[r];
             int n = ncol * OUTW + c;
             if (t < 0 || n >= ip)
@@ -356,7 +358,7 @@ __device__ __forceinline__ void store_c_tile(
         float *o = static_cast<float *>(out);
         if (vec) {
             constexpr int VW = BN / 4;
-            for (int i = tid; i < ROWS * VW; i += NTHREADS) {
+            for (int i = tid; i < nrows * VW; i += NTHREADS) {
                 int r = i / VW, c = (i % VW) * 4, t = s_rows[r];
                 int n = ncol * BN + c;
                 if (t < 0 || n >= N)
@@ -370,7 +372,7 @@ __device__ __forceinline__ void store_c_tile(
             }
             return;
         }
-        for (int i = tid; i < ROWS * BN; i += NTHREADS) {
+        for (int i = tid; i < nrows * BN; i += NTHREADS) {
             int r = i / BN, c = i % BN, t = s_rows[r];
             int n = ncol * BN + c;
             if (t < 0 || n >= N)

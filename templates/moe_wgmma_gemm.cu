@@ -73,6 +73,20 @@
 // tile, and the last block's own CTA returns. The main loop is compiled
 // with and without those products; a CTA without a tail runs the latter.
 //
+// Persistent CTAs (PERSIST, the row's "persistent", warp-specialized):
+// one CTA an SM runs item after item (row block, column tile, split) of
+// the row blocks the routing filled. The producer draws items from an
+// integer counter (tile_sem; items without tail rows first, then those
+// with, each kind a loop of its own in the consumers: one loop with both
+// made ptxas serialize every wgmma, C7512), writes the item's entry and
+// routed rows into a ring of two (mbarriers s_ifull / s_iempty), and
+// streams its stages through the same stage ring without a break, so
+// that the next item's first stages are copied while the consumers store
+// this item's C tile. That tile has shared memory of its own (C_ROWS
+// rows, in chunks where the CTA's memory runs out), and the first
+// products of an item define its accumulators (wgmma_first), so that the
+// item before's sums are dead after its epilogue.
+//
 // Not here: act-order (per-k-row groups would reload scales per row; the
 // tiling table sends those problems to the mma.sync kernel) and split
 // warps along K (the warpgroup's products accumulate in its registers).
@@ -109,10 +123,23 @@ constexpr int CTA_THREADS = WS ? NTHREADS + 128 : NTHREADS;
 // Tail rows (TAIL_M) add their accumulators and a second copy of the
 // main loop: at 200 ptxas serialized every wgmma (C7512), so those units
 // give the consumers 208 and the producer 88 (no spill, ptxas -v).
-constexpr int PRODUCER_REGS = WGS == 4 ? 32 : TAIL_M ? 88 : 104;
-constexpr int CONSUMER_REGS = WGS == 4 ? 112 : TAIL_M ? 208 : 200;
-// + 1024: the dynamic shared memory is aligned up to the swizzle atom
-constexpr int NEED_BYTES = (PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES) + 1024;
+// Persistent CTAs with tail rows (PERSIST, TAIL_M) hold the item loops'
+// state beside them: at 208 ptxas serialized every wgmma (C7512), so the
+// consumers take 216 and the producer, which keeps rows rather than
+// addresses there, 72.
+constexpr int PRODUCER_REGS =
+    WGS == 4 ? 32 : TAIL_M ? (PERSIST ? 72 : 88) : 104;
+constexpr int CONSUMER_REGS =
+    WGS == 4 ? 112 : TAIL_M ? (PERSIST ? 216 : 208) : 200;
+// + 1024: the dynamic shared memory is aligned up to the swizzle atom.
+// The C tile shares the stages' memory, except in persistent CTAs
+// (PERSIST), whose producer fills the stages with the next item's while
+// the consumers store this item's tile: C_ROWS rows of it at a time (the
+// prelude's, ROWS where the CTA's shared memory allows)
+constexpr int NEED_BYTES =
+    (PERSIST ? PIPE_BYTES + C_ROWS * C_LD * 4
+             : (PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES)) +
+    1024;
 constexpr int ACC = BM / 2; // accumulator floats per slice (m64 x BM / 128)
 // m64 slices a warpgroup computes (BN = 64 * SLICES * WGS): two (128
 // columns, two Marlin tiles) for BM 16 to 128 with one or two warpgroups;
@@ -165,6 +192,14 @@ static_assert(TAIL_M == 0 || ((TAIL_M == 16 || TAIL_M == 32) && WS &&
                               WGS == 2 && SLICES == 2 && !SOA),
               "tail rows: 16 or 32, two warp-specialized consumer "
               "warpgroups of two slices, scales in the dequantization");
+static_assert(!PERSIST || (WS && !SPLIT_CODES),
+              "persistent CTAs: warp-specialized, codes not split");
+// (at namespace scope: NVCC lost a constexpr local of the generic lambda
+// that stores the C tile inside its unrolled loop)
+constexpr int C_CHUNKS = (ROWS + C_ROWS - 1) / C_ROWS;
+static_assert(C_ROWS % 16 == 0 && C_ROWS >= 16 &&
+                  (PERSIST ? C_ROWS <= ROWS : C_ROWS == ROWS),
+              "the C tile's chunks: whole 16-row groups (ROWS: one)");
 // accumulator floats per slice of the tail rows (1: none, unused)
 constexpr int TAIL_ACC = TAIL_M > 0 ? TAIL_M / 2 : 1;
 static_assert(!SPLIT_CODES || (WS && BITS == 4 && SLICES == 2 &&
@@ -279,12 +314,56 @@ __device__ __forceinline__ void wgmma_step(float (&d)[ACC], const u32 (&a)[4],
                    "r"(scale_d));
 }
 
+// The producer's source of an A chunk: its address, or (PERSIST, whose
+// producer has 72 registers) its row, the address formed at each copy
+__device__ __forceinline__ void set_a_src(const act_t *&d, const act_t *a,
+                                          int row, int K, int c8)
+{
+    d = a + (size_t)row * K + c8 * 8;
+}
+__device__ __forceinline__ void set_a_src(int &d, const act_t *, int row, int,
+                                          int)
+{
+    d = row;
+}
+__device__ __forceinline__ const act_t *a_src_at(const act_t *p,
+                                                 const act_t *, int, int)
+{
+    return p;
+}
+__device__ __forceinline__ const act_t *a_src_at(int row, const act_t *a,
+                                                 int K, int c8)
+{
+    return a + (size_t)row * K + c8 * 8;
+}
+
 // a compile-time bool as a value (a generic lambda's template argument)
 template <bool B> struct bool_c {
     static constexpr bool value = B;
 };
 
+// D = A . B, D an output only: the first product of a persistent CTA's
+// item (PERSIST), so that the item before's sums are dead after its
+// epilogue (with D an input there too, ptxas serialized every wgmma of
+// the units with tail rows, C7512)
+__device__ __forceinline__ void wgmma_first(float (&d)[ACC],
+                                            const u32 (&a)[4], u64 desc)
+{
+    asm volatile(W16_WGMMA_ASM
+                 : W16_WGMMA_DO
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),
+                   "r"(0));
+}
+
 #ifdef W16_WGMMA_TAIL_ASM
+__device__ __forceinline__ void wgmma_tail_first(float (&d)[TAIL_ACC],
+                                                 const u32 (&a)[4], u64 desc)
+{
+    asm volatile(W16_WGMMA_TAIL_ASM
+                 : W16_WGMMA_TAIL_DO
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),
+                   "r"(0));
+}
 // D (m64 x TAIL_M) += A . B (the tail rows: TAIL_M rows of B from row BM)
 __device__ __forceinline__ void wgmma_tail_step(float (&d)[TAIL_ACC],
                                                 const u32 (&a)[4], u64 desc,
@@ -307,54 +386,85 @@ W16_KERNEL(W16_GEMM_PARAMS)
 {
     (void)g_idx; // act-order is the mma.sync kernel's
     extern __shared__ int4 smem_raw[];
-    __shared__ int s_rows[ROWS];
+    // the routed rows of the CTA's block (PERSIST: of two items, a ring
+    // the producer fills ahead of the consumers)
+    __shared__ int s_rows[PERSIST ? 2 : 1][ROWS];
     // WS: stage s is loaded (full) / consumed (empty)
     __shared__ alignas(8) u64 s_full[WS ? STAGES : 1];
     __shared__ alignas(8) u64 s_empty[WS ? STAGES : 1];
+    // PERSIST: item b of the ring (mblk, ncol, split, expert, tail; expert
+    // -1: no item left) is written (s_ifull) / done with (s_iempty)
+    __shared__ int s_item[PERSIST ? 2 : 1][5];
+    __shared__ alignas(8) u64 s_ifull[PERSIST ? 2 : 1];
+    __shared__ alignas(8) u64 s_iempty[PERSIST ? 2 : 1];
     // wgmma's swizzle is a function of the address: align to the atom
     int4 *smem4 = reinterpret_cast<int4 *>(
         reinterpret_cast<char *>(smem_raw) +
         ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u));
 
     const int ncta = GATED ? (ip + BN / 2 - 1) / (BN / 2) : (N + BN - 1) / BN;
-    const int split = blockIdx.x % splits, tile = blockIdx.x / splits;
-    // Raster: CTAs run in groups of RG row blocks x CG column tiles, row
-    // blocks fastest, so that a wave reads a group's weights and
-    // activations from HBM about once (at large M an expert has several
-    // row blocks, and the mma.sync kernel's order, columns fastest, reads
-    // an expert's weights once per row block). A bijection on the tiles.
-    // Measured neutral on the H200 today (the GEMM is not memory-bound at
-    // 380 TFLOP/s); it cuts Mixtral's M = 4096 weight traffic about 3x,
-    // which a faster main loop will need.
-    constexpr int RG = 8, CG = 16;
-    const int nblk = (int)(gridDim.x / (unsigned)splits) / ncta;
-    const int rg = tile / (RG * ncta), rem = tile % (RG * ncta);
-    const int rows_in = nblk - rg * RG < RG ? nblk - rg * RG : RG;
-    const int cg = rem / (rows_in * CG), rem2 = rem % (rows_in * CG);
-    const int mblk = rg * RG + rem2 % rows_in;
-    const int ncol = cg * CG + rem2 / rows_in;
     w16_pdl_enter(); // routing wrote num_post, expert_ids, sorted_ids
-    if (mblk * BM >= *num_post)
-        return;
-    const int e = expert_ids[mblk];
-    if (e < 0)
-        return;
-    // Tail rows (TAIL_M): an expert's last block whose rows from TAIL_M
-    // on are padding is computed by the CTA of the expert's block before
-    // it, beside that block's BM rows: the weights are streamed and
-    // dequantized once for both, and the tail's own CTA returns. (An
-    // expert's blocks are consecutive and only its last is partial.)
+    // Items: (row block, column tile, split). A CTA computes item
+    // blockIdx.x of a grid of them, or (PERSIST, one CTA an SM) the items
+    // of the row blocks the routing filled that its producer draws from
+    // the counters tile_sem[0, 1] (tile_sem[2] counts the CTAs done).
+    const int n_items = PERSIST ? (*num_post + BM - 1) / BM * ncta * splits
+                                : (int)gridDim.x;
+    int mblk = 0, ncol = 0, split = 0, e = -1;
     bool tail = false;
-    if constexpr (TAIL_M > 0) {
-        auto tail_only = [&](int b) {
-            const int t = sorted_ids[b * BM + TAIL_M];
-            return t < 0 || t >= n_slots;
-        };
-        if (mblk > 0 && expert_ids[mblk - 1] == e && tail_only(mblk))
-            return;
-        tail = (mblk + 1) * BM < *num_post && expert_ids[mblk + 1] == e &&
-               tail_only(mblk + 1);
-    }
+    // the item's block, columns and split; false: nothing to compute
+    auto item_at = [&](int item) -> bool {
+        split = item % splits;
+        const int tile = item / splits;
+        // Raster: CTAs run in groups of RG row blocks x CG column tiles,
+        // row blocks fastest, so that a wave reads a group's weights and
+        // activations from HBM about once (at large M an expert has
+        // several row blocks, and the mma.sync kernel's order, columns
+        // fastest, reads an expert's weights once per row block). A
+        // bijection on the tiles. Measured neutral on the H200 today (the
+        // GEMM is not memory-bound at 380 TFLOP/s); it cuts Mixtral's
+        // M = 4096 weight traffic about 3x, which a faster main loop will
+        // need.
+        constexpr int RG = 8, CG = 16;
+        const int nblk = n_items / splits / ncta;
+        const int rg = tile / (RG * ncta), rem = tile % (RG * ncta);
+        const int rows_in = nblk - rg * RG < RG ? nblk - rg * RG : RG;
+        const int cg = rem / (rows_in * CG), rem2 = rem % (rows_in * CG);
+        mblk = rg * RG + rem2 % rows_in;
+        ncol = cg * CG + rem2 / rows_in;
+        if (mblk * BM >= *num_post)
+            return false;
+        e = expert_ids[mblk];
+        if (e < 0)
+            return false;
+        // Tail rows (TAIL_M): an expert's last block whose rows from
+        // TAIL_M on are padding is computed by the CTA of the expert's
+        // block before it, beside that block's BM rows: the weights are
+        // streamed and dequantized once for both, and the tail's own CTA
+        // returns. (An expert's blocks are consecutive and only its last
+        // is partial.)
+        tail = false;
+        if constexpr (TAIL_M > 0) {
+            auto tail_only = [&](int b) {
+                const int t = sorted_ids[b * BM + TAIL_M];
+                return t < 0 || t >= n_slots;
+            };
+            if (mblk > 0 && expert_ids[mblk - 1] == e && tail_only(mblk))
+                return false;
+            tail = (mblk + 1) * BM < *num_post &&
+                   expert_ids[mblk + 1] == e && tail_only(mblk + 1);
+        }
+        return true;
+    };
+    if (!PERSIST && !item_at(blockIdx.x))
+        return;
+    // row r's routed slot (-1: padding) of the item
+    auto row_at = [&](int r) {
+        const int t = r < BM ? sorted_ids[mblk * BM + r]
+                             : (tail ? sorted_ids[(mblk + 1) * BM + r - BM]
+                                     : -1);
+        return (t >= 0 && t < n_slots) ? t : -1;
+    };
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wg = warp / 4, w = warp % 4, h = w % 2;
@@ -364,43 +474,56 @@ W16_KERNEL(W16_GEMM_PARAMS)
     const int my_tile = SLICES == 2 ? 2 * wg + w / 2 : wg;
     auto colq = [&](int s) { return SLICES == 2 ? 2 * h + s : w; };
 
-    for (int r = tid; r < ROWS; r += NTHREADS) {
-        int t = r < BM ? sorted_ids[mblk * BM + r]
-                       : (tail ? sorted_ids[(mblk + 1) * BM + r - BM] : -1);
-        s_rows[r] = (t >= 0 && t < n_slots) ? t : -1;
-    }
+    if constexpr (!PERSIST)
+        for (int r = tid; r < ROWS; r += NTHREADS)
+            s_rows[0][r] = row_at(r);
     if constexpr (WS) {
-        if (tid == 0)
+        if (tid == 0) {
             for (int s = 0; s < STAGES; s++) {
                 mbar_init(&s_full[s], 128);  // the producer's threads
                 mbar_init(&s_empty[s], NTHREADS); // the consumers
             }
+            if constexpr (PERSIST)
+                for (int b = 0; b < 2; b++) {
+                    mbar_init(&s_ifull[b], 128);
+                    mbar_init(&s_iempty[b], NTHREADS);
+                }
+        }
     }
     __syncthreads();
 
     const size_t tiles_n = (size_t)(N / 64);
-    const int4 *qw_e = qweight + (size_t)e * (size_t)(K / 16) * tiles_n * TILE_VECS;
-    const scale_t *sc_e = scales + (size_t)e * G * N;
-    const u32 *zp_e = ZP ? qzeros + (size_t)e * G * (N / 8) : nullptr;
+    const int iters_all = K / BK;
+    // the item's expert's operands and K range
+    const int4 *qw_e = nullptr;
+    const scale_t *sc_e = nullptr;
+    const u32 *zp_e = nullptr;
+    int it0 = 0, iters = 0;
+    auto item_operands = [&]() {
+        qw_e = qweight + (size_t)e * (size_t)(K / 16) * tiles_n * TILE_VECS;
+        sc_e = scales + (size_t)e * G * N;
+        zp_e = ZP ? qzeros + (size_t)e * G * (N / 8) : nullptr;
+        it0 = (int)((long long)split * iters_all / splits);
+        iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
+    };
+    if constexpr (!PERSIST)
+        item_operands();
 
     act_t *sA = reinterpret_cast<act_t *>(smem4);
     int4 *sB = smem4 + STAGES * A_STAGE / 8;
     int4 *sS = sB + STAGES * B_STAGE;
 
-    const int iters_all = K / BK;
-    const int it0 = (int)((long long)split * iters_all / splits);
-    const int iters = (int)((long long)(split + 1) * iters_all / splits) - it0;
-
     // ---- WS: the producer warpgroup ------------------------------------------
-    // The copies are planned for the producer's 128 threads, once: a stage
-    // is then, per 16-byte copy, an address add and the cp.async, and the
-    // groups of a stage follow from the last stage's without a division.
-    // (Before, the producer ran the consumers' plan, NTHREADS / 128 plan
-    // threads a producer thread, and moe_gemm_common.cu's stage_copy with
-    // two run-time divisions each a stage: with four consumer warpgroups
-    // the consumers waited on the full barrier about half of their time,
-    // ncu's source view.) The split codes keep that plan and stage_copy;
-    // its zeroed padding rows reach the consumers through barrier 2.
+    // The copies are planned for the producer's 128 threads, once an item:
+    // a stage is then, per 16-byte copy, an address add and the cp.async,
+    // and the groups of a stage follow from the last stage's without a
+    // division. (Before, the producer ran the consumers' plan, NTHREADS /
+    // 128 plan threads a producer thread, and moe_gemm_common.cu's
+    // stage_copy with two run-time divisions each a stage: with four
+    // consumer warpgroups the consumers waited on the full barrier about
+    // half of their time, ncu's source view.) The split codes keep that
+    // plan and stage_copy; its zeroed padding rows reach the consumers
+    // through barrier 2.
     if constexpr (WS) {
         if (warp >= WN) {
             constexpr int V = NTHREADS / 128;
@@ -416,8 +539,8 @@ W16_KERNEL(W16_GEMM_PARAMS)
 #pragma unroll
                 for (int v = 0; v < V; v++)
                     stage_plan(p_src[v], p_dst[v], p_off[v], a, a_row_div,
-                               K, s_rows, pA, ptid + 128 * v, ncol, N, ip,
-                               tiles_n);
+                               K, s_rows[0], pA, ptid + 128 * v, ncol, N,
+                               ip, tiles_n);
                 fence_proxy_async();
                 bar_arrive<2, CTA_THREADS>();
                 setmaxnreg_dec<PRODUCER_REGS>();
@@ -446,86 +569,175 @@ W16_KERNEL(W16_GEMM_PARAMS)
                               B_STAGE % 128 == 0 && S_STAGE <= 128,
                           "the producer's copies: whole rounds of 128");
             const int r0 = ptid / A_CHUNKS, c8 = ptid % A_CHUNKS;
-            const act_t *p_a[PA];
-            u32 a_ok = 0;
-#pragma unroll
-            for (int q = 0; q < PA; q++) {
-                const int t = s_rows[r0 + 16 * q];
-                p_a[q] = a + (size_t)(t >= 0 ? t / a_row_div : 0) * K + c8 * 8;
-                a_ok |= (t >= 0 ? 1u : 0u) << q;
-            }
             const int a_dst0 = r0 * BK + ((c8 ^ (r0 % 8)) * 8);
+            typedef typename pick<PERSIST, int, const act_t *>::t a_src_t;
+            a_src_t p_a[PA];
+            u32 a_ok = 0;
             // B: vector ptid + 128 q of the stage (stage_plan's formula;
             // a tile past N or IP: copied with size 0)
             int p_b[PB];
             u32 b_ok = 0;
-#pragma unroll
-            for (int q = 0; q < PB; q++) {
-                const int i = ptid + 128 * q, v = i % TILE_VECS;
-                const int rest = i / TILE_VECS, tt = rest % TILES,
-                          ks = rest / TILES;
-                const int col = tile_col(tt, ncol, N, ip);
-                p_b[q] = col >= 0 ? (int)((ks * tiles_n + col / 64) *
-                                              TILE_VECS + v)
-                                  : 0;
-                b_ok |= (col >= 0 ? 1u : 0u) << q;
-            }
-            const size_t b_kstride = (size_t)(BK / 16) * tiles_n * TILE_VECS;
             // grouped scales: vector ptid of the stage, row s_row (of the
             // stage's groups), columns s_col .. + 7 (-1: past N or IP)
             int s_row = BK, s_col = -1; // BK: never a row
-            if (SMEM_SCALES && ptid < S_STAGE) {
-                const int v = ptid % 8, rest = ptid / 8;
-                const int col = tile_col(rest % TILES, ncol, N, ip);
-                s_row = rest / TILES;
-                s_col = col >= 0 ? col + 8 * v : -1;
-            }
             // the groups of the stage's first and last k: g0, g1, and the
             // first k of the group after each
             int g0 = 0, g1 = 0, n0 = 0, n1 = 0;
-            if constexpr (SMEM_SCALES) {
-                const int k0 = it0 * BK;
-                g0 = k0 / group_size;
-                g1 = (k0 + BK - 1) / group_size;
-                n0 = (g0 + 1) * group_size;
-                n1 = (g1 + 1) * group_size;
-            }
-            fence_proxy_async();
-            bar_arrive<2, CTA_THREADS>();
-            setmaxnreg_dec<PRODUCER_REGS>();
-            for (int it = 0; it < iters; it++) {
-                const int slot = it % STAGES;
-                if (it >= STAGES) // consumed STAGES stages ago
-                    mbar_wait(&s_empty[slot], (it / STAGES - 1) & 1);
-                const int k0 = (it0 + it) * BK;
-                act_t *dA = pA + slot * A_STAGE + a_dst0;
-                // (the tail rows, q from BM / 16, only where the CTA has
-                // a tail: otherwise no product reads them)
+            auto plan = [&](const int *rows) {
+                a_ok = 0;
 #pragma unroll
-                for (int q = 0; q < PA; q++)
-                    if (q < BM / 16 || tail)
-                        cp_async16(dA + q * 16 * BK, p_a[q] + k0,
-                                   (a_ok >> q) & 1u);
-                int4 *dB = pB + slot * B_STAGE + ptid;
-                const int4 *qs = qw_e + (size_t)(it0 + it) * b_kstride;
-#pragma unroll
-                for (int q = 0; q < PB; q++)
-                    cp_async16(dB + 128 * q, qs + p_b[q], (b_ok >> q) & 1u);
-                if constexpr (SMEM_SCALES) { // row r = group g0 + r
-                    while (n0 <= k0)
-                        g0++, n0 += group_size;
-                    while (n1 <= k0 + BK - 1)
-                        g1++, n1 += group_size;
-                    if (s_row <= g1 - g0) {
-                        const bool ok = s_col >= 0;
-                        cp_async16(pS + slot * S_STAGE + ptid,
-                                   sc_e + (ok ? (size_t)(g0 + s_row) * N +
-                                                    s_col
-                                              : 0),
-                                   ok);
-                    }
+                for (int q = 0; q < PA; q++) {
+                    const int t = rows[r0 + 16 * q];
+                    set_a_src(p_a[q], a, t >= 0 ? t / a_row_div : 0, K, c8);
+                    a_ok |= (t >= 0 ? 1u : 0u) << q;
                 }
-                cp_async_arrive(&s_full[slot]);
+                b_ok = 0;
+#pragma unroll
+                for (int q = 0; q < PB; q++) {
+                    const int i = ptid + 128 * q, v = i % TILE_VECS;
+                    const int rest = i / TILE_VECS, tt = rest % TILES,
+                              ks = rest / TILES;
+                    const int col = tile_col(tt, ncol, N, ip);
+                    p_b[q] = col >= 0 ? (int)((ks * tiles_n + col / 64) *
+                                                  TILE_VECS + v)
+                                      : 0;
+                    b_ok |= (col >= 0 ? 1u : 0u) << q;
+                }
+                if (SMEM_SCALES && ptid < S_STAGE) {
+                    const int v = ptid % 8, rest = ptid / 8;
+                    const int col = tile_col(rest % TILES, ncol, N, ip);
+                    s_row = rest / TILES;
+                    s_col = col >= 0 ? col + 8 * v : -1;
+                }
+                if constexpr (SMEM_SCALES) {
+                    const int k0 = it0 * BK;
+                    g0 = k0 / group_size;
+                    g1 = (k0 + BK - 1) / group_size;
+                    n0 = (g0 + 1) * group_size;
+                    n1 = (g1 + 1) * group_size;
+                }
+            };
+            const size_t b_kstride = (size_t)(BK / 16) * tiles_n * TILE_VECS;
+            int gst = 0; // stages issued: the ring's position
+            auto produce = [&]() {
+                for (int it = 0; it < iters; it++, gst++) {
+                    const int slot = gst % STAGES;
+                    if (gst >= STAGES) // consumed STAGES stages ago
+                        mbar_wait(&s_empty[slot], (gst / STAGES - 1) & 1);
+                    const int k0 = (it0 + it) * BK;
+                    act_t *dA = pA + slot * A_STAGE + a_dst0;
+                    // (the tail rows, q from BM / 16, only where the CTA
+                    // has a tail: otherwise no product reads them)
+#pragma unroll
+                    for (int q = 0; q < PA; q++) {
+                        if (q < BM / 16 || tail)
+                            cp_async16(dA + q * 16 * BK,
+                                       a_src_at(p_a[q], a, K, c8) + k0,
+                                       (a_ok >> q) & 1u);
+                    }
+                    int4 *dB = pB + slot * B_STAGE + ptid;
+                    const int4 *qs = qw_e + (size_t)(it0 + it) * b_kstride;
+#pragma unroll
+                    for (int q = 0; q < PB; q++)
+                        cp_async16(dB + 128 * q, qs + p_b[q],
+                                   (b_ok >> q) & 1u);
+                    if constexpr (SMEM_SCALES) { // row r = group g0 + r
+                        while (n0 <= k0)
+                            g0++, n0 += group_size;
+                        while (n1 <= k0 + BK - 1)
+                            g1++, n1 += group_size;
+                        if (s_row <= g1 - g0) {
+                            const bool ok = s_col >= 0;
+                            cp_async16(pS + slot * S_STAGE + ptid,
+                                       sc_e + (ok ? (size_t)(g0 + s_row) *
+                                                            N +
+                                                        s_col
+                                                  : 0),
+                                       ok);
+                        }
+                    }
+                    cp_async_arrive(&s_full[slot]);
+                }
+            };
+            if constexpr (!PERSIST) {
+                plan(s_rows[0]);
+                fence_proxy_async();
+                bar_arrive<2, CTA_THREADS>();
+                setmaxnreg_dec<PRODUCER_REGS>();
+                produce();
+            } else {
+                fence_proxy_async();
+                bar_arrive<2, CTA_THREADS>();
+                setmaxnreg_dec<PRODUCER_REGS>();
+                // The items' ring: the producer decodes item n (its block,
+                // columns, routed rows) into entry n % 2 once the
+                // consumers are done with item n - 2, then streams its
+                // stages, so that item n + 1's first stages are copied
+                // while the consumers run item n's epilogue. Items are
+                // taken from a counter (tile_sem[pass]), in the raster's
+                // order: a CTA that drew short items draws more (a static
+                // share, item blockIdx.x + k gridDim.x, left the CTAs with
+                // 0.75-1.4x the mean work where experts end in tail rows,
+                // and the layer 15-35% slower). Items without tail rows
+                // come first (pass 0), then (TAIL_M) those with: the
+                // consumers run each kind in a loop of its own.
+                __shared__ int s_draw;
+                auto draw = [&](int pass) {
+                    if (ptid == 0)
+                        s_draw = atomicAdd(&tile_sem[pass], 1);
+                    bar_sync<3, 128>();
+                    const int v = s_draw;
+                    bar_sync<3, 128>(); // (read before the next draw)
+                    return v;
+                };
+                int pass = 0;
+                for (int n = 0;; n++) {
+                    int item;
+                    for (;;) {
+                        item = draw(pass);
+                        if (item < n_items) {
+                            if (item_at(item) && (int)tail == pass)
+                                break;
+                        } else if (pass == (TAIL_M > 0 ? 1 : 0)) {
+                            break;
+                        } else {
+                            pass++;
+                        }
+                    }
+                    const bool done = item >= n_items;
+                    const int b = n % 2;
+                    if (n >= 2)
+                        mbar_wait(&s_iempty[b], (n / 2 - 1) & 1);
+                    if (ptid == 0) {
+                        s_item[b][0] = mblk;
+                        s_item[b][1] = ncol;
+                        s_item[b][2] = split;
+                        s_item[b][3] = done ? -1 : e;
+                        s_item[b][4] = tail;
+                    }
+                    if (!done)
+                        for (int r = ptid; r < ROWS; r += 128)
+                            s_rows[b][r] = row_at(r);
+                    mbar_arrive(&s_ifull[b]); // (release: the writes)
+                    if (done) {
+                        // the last CTA to finish drawing resets the
+                        // counters for the next launch
+                        if (ptid == 0) {
+                            __threadfence();
+                            if (atomicAdd(&tile_sem[2], 1) ==
+                                (int)gridDim.x - 1) {
+                                tile_sem[0] = tile_sem[1] = 0;
+                                tile_sem[2] = 0;
+                                __threadfence();
+                            }
+                        }
+                        break;
+                    }
+                    bar_sync<3, 128>(); // the producer's rows, to its plan
+                    item_operands();
+                    plan(s_rows[b]);
+                    produce();
+                }
             }
             cp_async_wait<0>();
             return;
@@ -537,7 +749,7 @@ W16_KERNEL(W16_GEMM_PARAMS)
     const act_t *a_src[A_PER];
     int a_dst[A_PER], b_off[B_PER];
     if constexpr (!WS)
-        stage_plan(a_src, a_dst, b_off, a, a_row_div, K, s_rows, sA, tid,
+        stage_plan(a_src, a_dst, b_off, a, a_row_div, K, s_rows[0], sA, tid,
                    ncol, N, ip, tiles_n);
     auto load_stage = [&](int it, int slot) {
         stage_copy(it, slot, a_src, a_dst, b_off, sA, sB, sS, qw_e, qweight,
@@ -546,24 +758,31 @@ W16_KERNEL(W16_GEMM_PARAMS)
 
     // ---- the thread's columns: slice s, rows gid (lo) and gid + 8 (hi) ---
     // column (CTA-local tile my_tile) 16 (2h + s) + gid (+ 8)
-    const int colbase = tile_col(my_tile, ncol, N, ip);
+    // (PERSIST: set for each item, as are the group state and zeros below)
+    int colbase = tile_col(my_tile, ncol, N, ip);
     // The accumulators are not cleared: the tile's first products ignore
     // them (scale_d 0). Clearing them with moves would put non-wgmma
     // definitions of the accumulators inside ptxas's view of the wgmma
     // pipeline (products stay in flight across stages), and ptxas would
     // then serialize every wgmma. The empty asm only tells the compiler
-    // the registers have a value; it emits nothing.
+    // the registers have a value; it emits nothing. (PERSIST: once an
+    // item, so that the last item's sums are dead after its epilogue
+    // and do not hold registers through it: ptxas serialized every
+    // wgmma, C7512, when they did.)
     float acc[SLICES][ACC];
     float acc_t[SLICES][TAIL_ACC]; // the tail rows' (TAIL_M)
+    auto fresh_acc = [&]() {
 #pragma unroll
-    for (int s = 0; s < SLICES; s++) {
+        for (int s = 0; s < SLICES; s++) {
 #pragma unroll
-        for (int i = 0; i < ACC; i++)
-            asm volatile("" : "=f"(acc[s][i]));
+            for (int i = 0; i < ACC; i++)
+                asm volatile("" : "=f"(acc[s][i]));
 #pragma unroll
-        for (int i = 0; i < TAIL_ACC; i++)
-            asm volatile("" : "=f"(acc_t[s][i]));
-    }
+            for (int i = 0; i < TAIL_ACC; i++)
+                asm volatile("" : "=f"(acc_t[s][i]));
+        }
+    };
+    fresh_acc();
 
     typedef typename pick<SCALE_SAME, act_t, float>::t reg_scale_t;
     reg_scale_t s_reg[2][2]; // [slice][lo, hi]
@@ -573,7 +792,7 @@ W16_KERNEL(W16_GEMM_PARAMS)
     float u_reg[2][2];
     act_t m_reg[2][2];
     int cur_g = -1;
-    const int it0_group = GROUPED ? it0 * BK / group_size : 0;
+    int it0_group = GROUPED ? it0 * BK / group_size : 0;
 
     auto set_zero = [&](int g) {
 #pragma unroll
@@ -643,8 +862,9 @@ W16_KERNEL(W16_GEMM_PARAMS)
     };
     // grouped scales arrive with their stage (load_group_smem, which also
     // reloads zero points); the zero points of a channelwise or symmetric
-    // layer are set once here
-    set_zero(GROUPED ? it0_group : 0);
+    // layer are set once here (PERSIST: once an item, below)
+    if constexpr (!PERSIST)
+        set_zero(GROUPED ? it0_group : 0);
 
     // A fragments of step kk, slice s (see the header): 4-bit, one word of
     // the lane's vector (2h + s) gives the four code pairs at shifts 0
@@ -752,7 +972,10 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // tail runs the loop of a unit without TAIL_M (a run-time test beside
     // each product made ptxas inject warpgroup.arrive fences, C7519, and
     // cost Mixtral-8x7B M = 4096 6%)
-    auto compute_stage = [&](int it, int slot, int release, auto with_tail) {
+    // first (bool_c, PERSIST): the item's first stage, whose first
+    // products define the accumulators (wgmma_first)
+    auto compute_stage = [&](int it, int slot, int release, auto with_tail,
+                             auto first) {
         const int4 *cB = sB + slot * B_STAGE;
         const u32 a_base = smem_addr(sA + slot * A_STAGE);
         const u64 desc0 = smem_desc(a_base);
@@ -811,18 +1034,29 @@ W16_KERNEL(W16_GEMM_PARAMS)
             // carry; before, ptxas rebuilt the descriptor every step)
             const u64 desc = desc0 + 2u * (u32)kk;
             const int scale_d = it > it0 || kk > 0;
+            constexpr bool FIRST = decltype(first)::value;
             wgmma_fence();
 #pragma unroll
-            for (int s = 0; s < SLICES; s++)
-                wgmma_step(acc[s], af[kk % NSETS][s], desc, scale_d);
+            for (int s = 0; s < SLICES; s++) {
+                if (FIRST && kk == 0)
+                    wgmma_first(acc[s], af[kk % NSETS][s], desc);
+                else
+                    wgmma_step(acc[s], af[kk % NSETS][s], desc, scale_d);
+            }
 #ifdef W16_WGMMA_TAIL_ASM
             // the tail rows start BM rows (BM 128-byte rows, BM * 8 in
             // the descriptor's address field) into the stage's A tile
-            if constexpr (decltype(with_tail)::value)
+            if constexpr (decltype(with_tail)::value) {
 #pragma unroll
-                for (int s = 0; s < SLICES; s++)
-                    wgmma_tail_step(acc_t[s], af[kk % NSETS][s],
-                                    desc + (u64)(BM * 8), scale_d);
+                for (int s = 0; s < SLICES; s++) {
+                    if (FIRST && kk == 0)
+                        wgmma_tail_first(acc_t[s], af[kk % NSETS][s],
+                                         desc + (u64)(BM * 8));
+                    else
+                        wgmma_tail_step(acc_t[s], af[kk % NSETS][s],
+                                        desc + (u64)(BM * 8), scale_d);
+                }
+            }
 #endif
             wgmma_commit();
             // step kk - DEPTH done: its registers are free
@@ -838,105 +1072,194 @@ W16_KERNEL(W16_GEMM_PARAMS)
         // the stage's last products stay in flight into the next stage
     };
 
-    // ---- the pipeline: LOOKAHEAD = STAGES-2 loads in flight -------------
+    // ---- an item: the pipeline, then the epilogue ---------------------------
     // A stage's buffer is refilled two iterations after it was computed:
     // by then every warpgroup has waited for all but its latest products
     // (wgmma.wait_group 1), which read the stage in between, so the
-    // tensor cores never drain at a stage boundary.
-    if constexpr (WS) {
-        // WS: the producer's ring; the padding rows are zero (barrier 2)
-        bar_sync<2, CTA_THREADS>();
-        auto consume = [&](auto with_tail) {
+    // tensor cores never drain at a stage boundary. (Non-WS: LOOKAHEAD =
+    // STAGES - 2 loads in flight.)
+    int gst = 0; // WS: stages consumed, the ring's position
+    // the C tile (see the epilogue below)
+    float *const c_tile = reinterpret_cast<float *>(
+        reinterpret_cast<char *>(smem4) + (PERSIST ? PIPE_BYTES : 0));
+    // PERSIST: the consumers' item, from entry b of the ring
+    auto load_item = [&](int b) {
+        mblk = s_item[b][0];
+        ncol = s_item[b][1];
+        split = s_item[b][2];
+        e = s_item[b][3];
+        tail = s_item[b][4] != 0;
+    };
+    // with_tail (bool_c, PERSIST): the item's kind, known to the loop
+    auto run_item = [&](int b, auto with_tail_kind) {
+        if constexpr (WS) {
+            // WS: the producer's ring; the padding rows are zero
+            auto consume = [&](auto with_tail) {
+                for (int it = 0; it < iters; it++, gst++) {
+                    const int slot = gst % STAGES;
+                    mbar_wait(&s_full[slot], (gst / STAGES) & 1);
+                    fence_proxy_async(); // the copies, to wgmma's async proxy
+                    if (PERSIST && it == 0)
+                        compute_stage(it0 + it, slot, -1, with_tail,
+                                      bool_c<true>{});
+                    else
+                        compute_stage(it0 + it, slot,
+                                      it > 0 ? (gst - 1) % STAGES : -1,
+                                      with_tail, bool_c<false>{});
+                }
+            };
+            if constexpr (PERSIST)
+                consume(with_tail_kind);
+            else if (TAIL_M > 0 && tail)
+                consume(bool_c<true>{});
+            else
+                consume(bool_c<false>{});
+        } else {
+            constexpr int LOOKAHEAD = STAGES - 2;
+#pragma unroll
+            for (int s = 0; s < LOOKAHEAD; s++) {
+                if (s < iters)
+                    load_stage(it0 + s, s);
+                cp_async_commit();
+            }
             for (int it = 0; it < iters; it++) {
-                const int slot = it % STAGES;
-                mbar_wait(&s_full[slot], (it / STAGES) & 1);
-                fence_proxy_async(); // the copies, to wgmma's async proxy
-                compute_stage(it0 + it, slot,
-                              it > 0 ? (it - 1) % STAGES : -1, with_tail);
+                cp_async_wait<LOOKAHEAD - 1>();
+                fence_proxy_async();
+                __syncthreads(); // stage `it` visible; stage it-2 consumed
+                int next = it + LOOKAHEAD;
+                if (next < iters)
+                    load_stage(it0 + next, next % STAGES);
+                cp_async_commit();
+                compute_stage(it0 + it, it % STAGES, -1, bool_c<false>{},
+                              bool_c<false>{});
+            }
+        }
+        wgmma_wait<0>();
+        // PERSIST: the item's last stage, free for the next item's copies
+        if (PERSIST && iters > 0)
+            mbar_arrive(&s_empty[(gst - 1) % STAGES]);
+        // (braces around each #pragma below: in a generic lambda NVCC
+        // misreads a #pragma that is an if's whole statement)
+        if constexpr (SOA) {
+#pragma unroll
+            for (int s = 0; s < SLICES; s++) {
+#pragma unroll
+                for (int i = 0; i < ACC; i += 4) {
+                    acc[s][i + 0] *= u_reg[s][0];
+                    acc[s][i + 1] *= u_reg[s][0];
+                    acc[s][i + 2] *= u_reg[s][1];
+                    acc[s][i + 3] *= u_reg[s][1];
+                }
+            }
+        }
+        if (iters == 0) { // a split without K stages (not chosen by the runtime)
+#pragma unroll
+            for (int s = 0; s < SLICES; s++) {
+#pragma unroll
+                for (int i = 0; i < ACC; i++)
+                    acc[s][i] = 0.0f;
+#pragma unroll
+                for (int i = 0; i < TAIL_ACC; i++)
+                    acc_t[s][i] = 0.0f;
+            }
+        }
+        // every stage consumed (WS: the producer has no copy left in
+        // flight; PERSIST: every consumer is done with the C chunk of the
+        // item before)
+        if constexpr (WS) {
+            bar_sync<1, NTHREADS>();
+        } else {
+            cp_async_wait<0>();
+            __syncthreads();
+        }
+
+        // ---- the accumulators to the C tile (rows: routed rows) ---------
+        // d[4i + 0..3] of slice s: (m row gid, rows 8i + 2 tig, +1), then
+        // (m row gid + 8, the same two rows). The C tile shares the
+        // stages' memory; PERSIST: it has its own, C_ROWS rows, and the
+        // tile goes out in chunks of C_ROWS rows while the producer fills
+        // the stages with the next item's.
+        // (PERSIST: the item again from its entry, which the consumers
+        // release after the epilogue: fewer registers live in the loop)
+        if constexpr (PERSIST) {
+            load_item(b);
+            item_operands();
+        }
+#pragma unroll
+        for (int ch = 0; ch < C_CHUNKS; ch++) {
+            const int c0 = ch * C_ROWS;
+            if (c0 >= BM && !tail) // no tail rows to store
+                break;
+            if (ch > 0) // the chunk before is out
+                bar_sync<1, NTHREADS>();
+            // rows 8 i .. 8 i + 7 (i: a compile-time group) of the chunk
+            auto put = [&](const float *d, int i, int c) {
+                if (8 * i >= c0 && 8 * i < c0 + C_ROWS) {
+                    const int r = 8 * i - c0 + 2 * tig;
+                    c_tile[r * C_LD + c] = d[0];
+                    c_tile[(r + 1) * C_LD + c] = d[1];
+                    c_tile[r * C_LD + c + 8] = d[2];
+                    c_tile[(r + 1) * C_LD + c + 8] = d[3];
+                }
+            };
+#pragma unroll
+            for (int s = 0; s < SLICES; s++) {
+                const int c = my_tile * 64 + 16 * colq(s) + gid;
+#pragma unroll
+                for (int i = 0; i < BM / 8; i++)
+                    put(&acc[s][4 * i], i, c);
+                // rows BM .. (PERSIST: only where the item has a tail,
+                // so that the tail's sums are live in its items only)
+                if (TAIL_M > 0 && (!PERSIST || tail)) {
+#pragma unroll
+                    for (int i = 0; i < TAIL_M / 8; i++)
+                        put(&acc_t[s][4 * i], BM / 8 + i, c);
+                }
+            }
+            if constexpr (WS)
+                bar_sync<1, NTHREADS>();
+            else
+                __syncthreads();
+            store_c_tile(c_tile, s_rows[b] + c0, tid, e, ncol, split, splits, N,
+                         ip, n_slots, sc_e, bias, out, round_out, limit,
+                         alpha, beta,
+                         ROWS - c0 < C_ROWS ? ROWS - c0 : C_ROWS);
+        }
+    };
+
+    if constexpr (!PERSIST) {
+        if constexpr (WS)
+            bar_sync<2, CTA_THREADS>(); // the split codes' zero rows
+        run_item(0, bool_c<false>{});
+    } else {
+        bar_sync<2, CTA_THREADS>();
+        // The items come without tail rows, then with (the producer's
+        // order): a loop for each kind, so that no loop holds both kinds
+        // of products (with both, ptxas serialized every wgmma below 224
+        // consumer registers, C7512, and the producer then spilled). A
+        // pass stops at an entry of the other kind, which stays for the
+        // next (its full barrier's phase is complete: the wait returns).
+        int n = 0;
+        auto items = [&](auto with_tail) {
+            for (;; n++) {
+                const int b = n % 2;
+                mbar_wait(&s_ifull[b], (n / 2) & 1);
+                load_item(b);
+                if (e < 0 || tail != decltype(with_tail)::value)
+                    return;
+                item_operands();
+                colbase = tile_col(my_tile, ncol, N, ip);
+                cur_g = -1;
+                it0_group = GROUPED ? it0 * BK / group_size : 0;
+                sg = it0_group;
+                sg_next = GROUPED ? (it0_group + 1) * group_size : 0;
+                set_zero(GROUPED ? it0_group : 0);
+                run_item(b, with_tail);
+                mbar_arrive(&s_iempty[b]); // the item's rows and entry: read
             }
         };
-        if (TAIL_M > 0 && tail)
-            consume(bool_c<true>{});
-        else
-            consume(bool_c<false>{});
-    } else {
-        constexpr int LOOKAHEAD = STAGES - 2;
-#pragma unroll
-        for (int s = 0; s < LOOKAHEAD; s++) {
-            if (s < iters)
-                load_stage(it0 + s, s);
-            cp_async_commit();
-        }
-        for (int it = 0; it < iters; it++) {
-            cp_async_wait<LOOKAHEAD - 1>();
-            fence_proxy_async();
-            __syncthreads(); // stage `it` visible; stage it-2 fully consumed
-            int next = it + LOOKAHEAD;
-            if (next < iters)
-                load_stage(it0 + next, next % STAGES);
-            cp_async_commit();
-            compute_stage(it0 + it, it % STAGES, -1, bool_c<false>{});
-        }
+        items(bool_c<false>{});
+        if constexpr (TAIL_M > 0)
+            items(bool_c<true>{});
     }
-    wgmma_wait<0>();
-    if constexpr (SOA)
-#pragma unroll
-        for (int s = 0; s < SLICES; s++)
-#pragma unroll
-            for (int i = 0; i < ACC; i += 4) {
-                acc[s][i + 0] *= u_reg[s][0];
-                acc[s][i + 1] *= u_reg[s][0];
-                acc[s][i + 2] *= u_reg[s][1];
-                acc[s][i + 3] *= u_reg[s][1];
-            }
-    if (iters == 0) // a split without K stages (not chosen by the runtime)
-#pragma unroll
-        for (int s = 0; s < SLICES; s++) {
-#pragma unroll
-            for (int i = 0; i < ACC; i++)
-                acc[s][i] = 0.0f;
-#pragma unroll
-            for (int i = 0; i < TAIL_ACC; i++)
-                acc_t[s][i] = 0.0f;
-        }
-    // every stage consumed (WS: the producer has no copy left in flight)
-    if constexpr (WS) {
-        bar_sync<1, NTHREADS>();
-    } else {
-        cp_async_wait<0>();
-        __syncthreads();
-    }
-
-    // ---- the accumulators to the C tile (rows: routed rows) -------------
-    // d[4i + 0..3] of slice s: (m row gid, rows 8i + 2 tig, +1), then
-    // (m row gid + 8, the same two rows)
-    float *cs = reinterpret_cast<float *>(smem4);
-#pragma unroll
-    for (int s = 0; s < SLICES; s++) {
-        const int c = my_tile * 64 + 16 * colq(s) + gid;
-#pragma unroll
-        for (int i = 0; i < BM / 8; i++) {
-            const int r0 = 8 * i + 2 * tig;
-            cs[r0 * C_LD + c] = acc[s][4 * i + 0];
-            cs[(r0 + 1) * C_LD + c] = acc[s][4 * i + 1];
-            cs[r0 * C_LD + c + 8] = acc[s][4 * i + 2];
-            cs[(r0 + 1) * C_LD + c + 8] = acc[s][4 * i + 3];
-        }
-        if constexpr (TAIL_M > 0) // rows BM .. (s_rows -1 without a tail)
-#pragma unroll
-            for (int i = 0; i < TAIL_M / 8; i++) {
-                const int r0 = BM + 8 * i + 2 * tig;
-                cs[r0 * C_LD + c] = acc_t[s][4 * i + 0];
-                cs[(r0 + 1) * C_LD + c] = acc_t[s][4 * i + 1];
-                cs[r0 * C_LD + c + 8] = acc_t[s][4 * i + 2];
-                cs[(r0 + 1) * C_LD + c + 8] = acc_t[s][4 * i + 3];
-            }
-    }
-    if constexpr (WS)
-        bar_sync<1, NTHREADS>();
-    else
-        __syncthreads();
-
-    store_c_tile(cs, s_rows, tid, e, ncol, split, splits, N, ip, n_slots, sc_e,
-                 bias, out, round_out, limit, alpha, beta);
 }

@@ -1037,9 +1037,17 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
     size_t o_y = ws_take(&w, (size_t)(split[1] * P * H) * sizeof(float));
     if ((st = ensure_ws(m, w.size, a->stream, err)) != WNA16_OK)
         return st;
-    if (fixup && (st = ensure_sem(m, nblk * ncta[0], a->stream, err)) !=
-                     WNA16_OK)
+    /* the semaphores: GEMM 1's split-K tiles (fixup), then three counters
+     * a persistent GEMM (templates/moe_wgmma_gemm.cu: two passes' next
+     * items, the CTAs done; the last CTA resets them) */
+    const bool persist = cfg[0].persistent || cfg[1].persistent;
+    const int64_t n_fix = fixup ? nblk * ncta[0] : 0;
+    if ((fixup || persist) &&
+        (st = ensure_sem(m, n_fix + (persist ? 6 : 0), a->stream, err)) !=
+            WNA16_OK)
         return st;
+    uint64_t d_ctr[2] = {m->sem + (uint64_t)n_fix * 4u,
+                         m->sem + (uint64_t)n_fix * 4u + 12u};
     m->ws_stream = a->stream;
     uint64_t ws = m->ws;
     uint64_t d_num = ws + o_num, d_hist = ws + o_hist, d_hoff = ws + o_hoff;
@@ -1134,11 +1142,17 @@ static wna16_status_t run(wna16_cuda_moe_t *m, const wna16_moe_params_t *p,
                         m->quant.act_order ? &t[W16_ROLE_G_IDX] : &nul, &outp,
                         &N, &K, &G, &gs, &iIP, &limit, &alpha, &beta, &round,
                         &sk, g == 0 && fixup ? &d_a2 : &nul,
-                        g == 0 && fixup ? &m->sem : &nul,
+                        g == 0 && fixup        ? &m->sem
+                        : cfg[g].persistent    ? &d_ctr[g]
+                                               : &nul,
                         &ids, &map, &n_ids, &m->err_dev};
         int64_t ctas = nblk * ncta[g] * sk;
         if (ctas > INT32_MAX)
             st = w16_err(err, WNA16_ELIMIT, "moe: %lld CTAs", (long long)ctas);
+        /* persistent CTAs (one an SM) loop over the items the routing
+         * filled, which the grid of the capacity bounds */
+        if (cfg[g].persistent && ctas > w16_cuda_sm_count(m->cuda))
+            ctas = w16_cuda_sm_count(m->cuda);
         unsigned smem = (unsigned)w16_moe_gemm_shared(&cfg[g]);
         if (st == WNA16_OK)
             st = w16_cuda_launch_chained(m->cuda, fn[g][0], (unsigned)ctas,

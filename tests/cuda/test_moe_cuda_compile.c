@@ -316,6 +316,7 @@ static void test_tiling_rows(wna16_context_t *ctx)
                         c.wgmma_groups = c.ws ? row->wgmma_groups : 1;
                         c.split_codes = c.ws && row->split_codes;
                         c.tail_m = c.ws ? row->tail_m : 0;
+                        c.persistent = c.ws && row->persistent;
                         /* GEMM 1 adding its own split-K sums (the
                          * runtime's choice at small M): the full-K tile
                          * of every mma.sync w13 row */
@@ -369,7 +370,8 @@ static void test_tables_agree(wna16_context_t *ctx)
                  x->warp_specialized == y->warp_specialized &&
                  x->scales_on_acc == y->scales_on_acc &&
                  x->wgmma_groups == y->wgmma_groups &&
-                 x->split_codes == y->split_codes && x->tail_m == y->tail_m);
+                 x->split_codes == y->split_codes && x->tail_m == y->tail_m &&
+                 x->persistent == y->persistent);
     }
 }
 
@@ -416,10 +418,11 @@ static void test_variants(wna16_context_t *ctx)
  * pipeline and on the warp-specialized one with 8 stages; then four
  * consumer warpgroups of one m64 slice (warps_n 16); then tail rows (32
  * beside block_m 128, 16 beside 64: the main loop compiled with and
- * without the tail's products). */
+ * without the tail's products); then persistent CTAs (block_m 128 with
+ * 32 tail rows: a loop over items for each kind; block_m 64 without). */
 static void test_variants_wgmma(wna16_context_t *ctx)
 {
-    for (int ws = 0; ws < 10; ws++)
+    for (int ws = 0; ws < 11; ws++)
         for (size_t v = 0; v < W16_ARRAY_LEN(VARIANTS); v++) {
             if (VARIANTS[v].act_order)
                 continue;
@@ -443,7 +446,9 @@ static void test_variants_wgmma(wna16_context_t *ctx)
                 c.acc_scales = ws == 3 || ws == 4;
                 c.wgmma_groups = ws == 4 || ws == 5 ? 2 : 1;
                 c.split_codes = ws == 3 || ws == 4;
-                c.tail_m = ws == 9 ? (v % 2 ? 16 : 32) : 0;
+                c.tail_m = ws == 9 ? (v % 2 ? 16 : 32)
+                           : ws == 10 ? (v % 2 ? 0 : 32) : 0;
+                c.persistent = ws == 10;
                 apply(&c, &VARIANTS[v]);
                 compile_gemm(ctx, &c, c.ws ? "variant (wgmma, "
                                              "warp-specialized)"
@@ -695,6 +700,15 @@ static void test_refusals(wna16_context_t *ctx)
                     c.block_k = 64, c.warps_n = 8, c.warps_k = 1,
                     c.tail_m = 24),
                    "tail rows");
+    /* persistent CTAs: warp-specialized, codes not split */
+    EXPECT_REFUSED((c.wgmma = true, c.block_m = 128, c.block_n = 128,
+                    c.block_k = 64, c.warps_n = 4, c.warps_k = 1,
+                    c.persistent = true),
+                   "persistent");
+    EXPECT_REFUSED((c.wgmma = c.ws = c.split_codes = c.persistent = true,
+                    c.block_m = 128, c.block_n = 256, c.block_k = 64,
+                    c.warps_n = 8, c.warps_k = 1),
+                   "persistent");
     EXPECT_REFUSED(c.activation = WNA16_ACT_SILU_NO_MUL, "gated activation");
     EXPECT_REFUSED(c.act_dtype = WNA16_DTYPE_F32, "dtypes");
     EXPECT_REFUSED(c.group_size = 0, "group_size");

@@ -281,6 +281,15 @@ static void e_wg4_256(cJSON *r, int a)
  * warpgroups */
 static void e_tm_value(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_WGMMA]), "tail_m", 24); }
 static void e_tm_plain(cJSON *r, int a) { (void)a; cJSON_AddNumberToObject(row(r, "gemm", ROW[G_W13_32]), "tail_m", 32); }
+/* persistent: warp-specialized rows without split codes */
+static void e_ps_plain(cJSON *r, int a) { (void)a; cJSON_AddBoolToObject(row(r, "gemm", ROW[G_W13_32]), "persistent", 1); }
+static void e_ps_sc(cJSON *r, int a)
+{
+    (void)a;
+    cJSON_AddBoolToObject(row(r, "gemm", ROW[G_WGMMA]), "persistent", 1);
+    cJSON_AddBoolToObject(row(r, "gemm", ROW[G_WGMMA]), "split_codes", 1);
+}
+static void e_ps_bool(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_WGMMA]), "persistent", 1); }
 static void e_wg_last(cJSON *r, int a)
 {
     (void)a; /* the catch-all block_m row marked wgmma */
@@ -362,6 +371,11 @@ static void test_tiling_refusals(wna16_context_t *ctx)
          G_WGMMA, -1},
         {e_tm_plain, "$.tiling.gemm[%d].tail_m: tail rows are for "
                      "warp_specialized rows", G_W13_32, -1},
+        {e_ps_plain, "$.tiling.gemm[%d].persistent: persistent CTAs are for "
+                     "warp_specialized rows", G_W13_32, -1},
+        {e_ps_sc, "$.tiling.gemm[%d].persistent: persistent CTAs are for "
+                  "warp_specialized rows without split_codes", G_WGMMA, -1},
+        {e_ps_bool, "$.tiling.gemm[%d].persistent: expected", G_WGMMA, -1},
         {e_wg4_sc, "$.tiling.gemm[%d].split_codes: the codes are split for "
                    "two consumer warpgroups", G_WGMMA, -1},
         {e_wg4_256, "$.tiling.gemm[%d]: with block_m 256 (from "

@@ -230,7 +230,10 @@ cuda_moe)
   echo "$list" | head -5
   echo "$list" | grep -q "^pack $work/cuda_moe.tmp (ci-cuda-moe): format 1, 37 entries" || fail "header: $list"
   [ "$(echo "$list" | grep -Ec "  cuda   sm_90  +[0-9]+  marlin-moe +w16_moe_(marlin|aux)_")" = 25 ] || fail "25 sm_90 units: $list"
-  [ "$(echo "$list" | grep -Ec "  cuda   sm_90a +[0-9]+  marlin-moe +w16_moe_marlin_w(13_silu|2)_bf16_b4_sym_g[cq]_t32_sbf16_bf16_m(48|64|80|96|112|128)n256k64_w8x1_p4_wg_ws_tm32$")" = 12 ] || fail "12 wgmma units for sm_90a: $list"
+  # the tables' wgmma rows: persistent CTAs up to block_m 96 (K 8192 at
+  # most), tail rows above
+  [ "$(echo "$list" | grep -Ec "  cuda   sm_90a +[0-9]+  marlin-moe +w16_moe_marlin_w(13_silu|2)_bf16_b4_sym_g[cq]_t32_sbf16_bf16_m(48|64|80|96)n256k64_w8x1_p4_wg_ws_ps$")" = 8 ] || fail "8 persistent wgmma units for sm_90a: $list"
+  [ "$(echo "$list" | grep -Ec "  cuda   sm_90a +[0-9]+  marlin-moe +w16_moe_marlin_w(13_silu|2)_bf16_b4_sym_g[cq]_t32_sbf16_bf16_m(112|128)n256k64_w8x1_p4_wg_ws_tm32$")" = 4 ] || fail "4 wgmma units with tail rows for sm_90a: $list"
   echo "$list" | grep -q "_wg.*" && ! echo "$list" | grep -q " sm_90  .*_wg" || fail "a wgmma unit for sm_90"
   for u in w16_moe_aux_route_bf16 w16_moe_aux_finalize_small_bf16 w16_moe_aux_gather_finalize_bf16 \
            w16_moe_marlin_w13_silu_bf16_b4_sym_g128_t32_sbf16_bf16_m8n256k128_w4x1_p3_o4_ss \
