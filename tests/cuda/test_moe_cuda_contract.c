@@ -298,6 +298,8 @@ static void e_wg_last(cJSON *r, int a)
 }
 static void e_missing(cJSON *r, int a) { (void)a; cJSON_DeleteItemFromObjectCaseSensitive(tiling(r), "gemm"); }
 static void e_stages(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_W2_24]), "stages", 1); }
+/* past int64_t (the spec fuzzer's 1.08e130: converting it was undefined) */
+static void e_huge(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_W2_24]), "stages", 1.07778e130); }
 static void e_split(cJSON *r, int a) { (void)a; set_num(row(r, "gemm", ROW[G_W13_24]), "max_split_k", 3); }
 static void e_occ(cJSON *r, int a)
 {
@@ -384,6 +386,8 @@ static void test_tiling_refusals(wna16_context_t *ctx)
         {e_missing, "$.tiling: \"block_m\" and \"gemm\" are required", -1, -1},
         {e_stages, "$.tiling.gemm[%d].stages: 1 is out of range [2, 8]",
          G_W2_24, -1},
+        {e_huge, "$.tiling.gemm[%d].stages: 1.07778e+130 is out of range "
+                 "[2, 8]", G_W2_24, -1},
         {e_split, "$.tiling.gemm[%d].max_split_k: expected a power of two",
          G_W13_24, -1},
         {e_occ, "$.tiling.gemm[%d].min_ctas: 5 CTAs of 512 threads exceed",
