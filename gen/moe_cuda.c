@@ -721,14 +721,10 @@ static void def_wgmma_n(w16_buf_t *b, const w16_moe_gemm_cfg_t *c,
         w16_buf_printf(b, "%s%%%d", i ? "," : "", i);
     w16_buf_printf(b, "}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1, 0;\\n}"
                    "\\n\"\n", acc, acc + 1, acc + 2, acc + 3, acc + 4);
-    /* in and out (D += A . B), and out only (the first product) */
-    for (int o = 0; o < 2; o++) {
-        w16_buf_printf(b, "#define W16_WGMMA%s_D%s", tag, o ? "O" : "");
-        for (int i = 0; i < acc; i++)
-            w16_buf_printf(b, "%s\"%sf\"(d[%d])", i ? ", " : " ",
-                           o ? "=" : "+", i);
-        w16_buf_puts(b, "\n");
-    }
+    w16_buf_printf(b, "#define W16_WGMMA%s_D", tag);
+    for (int i = 0; i < acc; i++)
+        w16_buf_printf(b, "%s\"+f\"(d[%d])", i ? ", " : " ", i);
+    w16_buf_puts(b, "\n");
 }
 
 /* The product's instruction and operand list for the unit's block_m

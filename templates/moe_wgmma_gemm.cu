@@ -83,9 +83,7 @@
 // streams its stages through the same stage ring without a break, so
 // that the next item's first stages are copied while the consumers store
 // this item's C tile. That tile has shared memory of its own (C_ROWS
-// rows, in chunks where the CTA's memory runs out), and the first
-// products of an item define its accumulators (wgmma_first), so that the
-// item before's sums are dead after its epilogue.
+// rows, in chunks where the CTA's memory runs out).
 //
 // Not here: act-order (per-k-row groups would reload scales per row; the
 // tiling table sends those problems to the mma.sync kernel) and split
@@ -123,10 +121,11 @@ constexpr int CTA_THREADS = WS ? NTHREADS + 128 : NTHREADS;
 // Tail rows (TAIL_M) add their accumulators and a second copy of the
 // main loop: at 200 ptxas serialized every wgmma (C7512), so those units
 // give the consumers 208 and the producer 88 (no spill, ptxas -v).
-// Persistent CTAs with tail rows (PERSIST, TAIL_M) hold the item loops'
-// state beside them: at 208 ptxas serialized every wgmma (C7512), so the
-// consumers take 216 and the producer, which keeps rows rather than
-// addresses there, 72.
+// Persistent CTAs with tail rows (PERSIST, TAIL_M; in no built-in table)
+// take 216 and 72, the split they were measured and tested with: their
+// first version (one loop over both kinds of items) had ptxas serialize
+// every wgmma (C7512) at 208. The final loops compile at 208 / 88 too
+// (20 bytes of producer spill against 52 at 72, ptxas -v); not measured.
 constexpr int PRODUCER_REGS =
     WGS == 4 ? 32 : TAIL_M ? (PERSIST ? 72 : 88) : 104;
 constexpr int CONSUMER_REGS =
@@ -342,28 +341,7 @@ template <bool B> struct bool_c {
     static constexpr bool value = B;
 };
 
-// D = A . B, D an output only: the first product of a persistent CTA's
-// item (PERSIST), so that the item before's sums are dead after its
-// epilogue (with D an input there too, ptxas serialized every wgmma of
-// the units with tail rows, C7512)
-__device__ __forceinline__ void wgmma_first(float (&d)[ACC],
-                                            const u32 (&a)[4], u64 desc)
-{
-    asm volatile(W16_WGMMA_ASM
-                 : W16_WGMMA_DO
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),
-                   "r"(0));
-}
-
 #ifdef W16_WGMMA_TAIL_ASM
-__device__ __forceinline__ void wgmma_tail_first(float (&d)[TAIL_ACC],
-                                                 const u32 (&a)[4], u64 desc)
-{
-    asm volatile(W16_WGMMA_TAIL_ASM
-                 : W16_WGMMA_TAIL_DO
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),
-                   "r"(0));
-}
 // D (m64 x TAIL_M) += A . B (the tail rows: TAIL_M rows of B from row BM)
 __device__ __forceinline__ void wgmma_tail_step(float (&d)[TAIL_ACC],
                                                 const u32 (&a)[4], u64 desc,
@@ -765,24 +743,18 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // definitions of the accumulators inside ptxas's view of the wgmma
     // pipeline (products stay in flight across stages), and ptxas would
     // then serialize every wgmma. The empty asm only tells the compiler
-    // the registers have a value; it emits nothing. (PERSIST: once an
-    // item, so that the last item's sums are dead after its epilogue
-    // and do not hold registers through it: ptxas serialized every
-    // wgmma, C7512, when they did.)
+    // the registers have a value; it emits nothing.
     float acc[SLICES][ACC];
     float acc_t[SLICES][TAIL_ACC]; // the tail rows' (TAIL_M)
-    auto fresh_acc = [&]() {
 #pragma unroll
-        for (int s = 0; s < SLICES; s++) {
+    for (int s = 0; s < SLICES; s++) {
 #pragma unroll
-            for (int i = 0; i < ACC; i++)
-                asm volatile("" : "=f"(acc[s][i]));
+        for (int i = 0; i < ACC; i++)
+            asm volatile("" : "=f"(acc[s][i]));
 #pragma unroll
-            for (int i = 0; i < TAIL_ACC; i++)
-                asm volatile("" : "=f"(acc_t[s][i]));
-        }
-    };
-    fresh_acc();
+        for (int i = 0; i < TAIL_ACC; i++)
+            asm volatile("" : "=f"(acc_t[s][i]));
+    }
 
     typedef typename pick<SCALE_SAME, act_t, float>::t reg_scale_t;
     reg_scale_t s_reg[2][2]; // [slice][lo, hi]
@@ -972,10 +944,7 @@ W16_KERNEL(W16_GEMM_PARAMS)
     // tail runs the loop of a unit without TAIL_M (a run-time test beside
     // each product made ptxas inject warpgroup.arrive fences, C7519, and
     // cost Mixtral-8x7B M = 4096 6%)
-    // first (bool_c, PERSIST): the item's first stage, whose first
-    // products define the accumulators (wgmma_first)
-    auto compute_stage = [&](int it, int slot, int release, auto with_tail,
-                             auto first) {
+    auto compute_stage = [&](int it, int slot, int release, auto with_tail) {
         const int4 *cB = sB + slot * B_STAGE;
         const u32 a_base = smem_addr(sA + slot * A_STAGE);
         const u64 desc0 = smem_desc(a_base);
@@ -1034,28 +1003,18 @@ W16_KERNEL(W16_GEMM_PARAMS)
             // carry; before, ptxas rebuilt the descriptor every step)
             const u64 desc = desc0 + 2u * (u32)kk;
             const int scale_d = it > it0 || kk > 0;
-            constexpr bool FIRST = decltype(first)::value;
             wgmma_fence();
 #pragma unroll
-            for (int s = 0; s < SLICES; s++) {
-                if (FIRST && kk == 0)
-                    wgmma_first(acc[s], af[kk % NSETS][s], desc);
-                else
-                    wgmma_step(acc[s], af[kk % NSETS][s], desc, scale_d);
-            }
+            for (int s = 0; s < SLICES; s++)
+                wgmma_step(acc[s], af[kk % NSETS][s], desc, scale_d);
 #ifdef W16_WGMMA_TAIL_ASM
             // the tail rows start BM rows (BM 128-byte rows, BM * 8 in
             // the descriptor's address field) into the stage's A tile
             if constexpr (decltype(with_tail)::value) {
 #pragma unroll
-                for (int s = 0; s < SLICES; s++) {
-                    if (FIRST && kk == 0)
-                        wgmma_tail_first(acc_t[s], af[kk % NSETS][s],
-                                         desc + (u64)(BM * 8));
-                    else
-                        wgmma_tail_step(acc_t[s], af[kk % NSETS][s],
-                                        desc + (u64)(BM * 8), scale_d);
-                }
+                for (int s = 0; s < SLICES; s++)
+                    wgmma_tail_step(acc_t[s], af[kk % NSETS][s],
+                                    desc + (u64)(BM * 8), scale_d);
             }
 #endif
             wgmma_commit();
@@ -1099,13 +1058,9 @@ W16_KERNEL(W16_GEMM_PARAMS)
                     const int slot = gst % STAGES;
                     mbar_wait(&s_full[slot], (gst / STAGES) & 1);
                     fence_proxy_async(); // the copies, to wgmma's async proxy
-                    if (PERSIST && it == 0)
-                        compute_stage(it0 + it, slot, -1, with_tail,
-                                      bool_c<true>{});
-                    else
-                        compute_stage(it0 + it, slot,
-                                      it > 0 ? (gst - 1) % STAGES : -1,
-                                      with_tail, bool_c<false>{});
+                    compute_stage(it0 + it, slot,
+                                  it > 0 ? (gst - 1) % STAGES : -1,
+                                  with_tail);
                 }
             };
             if constexpr (PERSIST)
@@ -1130,8 +1085,7 @@ W16_KERNEL(W16_GEMM_PARAMS)
                 if (next < iters)
                     load_stage(it0 + next, next % STAGES);
                 cp_async_commit();
-                compute_stage(it0 + it, it % STAGES, -1, bool_c<false>{},
-                              bool_c<false>{});
+                compute_stage(it0 + it, it % STAGES, -1, bool_c<false>{});
             }
         }
         wgmma_wait<0>();
