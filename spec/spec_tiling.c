@@ -322,11 +322,13 @@ static bool check_rule(tload_t *L, const char *p, const w16_tile_rule_t *g,
         size_t sh = w16_tile_shared_bytes(bm + g->tail_m, g->block_n, g->block_k,
                                           g->stages, 8, g->block_k / 16,
                                           g->wgmma, g->persistent);
-        if (sh > W16_TILING_MAX_SHARED -
-                     (g->persistent ? W16_TILING_STATIC_SHARED : 0))
+        /* persistent CTAs: their static arrays count too */
+        const int max_sh = W16_TILING_MAX_SHARED -
+                           (g->persistent ? W16_TILING_STATIC_SHARED : 0);
+        if (sh > (size_t)max_sh)
             return tfail(L, p, "with block_m %d and 8-bit weights a CTA "
                          "needs %zu bytes of shared memory (at most %d)", bm,
-                         sh, W16_TILING_MAX_SHARED);
+                         sh, max_sh);
     }
     return true;
 }
